@@ -1,0 +1,96 @@
+"""subvisor's wire protocol, without I/O: frames, messages, connection state.
+
+Bytes in, messages out, in the manner of h11. Neither trio nor sockets are
+imported here, and nothing from ``supervisor`` or ``worker``.
+"""
+
+from ._chat import (
+    ChatMessage,
+    ModelRequest,
+    ModelResult,
+    ModelStreamDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from ._connection import Connection, ConnectionClosed, ConnectionState, Role
+from ._errors import ProtocolError
+from ._frame import FrameDecoder, FrameLimits, encode_frame
+from ._messages import (
+    PROTOCOL_VERSION,
+    WORKER_REQUEST_METHODS,
+    Cancel,
+    ErrorReply,
+    Event,
+    Heartbeat,
+    Hello,
+    Message,
+    Progress,
+    ResourceLimits,
+    Response,
+    Shutdown,
+    SupervisorMessage,
+    SupervisorRequest,
+    Welcome,
+    WorkerMessage,
+    WorkerMethod,
+    WorkerRequest,
+)
+from ._zygote import (
+    MAX_CONTROL_DATAGRAM,
+    SpawnFailed,
+    SpawnWorker,
+    WorkerExited,
+    WorkerSpawned,
+    ZygoteReady,
+    ZygoteReport,
+    decode_spawn_request,
+    decode_zygote_report,
+    encode_control,
+)
+
+__all__ = [
+    "MAX_CONTROL_DATAGRAM",
+    "PROTOCOL_VERSION",
+    "WORKER_REQUEST_METHODS",
+    "Cancel",
+    "ChatMessage",
+    "Connection",
+    "ConnectionClosed",
+    "ConnectionState",
+    "ErrorReply",
+    "Event",
+    "FrameDecoder",
+    "FrameLimits",
+    "Heartbeat",
+    "Hello",
+    "Message",
+    "ModelRequest",
+    "ModelResult",
+    "ModelStreamDelta",
+    "Progress",
+    "ProtocolError",
+    "ResourceLimits",
+    "Response",
+    "Role",
+    "Shutdown",
+    "SpawnFailed",
+    "SpawnWorker",
+    "SupervisorMessage",
+    "SupervisorRequest",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "Welcome",
+    "WorkerExited",
+    "WorkerMessage",
+    "WorkerMethod",
+    "WorkerRequest",
+    "WorkerSpawned",
+    "ZygoteReady",
+    "ZygoteReport",
+    "decode_spawn_request",
+    "decode_zygote_report",
+    "encode_control",
+    "encode_frame",
+]

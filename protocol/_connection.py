@@ -1,0 +1,246 @@
+"""The connection state machine shared by both ends of a worker pipe pair.
+
+Like h11, a ``Connection`` does no I/O: ``send`` turns a message into bytes
+after checking that our role may send it now, ``receive_data`` turns bytes
+into messages after checking that the peer's role may send them now.
+
+Invariants:
+- The worker speaks first (``hello``); the supervisor answers (``welcome``)
+  and only then may either side send anything else. Both check the other's
+  protocol version and fail with both versions named.
+- Which message each role may send in each state is the table
+  ``_TRANSITIONS``; anything missing from it is a ``ProtocolError``.
+- Every ``response``/``error``/``progress`` names a request the receiver
+  sent and has not seen answered; every ``request`` id is fresh.
+- After any ``ProtocolError`` the connection is in ``ERROR`` and every later
+  call raises that error again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from ._errors import ProtocolError
+from ._frame import FrameDecoder, FrameLimits, encode_frame
+from ._messages import (
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Hello,
+    Message,
+    Progress,
+    Response,
+    SupervisorRequest,
+    Welcome,
+    WorkerRequest,
+    supervisor_message_adapter,
+    worker_message_adapter,
+)
+
+__all__ = ["Connection", "ConnectionClosed", "ConnectionState", "Role"]
+
+
+class Role(enum.Enum):
+    """Which end of the pipe pair a connection is."""
+
+    SUPERVISOR = "supervisor"
+    WORKER = "worker"
+
+    @property
+    def peer(self) -> Role:
+        return Role.WORKER if self is Role.SUPERVISOR else Role.SUPERVISOR
+
+
+class ConnectionState(enum.Enum):
+    """Shared state of the conversation; both ends track it identically."""
+
+    AWAIT_HELLO = "await_hello"
+    AWAIT_WELCOME = "await_welcome"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The peer closed its end (EOF) at a frame boundary."""
+
+
+_S, _W = Role.SUPERVISOR, Role.WORKER
+_AWAIT_HELLO, _AWAIT_WELCOME = ConnectionState.AWAIT_HELLO, ConnectionState.AWAIT_WELCOME
+_OPEN, _CLOSING = ConnectionState.OPEN, ConnectionState.CLOSING
+
+_OPEN_TRAFFIC = ("request", "response", "error", "progress", "heartbeat")
+_WORKER_AFTER_SHUTDOWN = ("response", "error", "progress", "event", "heartbeat")
+
+#: (state, sender, message type) -> next state. The single source of truth for
+#: who may say what, when.
+_TRANSITIONS: dict[tuple[ConnectionState, Role, str], ConnectionState] = {
+    (_AWAIT_HELLO, _W, "hello"): _AWAIT_WELCOME,
+    (_AWAIT_WELCOME, _S, "welcome"): _OPEN,
+    **{(_OPEN, role, kind): _OPEN for role in (_S, _W) for kind in _OPEN_TRAFFIC},
+    (_OPEN, _W, "event"): _OPEN,
+    (_OPEN, _S, "cancel"): _OPEN,
+    (_OPEN, _S, "shutdown"): _CLOSING,
+    **{(_CLOSING, _W, kind): _CLOSING for kind in _WORKER_AFTER_SHUTDOWN},
+}
+
+_ADAPTERS: dict[Role, TypeAdapter[Any]] = {
+    _W: worker_message_adapter,
+    _S: supervisor_message_adapter,
+}
+
+
+def _known_types(adapter: TypeAdapter[Any]) -> frozenset[str]:
+    schema = adapter.json_schema()
+    mapping = schema.get("discriminator", {}).get("mapping", {})
+    return frozenset(mapping)
+
+
+_KNOWN_TYPES: dict[Role, frozenset[str]] = {role: _known_types(a) for role, a in _ADAPTERS.items()}
+
+
+class Connection:
+    """Protocol state for one end (``our_role``) of a worker connection."""
+
+    def __init__(
+        self,
+        our_role: Role,
+        *,
+        limits: FrameLimits | None = None,
+        max_pending_requests: int = 4096,
+    ) -> None:
+        self.our_role = our_role
+        self.limits = limits or FrameLimits()
+        self.max_pending_requests = max_pending_requests
+        self.state = ConnectionState.AWAIT_HELLO
+        self._decoder = FrameDecoder(self.limits)
+        self._error: ProtocolError | None = None
+        # Ids of requests each side sent and the other has not yet answered.
+        self._pending: dict[Role, set[int]] = {_S: set(), _W: set()}
+        self._next_id = 0
+
+    # -- public API -------------------------------------------------------------
+
+    def next_request_id(self) -> int:
+        """A fresh id for a request we are about to send."""
+        self._next_id += 1
+        return self._next_id
+
+    def pending_requests(self, sender: Role) -> frozenset[int]:
+        """Requests ``sender`` made that have not been answered yet."""
+        return frozenset(self._pending[sender])
+
+    def send(self, message: Message) -> bytes:
+        """Check that we may send ``message`` now and return its frame."""
+        self._raise_if_failed()
+        try:
+            self._apply(self.our_role, message)
+            return encode_frame(message.model_dump(mode="python"), self.limits)
+        except ProtocolError as exc:
+            self._fail(exc)
+            raise
+
+    def receive_data(self, data: bytes) -> list[Message | ConnectionClosed]:
+        """Feed bytes from the peer (``b""`` = EOF); return the messages they complete."""
+        self._raise_if_failed()
+        try:
+            if not data:
+                return [self._close()]
+            return [self._accept(raw) for raw in self._decoder.feed(data)]
+        except ProtocolError as exc:
+            self._fail(exc)
+            raise
+
+    # -- internals --------------------------------------------------------------
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self.state is ConnectionState.CLOSED:
+            raise ProtocolError("connection is closed")
+
+    def _fail(self, exc: ProtocolError) -> None:
+        self._error = exc
+        self.state = ConnectionState.ERROR
+
+    def _close(self) -> ConnectionClosed:
+        if self._decoder.buffered:
+            raise ProtocolError(
+                f"connection closed in the middle of a frame ({self._decoder.buffered} bytes)"
+            )
+        self.state = ConnectionState.CLOSED
+        return ConnectionClosed()
+
+    def _accept(self, raw: Any) -> Message:
+        peer = self.our_role.peer
+        if not isinstance(raw, dict):
+            raise ProtocolError(f"frame from {peer.value} is a {type(raw).__name__}, not a map")
+        kind = raw.get("type")
+        if kind not in _KNOWN_TYPES[peer]:
+            raise ProtocolError(
+                f"message type {kind!r} is not part of the {peer.value}->"
+                f"{self.our_role.value} protocol"
+            )
+        try:
+            message: Message = _ADAPTERS[peer].validate_python(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+            raise ProtocolError(
+                f"invalid {kind!r} message from {peer.value}: {where}: {first['msg']}"
+            ) from None
+        self._apply(peer, message)
+        return message
+
+    def _apply(self, sender: Role, message: Message) -> None:
+        kind = message.type
+        next_state = _TRANSITIONS.get((self.state, sender, kind))
+        if next_state is None:
+            raise ProtocolError(
+                f"{sender.value} may not send {kind!r} while the connection is {self.state.value}"
+            )
+        if isinstance(message, Hello | Welcome):
+            self._check_version(sender, message.protocol_version)
+        elif isinstance(message, WorkerRequest | SupervisorRequest):
+            self._open_request(sender, message.id)
+        elif isinstance(message, Response | ErrorReply):
+            self._answered(sender.peer, message.id, kind).discard(message.id)
+        elif isinstance(message, Progress):
+            self._answered(sender.peer, message.id, kind)
+        self.state = next_state
+
+    def _check_version(self, sender: Role, version: int) -> None:
+        if version != PROTOCOL_VERSION:
+            theirs, ours = (version, PROTOCOL_VERSION)
+            raise ProtocolError(
+                f"protocol version mismatch: {sender.value} speaks version {theirs}, "
+                f"{sender.peer.value} speaks version {ours}; run the same subvisor "
+                "installation on both sides"
+            )
+
+    def _open_request(self, sender: Role, request_id: int) -> None:
+        pending = self._pending[sender]
+        if request_id in pending:
+            raise ProtocolError(
+                f"{sender.value} reused request id {request_id} while it is pending"
+            )
+        if len(pending) >= self.max_pending_requests:
+            raise ProtocolError(
+                f"{sender.value} has more than {self.max_pending_requests} pending requests",
+                limit="max_pending_requests",
+            )
+        pending.add(request_id)
+
+    def _answered(self, requester: Role, request_id: int, kind: str) -> set[int]:
+        pending = self._pending[requester]
+        if request_id not in pending:
+            raise ProtocolError(
+                f"{kind!r} for request id {request_id}, which {requester.value} has no "
+                "pending request with"
+            )
+        return pending

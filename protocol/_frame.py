@@ -1,0 +1,146 @@
+"""Frame codec: a 4-byte big-endian length prefix, then one msgpack body.
+
+Invariants:
+- The length prefix is checked against ``max_frame_size`` before any of the
+  body is buffered, so a hostile peer cannot make us hold more than
+  ``max_frame_size + 4`` bytes per connection.
+- A body must decode to exactly one msgpack object within the str/bin/array/
+  map length limits and the nesting limit; anything else is a ``ProtocolError``
+  naming the limit or the defect.
+- After the first error the decoder is poisoned: every later call raises the
+  same error. A byte stream that went wrong once has no trustworthy frame
+  boundary any more.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from ._errors import ProtocolError
+
+__all__ = ["FrameDecoder", "FrameLimits", "encode_frame"]
+
+_HEADER = struct.Struct(">I")
+_MSGPACK_LIMIT = re.compile(r"max_(str|bin|array|map|ext)_len")
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLimits:
+    """Limits a decoder enforces on every incoming frame."""
+
+    max_frame_size: int = 8 * 1024 * 1024
+    max_nesting: int = 32
+    max_str_len: int = 8 * 1024 * 1024
+    max_bin_len: int = 8 * 1024 * 1024
+    max_array_len: int = 100_000
+    max_map_len: int = 10_000
+
+
+def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
+    """Encode ``obj`` as one frame; refuse to produce a frame the peer would reject."""
+    try:
+        body: bytes = msgpack.packb(obj, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"cannot encode frame: {exc}") from exc
+    max_size = (limits or FrameLimits()).max_frame_size
+    if len(body) > max_size:
+        raise ProtocolError(
+            f"frame of {len(body)} bytes exceeds max_frame_size ({max_size})",
+            limit="max_frame_size",
+        )
+    return _HEADER.pack(len(body)) + body
+
+
+def _check_nesting(obj: Any, max_nesting: int) -> None:
+    # Iterative walk: the decoded object is already bounded by the frame size,
+    # and recursion here would let a deep frame hit Python's recursion limit.
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > max_nesting:
+            raise ProtocolError(
+                f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting"
+            )
+        stack.extend((child, depth + 1) for child in children)
+
+
+class FrameDecoder:
+    """Turns a byte stream into decoded msgpack objects, one per frame."""
+
+    def __init__(self, limits: FrameLimits | None = None) -> None:
+        self.limits = limits or FrameLimits()
+        self._buffer = bytearray()
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Add bytes; return every object completed by them (maybe none)."""
+        if self._error is not None:
+            raise self._error
+        try:
+            self._buffer += data
+            return self._drain()
+        except ProtocolError as exc:
+            self._error = exc
+            self._buffer.clear()
+            raise
+
+    def _drain(self) -> list[Any]:
+        out: list[Any] = []
+        limits = self.limits
+        while len(self._buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if size > limits.max_frame_size:
+                raise ProtocolError(
+                    f"frame of {size} bytes exceeds max_frame_size ({limits.max_frame_size})",
+                    limit="max_frame_size",
+                )
+            end = _HEADER.size + size
+            if len(self._buffer) < end:
+                break
+            body = bytes(self._buffer[_HEADER.size : end])
+            del self._buffer[:end]
+            out.append(self._decode_body(body))
+        return out
+
+    def _decode_body(self, body: bytes) -> Any:
+        limits = self.limits
+        if not body:
+            raise ProtocolError("empty frame body")
+        try:
+            obj = msgpack.unpackb(
+                body,
+                raw=False,
+                strict_map_key=True,
+                use_list=True,
+                max_str_len=limits.max_str_len,
+                max_bin_len=limits.max_bin_len,
+                max_array_len=limits.max_array_len,
+                max_map_len=limits.max_map_len,
+                max_ext_len=0,
+            )
+        except msgpack.ExtraData as exc:
+            raise ProtocolError("frame body holds more than one msgpack object") from exc
+        except Exception as exc:
+            # msgpack signals limit violations with ValueError naming the limit,
+            # and malformed input with several other exception types.
+            match = _MSGPACK_LIMIT.search(str(exc))
+            limit = match.group(0) if match else None
+            raise ProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
+        _check_nesting(obj, limits.max_nesting)
+        return obj

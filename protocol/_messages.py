@@ -1,0 +1,194 @@
+"""Messages between the supervisor and one worker, as frozen pydantic models.
+
+Each direction has its own discriminated union (``type`` is the tag):
+``WorkerMessage`` for what a worker may send, ``SupervisorMessage`` for what
+the supervisor may send. A tag that is not in the sender's union is a protocol
+violation, so capabilities are a property of the schema: there is no message
+by which a worker could ask for a process to be spawned (S-POL-4), and no way
+for a worker to send a ``welcome`` or ``shutdown``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "WORKER_REQUEST_METHODS",
+    "Cancel",
+    "ErrorReply",
+    "Event",
+    "Heartbeat",
+    "Hello",
+    "Message",
+    "Progress",
+    "ResourceLimits",
+    "Response",
+    "Shutdown",
+    "SupervisorMessage",
+    "SupervisorRequest",
+    "Welcome",
+    "WorkerMessage",
+    "WorkerMethod",
+    "WorkerRequest",
+    "supervisor_message_adapter",
+    "worker_message_adapter",
+]
+
+PROTOCOL_VERSION = 1
+
+#: The only requests a worker can make of its supervisor. Everything a worker
+#: may ask the parent for is listed here; anything else fails validation.
+WorkerMethod = Literal["supervisor.echo"]
+WORKER_REQUEST_METHODS: tuple[str, ...] = get_args(WorkerMethod)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ResourceLimits(_Frozen):
+    """Per-worker caps.
+
+    The worker applies the rlimit-backed ones to itself before it says hello
+    (``cpu_seconds`` -> RLIMIT_CPU, ``address_space_mb`` -> RLIMIT_AS,
+    ``open_files`` -> RLIMIT_NOFILE); the supervisor enforces the rest from
+    outside (``memory_mb`` by sampling RSS, ``wall_timeout_s``,
+    ``idle_timeout_s``). ``None`` means no cap.
+    """
+
+    memory_mb: float | None = Field(default=None, gt=0)
+    cpu_seconds: int | None = Field(default=None, gt=0)
+    address_space_mb: int | None = Field(default=None, gt=0)
+    open_files: int | None = Field(default=1024, gt=16)
+    wall_timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=600.0, gt=0)
+
+
+# -- worker -> supervisor -------------------------------------------------------
+
+
+class Hello(_Frozen):
+    """First frame of a worker: who it is and which limits it actually applied."""
+
+    type: Literal["hello"] = "hello"
+    protocol_version: int
+    worker_id: str
+    pid: int
+    pgid: int
+    spawn_mode: Literal["zygote", "exec"]
+    rlimits: dict[str, tuple[int, int]] = Field(default_factory=dict)
+
+
+class WorkerRequest(_Frozen):
+    """A request from a worker to its supervisor (model calls, MCP, approvals)."""
+
+    type: Literal["request"] = "request"
+    id: int = Field(ge=0)
+    method: WorkerMethod
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Event(_Frozen):
+    """Something happened in the worker (tool started, text delta, ...)."""
+
+    type: Literal["event"] = "event"
+    name: str = Field(min_length=1, max_length=128)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- supervisor -> worker -------------------------------------------------------
+
+
+class Welcome(_Frozen):
+    """The supervisor's answer to ``hello``; the connection is open after it."""
+
+    type: Literal["welcome"] = "welcome"
+    protocol_version: int
+    worker_id: str
+
+
+class SupervisorRequest(_Frozen):
+    """A request from the supervisor to a worker (a command to run)."""
+
+    type: Literal["request"] = "request"
+    id: int = Field(ge=0)
+    method: str = Field(min_length=1, max_length=128)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Cancel(_Frozen):
+    """Cancel the worker's handling of request ``id``; it still answers it."""
+
+    type: Literal["cancel"] = "cancel"
+    id: int = Field(ge=0)
+
+
+class Shutdown(_Frozen):
+    """Ask the worker to finish and exit; no further requests will come."""
+
+    type: Literal["shutdown"] = "shutdown"
+    reason: str = ""
+
+
+# -- both directions ------------------------------------------------------------
+
+
+class Response(_Frozen):
+    """Successful answer to the peer's request ``id``."""
+
+    type: Literal["response"] = "response"
+    id: int = Field(ge=0)
+    result: Any = None
+
+
+class ErrorReply(_Frozen):
+    """Failed answer to the peer's request ``id``."""
+
+    type: Literal["error"] = "error"
+    id: int = Field(ge=0)
+    code: str
+    message: str
+
+
+class Progress(_Frozen):
+    """Partial output of a request still being answered (stream deltas)."""
+
+    type: Literal["progress"] = "progress"
+    id: int = Field(ge=0)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Heartbeat(_Frozen):
+    """Liveness probe; a worker echoes the supervisor's heartbeat with the same ``seq``."""
+
+    type: Literal["heartbeat"] = "heartbeat"
+    seq: int = Field(ge=0)
+
+
+WorkerMessage = Annotated[
+    Hello | WorkerRequest | Response | ErrorReply | Progress | Event | Heartbeat,
+    Field(discriminator="type"),
+]
+SupervisorMessage = Annotated[
+    Welcome | SupervisorRequest | Response | ErrorReply | Progress | Cancel | Heartbeat | Shutdown,
+    Field(discriminator="type"),
+]
+Message = (
+    Hello
+    | WorkerRequest
+    | Event
+    | Welcome
+    | SupervisorRequest
+    | Cancel
+    | Shutdown
+    | Response
+    | ErrorReply
+    | Progress
+    | Heartbeat
+)
+
+worker_message_adapter: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
+supervisor_message_adapter: TypeAdapter[SupervisorMessage] = TypeAdapter(SupervisorMessage)

@@ -1,0 +1,36 @@
+"""Supervisor settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol import ResourceLimits
+
+__all__ = ["SpawnMode", "SupervisorConfig"]
+
+SpawnMode = Literal["zygote", "exec"]
+
+
+class SupervisorConfig(BaseModel):
+    """How a ``Supervisor`` starts, watches and caps its workers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spawn_mode: SpawnMode = "zygote"
+    #: Workers alive at once; further spawns wait for a slot.
+    max_workers: int = Field(default=64, ge=1)
+    #: Workers this supervisor may start in its lifetime (``None``: no cap).
+    max_total_workers: int | None = Field(default=None, ge=1)
+    #: How long a spawn may wait for a free slot (``None``: forever).
+    spawn_timeout_s: float | None = Field(default=None, gt=0)
+    handshake_timeout_s: float = Field(default=10.0, gt=0)
+    zygote_start_timeout_s: float = Field(default=30.0, gt=0)
+    #: RSS sampling period for the memory cap and peak-RSS accounting.
+    sample_interval_s: float = Field(default=0.25, gt=0)
+    #: Time between SIGTERM and SIGKILL when a worker is stopped.
+    kill_grace_s: float = Field(default=2.0, ge=0)
+    #: Events buffered per worker before its reader stops reading (backpressure).
+    event_buffer: int = Field(default=1024, ge=1)
+    default_limits: ResourceLimits = ResourceLimits()

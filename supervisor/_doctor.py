@@ -1,0 +1,116 @@
+"""``subvisor doctor``: check that this machine can run subvisor, and how fast."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+import trio
+
+from protocol import ResourceLimits
+
+from ._config import SpawnMode, SupervisorConfig
+from ._errors import SubvisorError
+from ._supervisor import Supervisor
+
+__all__ = ["Check", "run_checks"]
+
+_PR_GET_PDEATHSIG = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One doctor finding."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+def _platform_checks() -> list[Check]:
+    checks = [
+        Check(
+            "platform",
+            sys.platform == "linux",
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+            + ("" if sys.platform == "linux" else ": subvisor needs Linux"),
+        ),
+        Check(
+            "fork",
+            hasattr(os, "fork"),
+            "os.fork available"
+            if hasattr(os, "fork")
+            else "os.fork missing: only exec spawn mode could work",
+        ),
+    ]
+    try:
+        fd = os.pidfd_open(os.getpid())
+        os.close(fd)
+        checks.append(Check("pidfd", True, "pidfd_open works (exact, race-free reaping)"))
+    except (AttributeError, OSError) as exc:
+        checks.append(Check("pidfd", False, f"pidfd_open failed: {exc} (needs Linux >= 5.3)"))
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    value = ctypes.c_int(0)
+    ok = libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0
+    checks.append(
+        Check(
+            "prctl", ok, "parent-death signal available" if ok else "prctl(PR_GET_PDEATHSIG) failed"
+        )
+    )
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        a.close()
+        b.close()
+        checks.append(
+            Check("seqpacket", True, "AF_UNIX SOCK_SEQPACKET for the zygote control socket")
+        )
+    except OSError as exc:
+        checks.append(Check("seqpacket", False, f"SOCK_SEQPACKET unavailable: {exc}"))
+    return checks
+
+
+async def _spawn_check(sup: Supervisor, mode: SpawnMode) -> Check:
+    try:
+        started = time.perf_counter()
+        handle = await sup.spawn(ResourceLimits(), mode=mode)
+        ready_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        echoed = await handle.request("echo", {"value": "doctor"})
+        roundtrip_us = (time.perf_counter() - started) * 1e6
+        exit = await handle.shutdown()
+    except SubvisorError as exc:
+        return Check(f"spawn ({mode})", False, str(exc))
+    ok = echoed == "doctor" and exit.ok
+    return Check(
+        f"spawn ({mode})",
+        ok,
+        f"ready in {ready_ms:.1f} ms, echo round trip {roundtrip_us:.0f} us, {exit.reason}",
+    )
+
+
+async def _process_checks() -> list[Check]:
+    checks: list[Check] = []
+    async with Supervisor(SupervisorConfig(spawn_mode="zygote")) as sup:
+        checks.append(
+            Check("zygote", True, f"booted with the worker stack in {sup.zygote_boot_ms:.0f} ms")
+        )
+        for mode in ("zygote", "exec"):
+            checks.append(await _spawn_check(sup, mode))
+    return checks
+
+
+def run_checks() -> list[Check]:
+    """Run every check; never raises for an unhealthy machine, it reports it."""
+    checks = _platform_checks()
+    if all(check.ok for check in checks):
+        try:
+            checks.extend(trio.run(_process_checks))
+        except (SubvisorError, OSError) as exc:
+            checks.append(Check("supervisor", False, f"could not start: {exc}"))
+    return checks

@@ -1,0 +1,57 @@
+"""The environment a zygote and its workers get: an allowlist, nothing else.
+
+Credentials live in the supervisor's environment (``OPENAI_API_KEY``, ...);
+workers run model-directed code, so they must never see them. Rather than
+deleting known secrets, everything not on the allowlist is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["ENV_ALLOWLIST", "TREE_ENV", "new_tree_id", "worker_environment"]
+
+TREE_ENV = "SUBVISOR_TREE"
+
+ENV_ALLOWLIST = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "LC_MESSAGES",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+        "COLUMNS",
+        "LINES",
+        "NO_COLOR",
+    }
+)
+
+# The directory holding the ``protocol``/``worker`` packages, so a zygote
+# finds them even when subvisor runs from a source checkout, not installed.
+_IMPORT_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def new_tree_id() -> str:
+    """A fresh id tagging every process of one supervisor's tree."""
+    return f"tree_{uuid.uuid4().hex[:16]}"
+
+
+def worker_environment(tree_id: str, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment for the zygote and every worker of ``tree_id``."""
+    env = source if source is not None else os.environ
+    scrubbed = {key: value for key, value in env.items() if key in ENV_ALLOWLIST}
+    scrubbed.setdefault("PATH", os.defpath)
+    scrubbed[TREE_ENV] = tree_id
+    scrubbed["PYTHONPATH"] = _IMPORT_ROOT
+    return scrubbed

@@ -1,0 +1,56 @@
+"""Exceptions the supervisor raises; each message says what happened and what to do."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._exit import WorkerExit
+
+__all__ = [
+    "FleetCapacityError",
+    "FleetExhaustedError",
+    "NestedSupervisorError",
+    "SpawnError",
+    "SubvisorError",
+    "WorkerExitedError",
+    "WorkerRequestError",
+]
+
+
+class SubvisorError(Exception):
+    """Base class of every error subvisor raises on purpose."""
+
+
+class SpawnError(SubvisorError):
+    """A worker could not be started (fork failed, zygote gone, handshake failed)."""
+
+
+class FleetCapacityError(SpawnError):
+    """No worker slot became free within the spawn timeout."""
+
+
+class FleetExhaustedError(SpawnError):
+    """The supervisor already started as many workers as ``max_total_workers`` allows."""
+
+
+class NestedSupervisorError(SubvisorError):
+    """A supervisor was started inside a worker: delegation is one level only."""
+
+
+class WorkerExitedError(SubvisorError):
+    """The worker ended while something was still waiting on it."""
+
+    def __init__(self, exit: WorkerExit) -> None:
+        super().__init__(f"worker {exit.worker_id} ended: {exit.reason}")
+        self.exit = exit
+
+
+class WorkerRequestError(SubvisorError):
+    """The worker answered a request with an error."""
+
+    def __init__(self, method: str, code: str, message: str) -> None:
+        super().__init__(f"{method} failed in the worker ({code}): {message}")
+        self.method = method
+        self.code = code
+        self.message = message

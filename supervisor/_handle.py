@@ -1,0 +1,436 @@
+"""``WorkerHandle``: the supervisor's view of one live worker.
+
+A handle owns the supervisor's end of the worker's pipes and its protocol
+``Connection``. One reader task per worker decodes frames and routes them:
+answers to the requests waiting for them, events into a bounded buffer (a
+full buffer stops the reader, which fills the pipe, which blocks the worker:
+backpressure instead of unbounded memory), worker requests to the
+supervisor's request handler.
+
+The worker ends exactly once. Whatever notices first (the reaper's exit
+status, EOF, a protocol violation, a cap, a watchdog) only contributes to
+the single ``WorkerExit`` built in ``_finish``; the first *reason* to kill it
+wins, so a worker killed for its memory cap is reported as such and not as
+"killed by SIGKILL".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psutil
+import trio
+
+from protocol import (
+    PROTOCOL_VERSION,
+    Cancel,
+    Connection,
+    ConnectionClosed,
+    ErrorReply,
+    Event,
+    FrameLimits,
+    Heartbeat,
+    Hello,
+    Message,
+    Progress,
+    ProtocolError,
+    ResourceLimits,
+    Response,
+    Role,
+    Shutdown,
+    SupervisorRequest,
+    Welcome,
+    WorkerRequest,
+)
+from worker import PipeStream
+
+from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
+from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
+from ._spawner import SpawnedProcess
+
+__all__ = ["RequestHandler", "RequestRefused", "WorkerHandle"]
+
+_READ_SIZE = 256 * 1024
+_EOF_AFTER_EXIT_S = 1.0
+
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RequestRefused(SubvisorError):
+    """Raised by a request handler to answer a worker's request with an error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[Any]]
+
+
+class _Pending:
+    __slots__ = ("done", "on_progress", "outcome")
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.done = trio.Event()
+        self.on_progress = on_progress
+        self.outcome: Response | ErrorReply | WorkerExit | None = None
+
+
+class WorkerHandle:
+    """A running worker: send it requests, read its events, stop it."""
+
+    def __init__(
+        self,
+        process: SpawnedProcess,
+        *,
+        mode: str,
+        limits: ResourceLimits,
+        frame_limits: FrameLimits,
+        event_buffer: int,
+        kill_grace_s: float,
+        request_handler: RequestHandler,
+    ) -> None:
+        self.worker_id = process.worker_id
+        self.pid = process.pid
+        self.mode = mode
+        self.limits = limits
+        self.hello: Hello | None = None
+        self.exit: WorkerExit | None = None
+        self.peak_rss_bytes = 0
+        self.started_at = trio.current_time()
+        self.ready_at: float | None = None
+        self.last_activity = self.started_at
+        self._process = process
+        self._kill_grace_s = kill_grace_s
+        self._request_handler = request_handler
+        self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
+        self._pipe = PipeStream(process.read_fd, process.write_fd)
+        self._pending: dict[int, _Pending] = {}
+        self._heartbeats: dict[int, trio.Event] = {}
+        self._events_in, self._events_out = trio.open_memory_channel[Event](event_buffer)
+        self._ready = trio.Event()
+        self._eof = trio.Event()
+        self._ended = trio.Event()
+        self._kill_reason: tuple[ExitKind, str] | None = None
+        try:
+            self._ps: psutil.Process | None = psutil.Process(process.pid)
+        except psutil.NoSuchProcess:
+            self._ps = None
+
+    # -- public API ---------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """True until the worker has ended."""
+        return self.exit is None
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Run ``method`` in the worker and return its result.
+
+        Raises ``WorkerRequestError`` if the worker answers with an error and
+        ``WorkerExitedError`` if it ends first. Cancelling the caller sends the
+        worker a ``cancel`` for this request.
+        """
+        self._raise_if_ended()
+        request_id = self._connection.next_request_id()
+        pending = self._pending[request_id] = _Pending(on_progress)
+        try:
+            self.last_activity = trio.current_time()
+            await self._send(SupervisorRequest(id=request_id, method=method, params=params or {}))
+            await pending.done.wait()
+        except trio.Cancelled:
+            if self.alive:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self._send_quietly(Cancel(id=request_id))
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        outcome = pending.outcome
+        if isinstance(outcome, WorkerExit):
+            raise WorkerExitedError(outcome)
+        if isinstance(outcome, ErrorReply):
+            raise WorkerRequestError(method, outcome.code, outcome.message)
+        assert isinstance(outcome, Response)
+        return outcome.result
+
+    async def receive_event(self) -> Event:
+        """The next event from the worker; ``WorkerExitedError`` once it ended and all were read."""
+        try:
+            return await self._events_out.receive()
+        except trio.EndOfChannel:
+            await self._ended.wait()
+            assert self.exit is not None
+            raise WorkerExitedError(self.exit) from None
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Iterate over the worker's events until it ends."""
+        async for event in self._events_out:
+            yield event
+
+    async def ping(self) -> float:
+        """Round-trip a heartbeat; return the seconds it took."""
+        self._raise_if_ended()
+        seq = len(self._heartbeats) + 1
+        while seq in self._heartbeats:
+            seq += 1
+        answered = self._heartbeats[seq] = trio.Event()
+        started = trio.current_time()
+        try:
+            await self._send(Heartbeat(seq=seq))
+            await answered.wait()
+        finally:
+            del self._heartbeats[seq]
+        self._raise_if_ended()
+        return trio.current_time() - started
+
+    async def shutdown(self, grace_s: float = 5.0) -> WorkerExit:
+        """Ask the worker to exit; kill it if it has not within ``grace_s``."""
+        if self.alive:
+            await self._send_quietly(Shutdown(reason="supervisor asked the worker to stop"))
+            with trio.move_on_after(grace_s):
+                await self._process.reaped.wait()
+            if not self._process.reaped.is_set():
+                await self.terminate(
+                    ExitKind.KILLED, f"did not exit within {grace_s:g} s of shutdown"
+                )
+        return await self.wait()
+
+    async def kill(self, reason: str = "killed by the supervisor") -> WorkerExit:
+        """Stop the worker's whole process group (SIGTERM, grace, SIGKILL); return its exit."""
+        await self.terminate(ExitKind.KILLED, reason)
+        return await self.wait()
+
+    async def wait(self) -> WorkerExit:
+        """Wait until the worker has ended and return how."""
+        await self._ended.wait()
+        assert self.exit is not None
+        return self.exit
+
+    async def wait_ready(self) -> Hello:
+        """Wait for the handshake (``hello``/``welcome``) to complete."""
+        await self._ready.wait()
+        if self.hello is None:
+            self._raise_if_ended()
+        assert self.hello is not None
+        return self.hello
+
+    def sample_rss(self) -> int | None:
+        """Read the worker's current RSS in bytes (``None`` if it is gone)."""
+        if self._ps is None or not self.alive:
+            return None
+        try:
+            rss = int(self._ps.memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            return None
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        return rss
+
+    def owes_answer(self) -> bool:
+        """True while the supervisor waits on the worker and the worker waits on nothing.
+
+        Only then is silence suspicious: a worker with nothing to do, or one
+        waiting for an approval or a model call, is not hung.
+        """
+        return bool(self._connection.pending_requests(Role.SUPERVISOR)) and not bool(
+            self._connection.pending_requests(Role.WORKER)
+        )
+
+    # -- supervision (driven by the Supervisor) -------------------------------------
+
+    async def supervise(self) -> None:
+        """Run until the worker has ended; build its single ``WorkerExit``."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop, nursery)
+                nursery.start_soon(self._watchdog, nursery)
+                await self._process.reaped.wait()
+                # Frames written just before death are still in the pipe.
+                with trio.move_on_after(_EOF_AFTER_EXIT_S):
+                    await self._eof.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    @property
+    def stopping(self) -> bool:
+        """True once something decided to stop this worker."""
+        return self._kill_reason is not None
+
+    async def terminate(self, kind: ExitKind, reason: str, *, grace: float | None = None) -> None:
+        """Stop the worker for ``reason`` (the first reason given wins); wait until it is reaped."""
+        if self._kill_reason is None:
+            self._kill_reason = (kind, reason)
+        grace = self._kill_grace_s if grace is None else grace
+        if grace > 0:
+            self._signal_group(signal.SIGTERM)
+            with trio.move_on_after(grace):
+                await self._process.reaped.wait()
+        self._signal_group(signal.SIGKILL)
+        await self._process.reaped.wait()
+
+    def _signal_group(self, sig: int) -> None:
+        # The worker is its own process group leader (pgid == pid), so this
+        # reaches whatever it started too. The group id cannot be recycled
+        # while any member lives; until the reaper reports the leader, it is
+        # still unreaped and owns the id.
+        if self._process.reaped.is_set():
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def _watchdog(self, nursery: trio.Nursery) -> None:
+        wall = self.limits.wall_timeout_s
+        idle = self.limits.idle_timeout_s
+        while True:
+            deadlines = []
+            if wall is not None:
+                deadlines.append(self.started_at + wall)
+            if idle is not None:
+                deadlines.append(self.last_activity + idle)
+            if not deadlines:
+                return
+            await trio.sleep_until(min(deadlines))
+            now = trio.current_time()
+            if wall is not None and now >= self.started_at + wall:
+                await self.terminate(ExitKind.WALL_TIMEOUT, f"wall timeout after {wall:g} s")
+                return
+            if idle is not None and now >= self.last_activity + idle:
+                if self.owes_answer():
+                    await self.terminate(
+                        ExitKind.IDLE_WATCHDOG,
+                        f"idle watchdog: no frame for {idle:g} s while a request was pending",
+                    )
+                    return
+                self.last_activity = now
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        try:
+            while True:
+                data = await self._pipe.receive_some(_READ_SIZE)
+                for message in self._connection.receive_data(data):
+                    if isinstance(message, ConnectionClosed):
+                        return
+                    self.last_activity = trio.current_time()
+                    await self._dispatch(message, nursery)
+        except ProtocolError as exc:
+            nursery.start_soon(
+                self.terminate, ExitKind.PROTOCOL_VIOLATION, f"protocol violation: {exc}"
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self._eof.set()
+
+    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> None:
+        if isinstance(message, Hello):
+            if message.worker_id != self.worker_id or message.pid != self.pid:
+                raise ProtocolError(
+                    f"hello from worker {message.worker_id!r} (pid {message.pid}) on the pipe "
+                    f"of {self.worker_id!r} (pid {self.pid})"
+                )
+            await self._send(Welcome(protocol_version=PROTOCOL_VERSION, worker_id=self.worker_id))
+            self.hello = message
+            self.ready_at = trio.current_time()
+            self._ready.set()
+        elif isinstance(message, Response | ErrorReply):
+            pending = self._pending.get(message.id)
+            if pending is not None:
+                pending.outcome = message
+                pending.done.set()
+        elif isinstance(message, Progress):
+            pending = self._pending.get(message.id)
+            if pending is not None and pending.on_progress is not None:
+                await pending.on_progress(message.data)
+        elif isinstance(message, Event):
+            await self._events_in.send(message)
+        elif isinstance(message, Heartbeat):
+            answered = self._heartbeats.get(message.seq)
+            if answered is None:
+                raise ProtocolError(f"heartbeat {message.seq} answers no ping")
+            answered.set()
+        elif isinstance(message, WorkerRequest):
+            nursery.start_soon(self._answer, message)
+
+    async def _answer(self, request: WorkerRequest) -> None:
+        reply: Response | ErrorReply
+        try:
+            result = await self._request_handler(self, request)
+            reply = Response(id=request.id, result=result)
+        except RequestRefused as exc:
+            reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
+        except Exception as exc:
+            reply = ErrorReply(
+                id=request.id,
+                code="supervisor_error",
+                message=f"{request.method} failed in the supervisor: {type(exc).__name__}: {exc}",
+            )
+        self.last_activity = trio.current_time()
+        await self._send_quietly(reply)
+
+    async def _send(self, message: Message) -> None:
+        await self._pipe.send_all(self._connection.send(message))
+
+    async def _send_quietly(self, message: Message) -> None:
+        """Send, ignoring a worker that is already gone (its exit explains it)."""
+        with contextlib.suppress(
+            trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError
+        ):
+            await self._send(message)
+
+    def _raise_if_ended(self) -> None:
+        if self.exit is not None:
+            raise WorkerExitedError(self.exit)
+
+    async def _finish(self) -> None:
+        status = self._process.status or ProcessStatus(None, None, 0.0, 0)
+        kind, reason = self._classify(status)
+        self.exit = WorkerExit(
+            worker_id=self.worker_id,
+            pid=self.pid,
+            kind=kind,
+            reason=reason,
+            exit_code=status.exit_code,
+            signal=signal_name(status.signal),
+            peak_rss_bytes=max(self.peak_rss_bytes, status.max_rss_bytes),
+            cpu_seconds=status.cpu_seconds,
+            wall_seconds=trio.current_time() - self.started_at,
+        )
+        for pending in self._pending.values():
+            pending.outcome = self.exit
+            pending.done.set()
+        # Wake every other wait on the worker; each re-checks ``exit``.
+        for answered in self._heartbeats.values():
+            answered.set()
+        self._ready.set()
+        self._events_in.close()
+        self._ended.set()
+        self._pipe.close()
+
+    def _classify(self, status: ProcessStatus) -> tuple[ExitKind, str]:
+        if self._kill_reason is not None:
+            return self._kill_reason
+        cap = self.limits.cpu_seconds
+        if status.signal == signal.SIGXCPU or (
+            status.signal == signal.SIGKILL and cap is not None and status.cpu_seconds >= cap
+        ):
+            return ExitKind.CPU_CAP, (
+                f"cpu cap exceeded: used {status.cpu_seconds:.1f} s of CPU, cap {cap} s"
+            )
+        if status.signal is not None:
+            return ExitKind.SIGNALED, f"killed by signal {describe_signal(status.signal)}"
+        if status.exit_code is None:
+            return ExitKind.LOST, "lost: its zygote exited and took it down"
+        if status.exit_code == 0:
+            return ExitKind.EXITED, "exited normally"
+        return ExitKind.EXITED, f"exited with code {status.exit_code}"

@@ -1,0 +1,336 @@
+"""Starting worker processes: through the zygote (fast) or by exec (plain).
+
+A spawner hands back a ``SpawnedProcess``: the pid, the supervisor's ends of
+the two pipes, and an event set once the process has been reaped, with its
+wait status and resource usage. Reaping belongs to whoever is the parent: the
+zygote for forked workers (it reports over the control socket), the
+supervisor itself for exec'd ones (it waits on a pidfd).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from protocol import (
+    MAX_CONTROL_DATAGRAM,
+    ProtocolError,
+    ResourceLimits,
+    SpawnFailed,
+    SpawnWorker,
+    WorkerExited,
+    WorkerSpawned,
+    ZygoteReady,
+    decode_zygote_report,
+    encode_control,
+)
+
+from ._errors import SpawnError
+from ._exit import ProcessStatus
+
+__all__ = ["ExecSpawner", "SpawnedProcess", "Spawner", "ZygoteSpawner"]
+
+
+@dataclass(eq=False)
+class SpawnedProcess:
+    """A worker process as its spawner sees it."""
+
+    worker_id: str
+    pid: int
+    read_fd: int
+    write_fd: int
+    reaped: trio.Event = field(default_factory=trio.Event)
+    status: ProcessStatus | None = None
+
+    def set_status(self, status: ProcessStatus) -> None:
+        """Record the wait status and wake everyone waiting for the exit."""
+        self.status = status
+        self.reaped.set()
+
+
+class Spawner(Protocol):
+    """Starts worker processes and learns how they end."""
+
+    pid: int | None
+
+    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
+        """Start a worker; return once its pid is known (before its handshake)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop spawning; make sure no worker outlives the spawner."""
+        ...
+
+
+def _pipe_pair() -> tuple[int, int, int, int]:
+    """(worker reads, supervisor writes, supervisor reads, worker writes)."""
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    return down_r, down_w, up_r, up_w
+
+
+def _python_launch(module: str, args: list[str], env: dict[str, str], inherit: list[int]) -> int:
+    """posix_spawn ``python -m module``, passing the ``inherit`` fds; return its pid.
+
+    posix_spawn (not fork) because the supervisor runs trio and may have
+    threads; the child is put in its own process group so a terminal's
+    Ctrl-C reaches only the supervisor, which then shuts the tree down in
+    order. Only the ``inherit`` fds cross: everything else Python opens is
+    close-on-exec.
+    """
+    for fd in inherit:
+        os.set_inheritable(fd, True)
+    try:
+        return os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-m", module, *args],
+            env,
+            setpgroup=0,
+            setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
+        )
+    finally:
+        for fd in inherit:
+            os.set_inheritable(fd, False)
+
+
+async def _wait_pidfd(pid: int, pidfd: int) -> ProcessStatus:
+    """Wait for our child ``pid`` to exit (without blocking trio), then reap it."""
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    # The pidfd is readable: the child has exited and wait4 returns at once.
+    _, status, usage = os.wait4(pid, 0)  # noqa: ASYNC222
+    return ProcessStatus(
+        exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
+        max_rss_bytes=usage.ru_maxrss * 1024,
+    )
+
+
+class ExecSpawner:
+    """One fresh ``python -m worker`` per worker; the supervisor reaps it."""
+
+    def __init__(self, env: dict[str, str], nursery: trio.Nursery) -> None:
+        self.pid: int | None = os.getpid()
+        self._env = env
+        self._nursery = nursery
+        self._live: dict[int, SpawnedProcess] = {}
+
+    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
+        down_r, down_w, up_r, up_w = _pipe_pair()
+        try:
+            pid = _python_launch(
+                "worker",
+                [
+                    f"--worker-id={worker_id}",
+                    f"--read-fd={down_r}",
+                    f"--write-fd={up_w}",
+                    f"--parent-pid={os.getpid()}",
+                    f"--limits={limits.model_dump_json()}",
+                ],
+                self._env,
+                [down_r, up_w],
+            )
+        except OSError as exc:
+            for fd in (down_r, down_w, up_r, up_w):
+                os.close(fd)
+            raise SpawnError(f"could not start a worker process: {exc}") from exc
+        os.close(down_r)
+        os.close(up_w)
+        # The child is unreaped until we wait for it, so its pid cannot be
+        # recycled before pidfd_open takes hold of it.
+        pidfd = os.pidfd_open(pid)
+        process = SpawnedProcess(worker_id, pid, read_fd=up_r, write_fd=down_w)
+        self._live[pid] = process
+        self._nursery.start_soon(self._reap, process, pidfd)
+        return process
+
+    async def _reap(self, process: SpawnedProcess, pidfd: int) -> None:
+        with trio.CancelScope(shield=True):
+            status = await _wait_pidfd(process.pid, pidfd)
+        del self._live[process.pid]
+        process.set_status(status)
+
+    async def aclose(self) -> None:
+        for process in list(self._live.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in list(self._live.values()):
+            await process.reaped.wait()
+
+
+class ZygoteSpawner:
+    """Forks workers from a pre-imported zygote process over a control socket.
+
+    The zygote is started lazily and restarted if it dies; workers of a dead
+    zygote die with it (parent-death signal) and are reported as lost.
+    """
+
+    def __init__(self, env: dict[str, str], nursery: trio.Nursery, *, start_timeout: float) -> None:
+        self.pid: int | None = None
+        self.boot_ms: float | None = None
+        self._env = env
+        self._nursery = nursery
+        self._start_timeout = start_timeout
+        self._control: trio.socket.SocketType | None = None
+        self._start_lock = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._waiting: dict[str, trio.MemorySendChannel[SpawnedProcess | SpawnFailed]] = {}
+        self._live: dict[int, SpawnedProcess] = {}
+        self._pending_fds: dict[str, tuple[int, int]] = {}
+        self._zygote_exited = trio.Event()
+
+    async def start(self) -> trio.socket.SocketType:
+        """Start the zygote unless it runs; return its control socket."""
+        async with self._start_lock:
+            if self._control is not None:
+                return self._control
+            launched = trio.current_time()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                pid = _python_launch(
+                    "worker.zygote",
+                    [f"--control-fd={theirs.fileno()}", f"--parent-pid={os.getpid()}"],
+                    self._env,
+                    [theirs.fileno()],
+                )
+            except OSError as exc:
+                ours.close()
+                raise SpawnError(f"could not start the zygote: {exc}") from exc
+            finally:
+                theirs.close()
+            control = trio.socket.from_stdlib_socket(ours)
+            pidfd = os.pidfd_open(pid)
+            exited = self._zygote_exited = trio.Event()
+            self._nursery.start_soon(self._watch_zygote, pid, pidfd, exited)
+            with trio.move_on_after(self._start_timeout) as scope:
+                ready = await self._receive_report(control)
+            if scope.cancelled_caught or not isinstance(ready, ZygoteReady):
+                os.kill(pid, signal.SIGKILL)
+                control.close()
+                raise SpawnError(
+                    "the zygote did not start (no ready report within "
+                    f"{self._start_timeout} s); run `subvisor doctor` to see why"
+                )
+            self.pid = pid
+            self.boot_ms = (trio.current_time() - launched) * 1000
+            self._control = control
+            self._nursery.start_soon(self._read_reports, control)
+            return control
+
+    async def _receive_report(
+        self, control: trio.socket.SocketType
+    ) -> ZygoteReady | WorkerSpawned | SpawnFailed | WorkerExited | None:
+        data = await control.recv(MAX_CONTROL_DATAGRAM)
+        if not data:
+            return None
+        return decode_zygote_report(data)
+
+    async def _watch_zygote(self, pid: int, pidfd: int, exited: trio.Event) -> None:
+        with trio.CancelScope(shield=True):
+            await _wait_pidfd(pid, pidfd)
+        exited.set()
+
+    async def _read_reports(self, control: trio.socket.SocketType) -> None:
+        try:
+            while True:
+                try:
+                    report = await self._receive_report(control)
+                except (OSError, ProtocolError):
+                    report = None
+                if report is None:
+                    break
+                if isinstance(report, WorkerSpawned | SpawnFailed):
+                    waiter = self._waiting.pop(report.worker_id, None)
+                    outcome: SpawnedProcess | SpawnFailed
+                    if isinstance(report, WorkerSpawned):
+                        # Registered here, in report order, so an ``exited``
+                        # right behind ``spawned`` finds the record.
+                        outcome = self._live[report.pid] = self._new_process(report)
+                    else:
+                        outcome = report
+                    if waiter is not None:
+                        waiter.send_nowait(outcome)
+                elif isinstance(report, WorkerExited):
+                    process = self._live.pop(report.pid, None)
+                    if process is not None:
+                        process.set_status(
+                            ProcessStatus(
+                                exit_code=report.exit_code,
+                                signal=report.signal,
+                                cpu_seconds=report.cpu_seconds,
+                                max_rss_bytes=report.max_rss_kb * 1024,
+                            )
+                        )
+        finally:
+            self._zygote_lost(control)
+
+    def _new_process(self, report: WorkerSpawned) -> SpawnedProcess:
+        read_fd, write_fd = self._pending_fds.pop(report.worker_id)
+        return SpawnedProcess(report.worker_id, report.pid, read_fd=read_fd, write_fd=write_fd)
+
+    def _zygote_lost(self, control: trio.socket.SocketType) -> None:
+        """The zygote is gone: its workers died with it; nobody will report them."""
+        if self._control is control:
+            self._control = None
+        control.close()
+        for worker_id, waiter in list(self._waiting.items()):
+            waiter.send_nowait(SpawnFailed(worker_id=worker_id, error="the zygote exited"))
+        self._waiting.clear()
+        for process in self._live.values():
+            process.set_status(
+                ProcessStatus(exit_code=None, signal=None, cpu_seconds=0.0, max_rss_bytes=0)
+            )
+        self._live.clear()
+
+    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
+        control = await self.start()
+        down_r, down_w, up_r, up_w = _pipe_pair()
+        send, receive = trio.open_memory_channel[SpawnedProcess | SpawnFailed](1)
+        self._waiting[worker_id] = send
+        self._pending_fds[worker_id] = (up_r, down_w)
+        try:
+            fds = array.array("i", [down_r, up_w])
+            async with self._send_lock:
+                await control.sendmsg(
+                    [encode_control(SpawnWorker(worker_id=worker_id, limits=limits))],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
+                )
+        except OSError as exc:
+            self._waiting.pop(worker_id, None)
+            self._pending_fds.pop(worker_id, None)
+            for fd in (down_w, up_r):
+                os.close(fd)
+            raise SpawnError(f"could not reach the zygote: {exc}") from exc
+        finally:
+            # The zygote holds its own copies now (or never will).
+            os.close(down_r)
+            os.close(up_w)
+        outcome = await receive.receive()
+        if isinstance(outcome, SpawnFailed):
+            for fd in self._pending_fds.pop(worker_id, ()):
+                os.close(fd)
+            raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")
+        return outcome
+
+    async def aclose(self) -> None:
+        control, self._control = self._control, None
+        if control is None:
+            return
+        # EOF on the control socket tells the zygote to kill its workers and exit.
+        control.shutdown(socket.SHUT_RDWR)
+        with trio.move_on_after(5):
+            await self._zygote_exited.wait()
+        if not self._zygote_exited.is_set() and self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
+            await self._zygote_exited.wait()

@@ -1,0 +1,242 @@
+"""``Supervisor``: spawns, watches, caps and stops a fleet of worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import resource
+import uuid
+from types import TracebackType
+from typing import Any, Self
+
+import trio
+
+from protocol import FrameLimits, ResourceLimits, WorkerRequest
+
+from ._config import SpawnMode, SupervisorConfig
+from ._environment import TREE_ENV, new_tree_id, worker_environment
+from ._errors import (
+    FleetCapacityError,
+    FleetExhaustedError,
+    NestedSupervisorError,
+    SpawnError,
+    SubvisorError,
+)
+from ._exit import ExitKind
+from ._handle import RequestHandler, RequestRefused, WorkerHandle
+from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("subvisor")
+
+_MIB = 1024 * 1024
+
+
+async def default_request_handler(handle: WorkerHandle, request: WorkerRequest) -> Any:
+    """Answer the requests every supervisor understands."""
+    if request.method == "supervisor.echo":
+        return request.params.get("value")
+    raise RequestRefused("unsupported", f"this supervisor does not serve {request.method!r}")
+
+
+def _raise_open_files_limit() -> None:
+    # Each worker costs the supervisor two pipe fds (three in exec mode with
+    # its pidfd); the usual soft limit of 1024 would cap the fleet near 400.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class Supervisor:
+    """The parent of every worker process of one tree.
+
+    Use as ``async with Supervisor() as sup: handle = await sup.spawn()``.
+    Leaving the block stops every worker (SIGTERM, grace, SIGKILL on each
+    process group) and the zygote, also on cancellation and Ctrl-C.
+    """
+
+    def __init__(
+        self,
+        config: SupervisorConfig | None = None,
+        *,
+        request_handler: RequestHandler | None = None,
+        frame_limits: FrameLimits | None = None,
+    ) -> None:
+        self.config = config or SupervisorConfig()
+        self.tree_id = new_tree_id()
+        self.workers: dict[str, WorkerHandle] = {}
+        self.spawned_total = 0
+        self._request_handler = request_handler or default_request_handler
+        self._frame_limits = frame_limits or FrameLimits()
+        self._slots = trio.Semaphore(self.config.max_workers)
+        self._stack = contextlib.AsyncExitStack()
+        self._nursery: trio.Nursery | None = None
+        self._spawners: dict[SpawnMode, Spawner] = {}
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if TREE_ENV in os.environ:
+            raise NestedSupervisorError(
+                f"this process runs inside subvisor worker tree {os.environ[TREE_ENV]}: "
+                "a worker cannot start a supervisor (delegation is one level deep)"
+            )
+        _raise_open_files_limit()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        env = worker_environment(self.tree_id)
+        self._spawners["exec"] = ExecSpawner(env, self._nursery)
+        zygote = ZygoteSpawner(env, self._nursery, start_timeout=self.config.zygote_start_timeout_s)
+        self._spawners["zygote"] = zygote
+        self._nursery.start_soon(self._sample_memory)
+        if self.config.spawn_mode == "zygote":
+            try:
+                await zygote.start()
+            except BaseException:
+                await self.aclose()
+                raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every worker and the zygote; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for handle in list(self.workers.values()):
+                    nursery.start_soon(handle.kill, "the supervisor shut down")
+            for spawner in self._spawners.values():
+                await spawner.aclose()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        await self._stack.aclose()
+
+    @property
+    def zygote_boot_ms(self) -> float | None:
+        """How long the zygote took from exec to ready (once started)."""
+        zygote = self._spawners.get("zygote")
+        return zygote.boot_ms if isinstance(zygote, ZygoteSpawner) else None
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The zygote's pid while it runs."""
+        zygote = self._spawners.get("zygote")
+        return zygote.pid if isinstance(zygote, ZygoteSpawner) else None
+
+    # -- spawning -------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        limits: ResourceLimits | None = None,
+        *,
+        mode: SpawnMode | None = None,
+        worker_id: str | None = None,
+    ) -> WorkerHandle:
+        """Start a worker and return its handle once the handshake is done.
+
+        Waits for a free slot when ``max_workers`` are alive (at most
+        ``spawn_timeout_s``); fails once ``max_total_workers`` were started.
+        """
+        if self._nursery is None or self._closed:
+            raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
+        cap = self.config.max_total_workers
+        if cap is not None and self.spawned_total >= cap:
+            raise FleetExhaustedError(
+                f"this supervisor already started {self.spawned_total} workers, "
+                f"its max_total_workers; raise the cap or start a new supervisor"
+            )
+        self.spawned_total += 1
+        limits = limits or self.config.default_limits
+        mode = mode or self.config.spawn_mode
+        worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
+        await self._acquire_slot()
+        try:
+            process = await self._spawners[mode].spawn(worker_id, limits)
+        except BaseException:
+            self._slots.release()
+            raise
+        handle = WorkerHandle(
+            process,
+            mode=mode,
+            limits=limits,
+            frame_limits=self._frame_limits,
+            event_buffer=self.config.event_buffer,
+            kill_grace_s=self.config.kill_grace_s,
+            request_handler=self._request_handler,
+        )
+        self.workers[worker_id] = handle
+        # From here on the slot belongs to the worker: released when it ends.
+        self._nursery.start_soon(self._supervise, handle)
+        try:
+            await self._handshake(handle)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await handle.kill("spawn abandoned before the handshake completed")
+            raise
+        return handle
+
+    async def _acquire_slot(self) -> None:
+        timeout = self.config.spawn_timeout_s
+        if timeout is None:
+            await self._slots.acquire()
+            return
+        with trio.move_on_after(timeout):
+            await self._slots.acquire()
+            return
+        raise FleetCapacityError(
+            f"all {self.config.max_workers} worker slots stayed busy for {timeout:g} s; "
+            "raise max_workers or spawn_timeout_s, or stop some workers"
+        )
+
+    async def _handshake(self, handle: WorkerHandle) -> None:
+        timeout = self.config.handshake_timeout_s
+        with trio.move_on_after(timeout) as scope:
+            await handle.wait_ready()
+        if scope.cancelled_caught:
+            exit = await handle.kill(f"no handshake within {timeout:g} s")
+            raise SpawnError(
+                f"worker {handle.worker_id} did not complete its handshake: {exit.reason}"
+            )
+        if handle.hello is None:
+            exit = await handle.wait()
+            raise SpawnError(f"worker {handle.worker_id} ended before its handshake: {exit.reason}")
+
+    async def _supervise(self, handle: WorkerHandle) -> None:
+        try:
+            await handle.supervise()
+        except Exception:
+            # A bug in supervising one worker must not take the fleet down.
+            log.exception("supervising worker %s failed", handle.worker_id)
+        finally:
+            self.workers.pop(handle.worker_id, None)
+            self._slots.release()
+
+    async def _sample_memory(self) -> None:
+        assert self._nursery is not None
+        interval = self.config.sample_interval_s
+        while True:
+            await trio.sleep(interval)
+            for handle in list(self.workers.values()):
+                rss = handle.sample_rss()
+                cap = handle.limits.memory_mb
+                if rss is None or cap is None or rss <= cap * _MIB or handle.stopping:
+                    continue
+                reason = f"memory cap exceeded: RSS {rss / _MIB:.0f} MB over the {cap:g} MB cap"
+                # No grace: a memory bomb keeps growing while it is asked nicely.
+                self._nursery.start_soon(
+                    functools.partial(handle.terminate, ExitKind.MEMORY_CAP, reason, grace=0)
+                )

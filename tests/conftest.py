@@ -1,0 +1,23 @@
+"""Shared fixtures: a real supervisor with real worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from supervisor import Supervisor, SupervisorConfig
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # "No tests collected" must not pass as success (CI and the README command).
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+async def sup() -> AsyncIterator[Supervisor]:
+    """A zygote-mode supervisor that samples memory often (caps act fast in tests)."""
+    config = SupervisorConfig(sample_interval_s=0.05, kill_grace_s=1.0)
+    async with Supervisor(config) as supervisor:
+        yield supervisor

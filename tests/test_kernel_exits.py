@@ -1,0 +1,168 @@
+"""How workers end: every death is detected, classified once, and the supervisor lives on.
+
+S-RUN-3 (idle watchdog), DESIGN "Errors" (why a worker ended).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+import trio
+
+from protocol import ResourceLimits
+from supervisor import ExitKind, Supervisor, WorkerExit, WorkerExitedError
+
+
+async def _run_until_exit(
+    sup: Supervisor, method: str, params: dict[str, Any], limits: ResourceLimits | None = None,
+    mode: str = "zygote",
+) -> WorkerExit:
+    handle = await sup.spawn(limits, mode=mode)  # type: ignore[arg-type]
+    with pytest.raises(WorkerExitedError) as raised:
+        await handle.request(method, params)
+    exit = await handle.wait()
+    assert raised.value.exit is exit
+    # Each worker ends exactly once: later waits see the same record.
+    assert await handle.wait() is exit
+    assert not handle.alive
+    # ... and the supervisor serves the next spawn.
+    after = await sup.spawn()
+    assert await after.request("echo", {"value": 1}) == 1
+    await after.shutdown()
+    return exit
+
+
+@pytest.mark.parametrize("mode", ["zygote", "exec"])
+async def test_sigkill_from_outside_is_named(sup: Supervisor, mode: str) -> None:
+    handle = await sup.spawn(mode=mode)  # type: ignore[arg-type]
+    os.kill(handle.pid, signal.SIGKILL)
+    exit = await handle.wait()
+    assert exit.kind is ExitKind.SIGNALED
+    assert exit.signal == "SIGKILL"
+    assert "SIGKILL" in exit.reason
+    assert exit.wall_seconds > 0
+
+
+@pytest.mark.parametrize("mode", ["zygote", "exec"])
+async def test_segfault_is_reported_as_sigsegv(sup: Supervisor, mode: str) -> None:
+    exit = await _run_until_exit(sup, "crash", {"how": "segfault"}, mode=mode)
+    assert exit.kind is ExitKind.SIGNALED
+    assert exit.signal == "SIGSEGV"
+    assert "segmentation fault" in exit.reason.lower()
+
+
+async def test_exit_code_is_reported(sup: Supervisor) -> None:
+    exit = await _run_until_exit(sup, "crash", {"how": "exit", "code": 3})
+    assert exit.kind is ExitKind.EXITED
+    assert exit.exit_code == 3
+    assert exit.reason == "exited with code 3"
+    assert not exit.ok
+
+
+async def test_memory_bomb_over_its_cap_is_killed(sup: Supervisor) -> None:
+    limits = ResourceLimits(memory_mb=150)
+    exit = await _run_until_exit(
+        sup, "allocate", {"mb": 4000, "step_mb": 16, "step_delay_s": 0.005}, limits
+    )
+    assert exit.kind is ExitKind.MEMORY_CAP
+    assert "150 MB cap" in exit.reason
+    assert exit.peak_rss_bytes > 150 * 2**20
+
+
+async def test_cpu_loop_over_its_cap_is_killed_by_the_kernel(sup: Supervisor) -> None:
+    exit = await _run_until_exit(sup, "burn_cpu", {}, ResourceLimits(cpu_seconds=1))
+    assert exit.kind is ExitKind.CPU_CAP
+    assert exit.signal in ("SIGXCPU", "SIGKILL")
+    assert exit.cpu_seconds >= 0.9  # rusage is accounted in ticks
+
+
+async def test_silent_worker_past_idle_timeout_is_killed_by_the_watchdog(sup: Supervisor) -> None:
+    """S-RUN-3: no frame for idle_timeout while the supervisor waits on it."""
+    exit = await _run_until_exit(
+        sup, "sleep", {"seconds": 60}, ResourceLimits(idle_timeout_s=0.3)
+    )
+    assert exit.kind is ExitKind.IDLE_WATCHDOG
+    assert "no frame for 0.3 s" in exit.reason
+
+
+async def test_idle_worker_with_nothing_pending_is_not_killed(sup: Supervisor) -> None:
+    handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2))
+    await trio.sleep(0.6)
+    assert handle.alive
+    assert await handle.request("echo", {"value": 1}) == 1
+
+
+async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
+    """A worker whose own request to the parent is pending (an approval, a model call) is not hung."""
+
+    async def slow_handler(handle: Any, request: Any) -> Any:
+        await trio.sleep(0.6)
+        return request.params["value"]
+
+    async with Supervisor(request_handler=slow_handler) as sup:
+        handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2))
+        assert await handle.request("ask_supervisor", {"value": "ok"}) == "ok"
+        assert handle.alive
+
+
+async def test_wall_timeout(sup: Supervisor) -> None:
+    exit = await _run_until_exit(
+        sup, "sleep", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3)
+    )
+    assert exit.kind is ExitKind.WALL_TIMEOUT
+
+
+async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
+    """A worker blocked outside its event loop cannot answer SIGTERM politely; SIGKILL follows."""
+    exit = await _run_until_exit(
+        sup, "hang", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3)
+    )
+    assert exit.kind is ExitKind.WALL_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail"),
+    [
+        ("spawn", "message type 'spawn' is not part of the worker->supervisor protocol"),
+        ("welcome", "message type 'welcome' is not part of the worker->supervisor protocol"),
+        ("shutdown", "message type 'shutdown' is not part of the worker->supervisor protocol"),
+        ("unsolicited_response", "request id 999999"),
+        ("garbage", "undecodable frame body"),
+        ("oversized", "exceeds max_frame_size"),
+    ],
+)
+async def test_protocol_violation_kills_the_worker_with_the_reason(
+    sup: Supervisor, kind: str, detail: str
+) -> None:
+    """A worker is an untrusted peer: a forbidden or malformed frame ends it (S-POL-4)."""
+    exit = await _run_until_exit(sup, "forbidden", {"kind": kind})
+    assert exit.kind is ExitKind.PROTOCOL_VIOLATION
+    assert exit.reason.startswith("protocol violation: ")
+    assert detail in exit.reason
+
+
+async def test_kill_stops_the_whole_process_group(sup: Supervisor) -> None:
+    handle = await sup.spawn()
+    exit = await handle.kill("test says stop")
+    assert exit.kind is ExitKind.KILLED
+    assert exit.reason == "test says stop"
+    assert exit.signal == "SIGTERM"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(handle.pid, 0)
+
+
+async def test_zygote_death_loses_its_workers_and_the_next_spawn_restarts_it(
+    sup: Supervisor,
+) -> None:
+    handle = await sup.spawn()
+    old_zygote = sup.zygote_pid
+    assert old_zygote is not None
+    os.kill(old_zygote, signal.SIGKILL)
+    exit = await handle.wait()
+    assert exit.kind in (ExitKind.LOST, ExitKind.SIGNALED)
+    fresh = await sup.spawn()
+    assert sup.zygote_pid not in (None, old_zygote)
+    assert await fresh.request("echo", {"value": "again"}) == "again"

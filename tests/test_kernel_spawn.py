@@ -1,0 +1,128 @@
+"""Spawning workers and talking to them (DESIGN "Processes and trust", S-POL-4)."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import pytest
+import trio
+
+from protocol import ResourceLimits
+from supervisor import (
+    NestedSupervisorError,
+    Supervisor,
+    SupervisorConfig,
+    WorkerRequestError,
+)
+from supervisor._environment import ENV_ALLOWLIST
+
+
+@pytest.mark.parametrize("mode", ["zygote", "exec"])
+async def test_spawned_worker_answers_requests_in_both_modes(sup: Supervisor, mode: str) -> None:
+    handle = await sup.spawn(mode=mode)  # type: ignore[arg-type]
+    assert handle.hello is not None
+    assert handle.hello.spawn_mode == mode
+    assert handle.hello.pid == handle.pid
+    assert await handle.request("echo", {"value": {"nested": [1, "two", b"3"]}}) == {
+        "nested": [1, "two", b"3"]
+    }
+    info = await handle.request("info")
+    assert info["pid"] == handle.pid
+    # Own process group, so a group kill reaches whatever the worker starts.
+    assert info["pgid"] == handle.pid
+    expected_parent = sup.zygote_pid if mode == "zygote" else os.getpid()
+    assert info["ppid"] == expected_parent
+    exit = await handle.shutdown()
+    assert exit.ok, exit.reason
+
+
+async def test_worker_environment_is_an_allowlist_without_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No API key reaches a worker: its environment is scrubbed to an allowlist."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("SOME_TOKEN", "t0ken")
+    async with Supervisor() as sup:
+        for mode in ("zygote", "exec"):
+            handle = await sup.spawn(mode=mode)  # type: ignore[arg-type]
+            env = (await handle.request("info"))["env"]
+            assert env["SUBVISOR_TREE"] == sup.tree_id
+            assert set(env) <= ENV_ALLOWLIST | {"SUBVISOR_TREE", "PYTHONPATH"}
+            assert "sk-" not in repr(env) and "t0ken" not in repr(env)
+
+
+async def test_resource_limits_are_applied_before_ready(sup: Supervisor) -> None:
+    limits = ResourceLimits(cpu_seconds=30, address_space_mb=4096, open_files=256)
+    handle = await sup.spawn(limits)
+    assert handle.hello is not None
+    assert handle.hello.rlimits["RLIMIT_CPU"][0] == 30
+    assert handle.hello.rlimits["RLIMIT_NOFILE"] == (256, 256)
+    info = await handle.request("info")
+    assert tuple(info["rlimits"]["RLIMIT_AS"]) == (4096 * 2**20, 4096 * 2**20)
+    assert tuple(info["rlimits"]["RLIMIT_CORE"]) == (0, 0)
+    # Of pipes, the worker holds only its own two ends: none of the zygote's
+    # or the supervisor's fds leak in.
+    pipes = [target for target in info["fds"].values() if target.startswith("pipe:")]
+    assert len(pipes) == 2, info["fds"]
+
+
+async def test_worker_can_ask_its_supervisor(sup: Supervisor) -> None:
+    handle = await sup.spawn()
+    assert await handle.request("ask_supervisor", {"value": [1, 2]}) == [1, 2]
+
+
+async def test_heartbeat_round_trip(sup: Supervisor) -> None:
+    handle = await sup.spawn()
+    assert await handle.ping() > 0
+    assert await handle.ping() > 0
+
+
+async def test_worker_command_error_is_a_request_error_and_worker_lives(sup: Supervisor) -> None:
+    handle = await sup.spawn()
+    with pytest.raises(WorkerRequestError, match="unknown method 'nope'"):
+        await handle.request("nope")
+    with pytest.raises(WorkerRequestError, match="must be a number"):
+        await handle.request("sleep", {"seconds": "soon"})
+    assert await handle.request("echo", {"value": 7}) == 7
+
+
+async def test_cancelled_request_is_cancelled_in_the_worker(sup: Supervisor) -> None:
+    handle = await sup.spawn()
+    with trio.move_on_after(0.2) as scope:
+        await handle.request("sleep", {"seconds": 30})
+    assert scope.cancelled_caught
+    # The worker dropped the sleep and still serves requests.
+    assert await handle.request("echo", {"value": "after"}) == "after"
+    assert handle.alive
+
+
+async def test_events_arrive_in_order_with_backpressure(sup: Supervisor) -> None:
+    """A flood larger than the event buffer neither loses events nor grows memory unboundedly."""
+    handle = await sup.spawn()
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+
+        async def consume() -> None:
+            async for event in handle.events():
+                seen.append(event.data["seq"])
+
+        nursery.start_soon(consume)
+        assert await handle.request("flood", {"count": 5000, "size": 200}) == 5000
+        await handle.shutdown()
+    assert seen == list(range(5000))
+
+
+async def test_supervisor_refuses_to_start_inside_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S-POL-4: one level of delegation holds at the OS boundary."""
+    monkeypatch.setenv("SUBVISOR_TREE", "tree_parent")
+    with pytest.raises(NestedSupervisorError, match="one level"):
+        async with Supervisor():
+            pass
+
+
+async def test_supervisor_raises_its_open_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    async with Supervisor(SupervisorConfig(spawn_mode="exec")):
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= min(hard, 1 << 16) or soft == hard

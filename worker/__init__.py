@@ -1,0 +1,19 @@
+"""The child side of subvisor: zygote, worker runtime, and what runs inside a worker.
+
+Nothing here imports ``supervisor``: a worker is an untrusted peer that only
+speaks the protocol over its own pipes.
+"""
+
+from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._pipe import PipeStream
+from ._runtime import run_worker, serve
+
+__all__ = [
+    "KERNEL_COMMANDS",
+    "CommandContext",
+    "CommandError",
+    "CommandHandler",
+    "PipeStream",
+    "run_worker",
+    "serve",
+]

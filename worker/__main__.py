@@ -1,0 +1,35 @@
+"""Exec-mode entry point: ``python -m worker`` runs one worker in a fresh interpreter.
+
+Same protocol as a zygote-forked worker; slower to start (a full interpreter
+start and imports), useful for debugging and where fork is unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from protocol import ResourceLimits
+
+from ._process import die_with_parent
+from ._runtime import run_worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the supervisor's arguments and run the worker."""
+    parser = argparse.ArgumentParser(prog="python -m worker")
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--read-fd", type=int, required=True)
+    parser.add_argument("--write-fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--limits", default="{}", help="ResourceLimits as JSON")
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent_pid)
+    limits = ResourceLimits.model_validate_json(args.limits)
+    return run_worker(
+        args.read_fd, args.write_fd, worker_id=args.worker_id, limits=limits, spawn_mode="exec"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The worker's end of its pipe pair: the protocol connection plus trio I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from protocol import (
+    Connection,
+    ConnectionClosed,
+    ErrorReply,
+    Event,
+    Message,
+    Progress,
+    Response,
+    Role,
+    WorkerMethod,
+    WorkerRequest,
+)
+
+from ._pipe import PipeStream
+
+__all__ = ["SupervisorError", "SupervisorLink"]
+
+_READ_SIZE = 256 * 1024
+
+
+class SupervisorError(Exception):
+    """The supervisor answered one of our requests with an error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _PendingRequest:
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.outcome: Response | ErrorReply | None = None
+
+
+class SupervisorLink:
+    """The protocol connection to the supervisor, its pipes, and our pending requests."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.connection = Connection(Role.WORKER)
+        self._pipe = PipeStream(read_fd, write_fd)
+        self._pending: dict[int, _PendingRequest] = {}
+
+    async def send(self, message: Message) -> None:
+        """Validate ``message`` against the protocol state and write it."""
+        await self._pipe.send_all(self.connection.send(message))
+
+    async def write_raw(self, data: bytes) -> None:
+        """Write bytes that bypass the protocol checks (fault injection only)."""
+        await self._pipe.send_all(data)
+
+    async def emit(self, name: str, data: dict[str, Any] | None = None) -> None:
+        """Send an event."""
+        await self.send(Event(name=name, data=data or {}))
+
+    async def receive(self) -> list[Message | ConnectionClosed]:
+        """The next batch of messages from the supervisor (``ConnectionClosed`` at EOF)."""
+        while True:
+            data = await self._pipe.receive_some(_READ_SIZE)
+            items = self.connection.receive_data(data)
+            if items or not data:
+                return items or [ConnectionClosed()]
+
+    async def request(self, method: WorkerMethod, params: dict[str, Any]) -> Any:
+        """Ask the supervisor something and wait for its answer."""
+        request_id = self.connection.next_request_id()
+        pending = self._pending[request_id] = _PendingRequest()
+        try:
+            await self.send(WorkerRequest(id=request_id, method=method, params=params))
+            await pending.done.wait()
+        finally:
+            self._pending.pop(request_id, None)
+        outcome = pending.outcome
+        if isinstance(outcome, ErrorReply):
+            raise SupervisorError(outcome.code, outcome.message)
+        assert outcome is not None
+        return outcome.result
+
+    def deliver(self, message: Response | ErrorReply | Progress) -> None:
+        """Hand an answer from the supervisor to the task waiting for it."""
+        if isinstance(message, Progress):
+            return
+        pending = self._pending.get(message.id)
+        if pending is None:
+            # The requesting task was cancelled; the connection already
+            # checked that the id was ours, so the answer is just dropped.
+            return
+        pending.outcome = message
+        pending.done.set()
+
+    def fail_pending(self) -> None:
+        """Wake every waiting request after the supervisor went away."""
+        for request_id, pending in self._pending.items():
+            pending.outcome = ErrorReply(
+                id=request_id, code="disconnected", message="supervisor closed the pipe"
+            )
+            pending.done.set()
+
+    def close(self) -> None:
+        """Close both pipe ends."""
+        self._pipe.close()

@@ -1,0 +1,70 @@
+"""Process-level setup every worker does before it speaks: parent death, rlimits."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+import signal
+
+from protocol import ResourceLimits
+
+__all__ = ["apply_resource_limits", "die_with_parent", "set_parent_death_signal"]
+
+_PR_SET_PDEATHSIG = 1
+_CPU_HARD_GRACE_S = 2
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent thread dies."""
+    if _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
+
+
+def die_with_parent(expected_parent: int) -> None:
+    """Arm the parent-death signal, then exit at once if the parent is already gone.
+
+    The parent may die between our fork and the ``prctl`` call; the signal is
+    then never sent, so ``getppid()`` must be checked after arming it.
+    """
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != expected_parent:
+        os._exit(1)
+
+
+def apply_resource_limits(limits: ResourceLimits) -> dict[str, tuple[int, int]]:
+    """Apply the rlimit-backed caps to this process; return what is now in force.
+
+    Hard limits are lowered too, so the worker cannot raise them back. The
+    CPU hard limit sits a little above the soft one: the soft limit delivers
+    SIGXCPU (which the supervisor reports as ``cpu cap exceeded``), the hard
+    one SIGKILLs a worker that ignores it. Core dumps are disabled: a crashing
+    worker must not leave multi-GB files behind.
+    """
+    wanted: dict[int, tuple[int, int]] = {resource.RLIMIT_CORE: (0, 0)}
+    if limits.cpu_seconds is not None:
+        wanted[resource.RLIMIT_CPU] = (limits.cpu_seconds, limits.cpu_seconds + _CPU_HARD_GRACE_S)
+    if limits.address_space_mb is not None:
+        size = limits.address_space_mb * 1024 * 1024
+        wanted[resource.RLIMIT_AS] = (size, size)
+    if limits.open_files is not None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = limits.open_files if hard == resource.RLIM_INFINITY else min(limits.open_files, hard)
+        wanted[resource.RLIMIT_NOFILE] = (n, n)
+    for which, (soft, hard) in wanted.items():
+        _, current_hard = resource.getrlimit(which)
+        if current_hard != resource.RLIM_INFINITY:
+            hard = min(hard, current_hard)
+            soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+    names = {
+        resource.RLIMIT_CORE: "RLIMIT_CORE",
+        resource.RLIMIT_CPU: "RLIMIT_CPU",
+        resource.RLIMIT_AS: "RLIMIT_AS",
+        resource.RLIMIT_NOFILE: "RLIMIT_NOFILE",
+    }
+    return {names[which]: resource.getrlimit(which) for which in wanted}

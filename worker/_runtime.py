@@ -1,0 +1,176 @@
+"""A worker's life after fork or exec: limits, handshake, then serve requests.
+
+The worker ends when the supervisor says ``shutdown``, when its pipe closes
+(EOF: the supervisor is gone, so nobody would read our answers), or when the
+connection breaks. It never outlives its parent: the parent-death signal is
+armed by whoever started it, and EOF covers the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from typing import Any, Literal
+
+import trio
+
+from protocol import (
+    PROTOCOL_VERSION,
+    Cancel,
+    ConnectionClosed,
+    ErrorReply,
+    Heartbeat,
+    Hello,
+    Progress,
+    ProtocolError,
+    ResourceLimits,
+    Response,
+    Shutdown,
+    SupervisorRequest,
+    Welcome,
+)
+
+from ._channel import SupervisorLink
+from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._process import apply_resource_limits
+
+__all__ = ["run_worker", "serve"]
+
+SpawnMode = Literal["zygote", "exec"]
+
+EXIT_OK = 0
+EXIT_PROTOCOL_ERROR = 65
+EXIT_INTERNAL_ERROR = 70
+
+
+class _Session:
+    """One worker's request table: which command task answers which request id."""
+
+    def __init__(self, link: SupervisorLink, commands: dict[str, CommandHandler]) -> None:
+        self.link = link
+        self.commands = commands
+        self.scopes: dict[int, trio.CancelScope] = {}
+
+    async def run_request(self, request: SupervisorRequest) -> None:
+        handler = self.commands.get(request.method)
+        scope = self.scopes[request.id] = trio.CancelScope()
+        reply: Response | ErrorReply
+        try:
+            with scope:
+                if handler is None:
+                    raise CommandError(
+                        "unknown_method",
+                        f"unknown method {request.method!r}; known: {sorted(self.commands)}",
+                    )
+                result = await handler(request.params, CommandContext(self.link, request.id))
+                reply = Response(id=request.id, result=result)
+            if scope.cancelled_caught:
+                reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
+        except CommandError as exc:
+            reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
+        except Exception as exc:
+            reply = ErrorReply(
+                id=request.id, code="internal_error", message=f"{type(exc).__name__}: {exc}"
+            )
+        finally:
+            del self.scopes[request.id]
+        await self.link.send(reply)
+
+    def cancel(self, request_id: int) -> None:
+        scope = self.scopes.get(request_id)
+        # A cancel may cross the reply on the wire; then there is nothing to do.
+        if scope is not None:
+            scope.cancel()
+
+
+async def serve(
+    link: SupervisorLink,
+    *,
+    worker_id: str,
+    spawn_mode: SpawnMode,
+    rlimits: dict[str, tuple[int, int]],
+    commands: dict[str, CommandHandler] | None = None,
+) -> int:
+    """Handshake with the supervisor and answer its requests until told to stop."""
+    await link.send(
+        Hello(
+            protocol_version=PROTOCOL_VERSION,
+            worker_id=worker_id,
+            pid=os.getpid(),
+            pgid=os.getpgid(0),
+            spawn_mode=spawn_mode,
+            rlimits=rlimits,
+        )
+    )
+    session = _Session(link, commands if commands is not None else KERNEL_COMMANDS)
+    async with trio.open_nursery() as nursery:
+        while True:
+            for message in await link.receive():
+                if isinstance(message, ConnectionClosed | Shutdown):
+                    link.fail_pending()
+                    nursery.cancel_scope.cancel()
+                    return EXIT_OK
+                if isinstance(message, SupervisorRequest):
+                    nursery.start_soon(session.run_request, message)
+                elif isinstance(message, Cancel):
+                    session.cancel(message.id)
+                elif isinstance(message, Heartbeat):
+                    await link.send(Heartbeat(seq=message.seq))
+                elif isinstance(message, Response | ErrorReply | Progress):
+                    link.deliver(message)
+                elif not isinstance(message, Welcome):
+                    raise ProtocolError(f"unexpected {message.type!r} from supervisor")
+    raise AssertionError("unreachable")
+
+
+async def _serve_fds(read_fd: int, write_fd: int, **kwargs: Any) -> int:
+    link = SupervisorLink(read_fd, write_fd)
+    try:
+        return await serve(link, **kwargs)
+    finally:
+        link.close()
+
+
+def run_worker(
+    read_fd: int,
+    write_fd: int,
+    *,
+    worker_id: str,
+    limits: ResourceLimits,
+    spawn_mode: SpawnMode,
+) -> int:
+    """Apply ``limits``, then serve the supervisor on the given pipe ends; return an exit code."""
+    try:
+        rlimits = apply_resource_limits(limits)
+        serve_fds = functools.partial(
+            _serve_fds,
+            read_fd,
+            write_fd,
+            worker_id=worker_id,
+            spawn_mode=spawn_mode,
+            rlimits=rlimits,
+        )
+        return trio.run(serve_fds)
+    except BaseException as exc:
+        return _exit_code_for(exc, worker_id)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _exit_code_for(exc: BaseException, worker_id: str) -> int:
+    leaves = _leaves(exc)
+    if all(isinstance(e, trio.BrokenResourceError | trio.ClosedResourceError) for e in leaves):
+        # The supervisor closed our pipe while we were writing: it is gone.
+        return EXIT_OK
+    for leaf in leaves:
+        if isinstance(leaf, ProtocolError):
+            print(f"subvisor worker {worker_id}: protocol error: {leaf}", file=sys.stderr)
+            return EXIT_PROTOCOL_ERROR
+    traceback.print_exception(exc)
+    return EXIT_INTERNAL_ERROR

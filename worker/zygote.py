@@ -1,0 +1,231 @@
+"""The zygote: a single-threaded fork server for worker processes.
+
+Started once per supervisor by exec (``python -m worker.zygote``) with a
+scrubbed environment. It imports the worker stack, freezes the GC (so forked
+children share those pages instead of copying them when the collector
+walks them), and then forks one worker per ``spawn`` datagram on its control
+socket. It reaps every worker and reports each wait status with its resource
+usage, so the supervisor learns of a death as soon as the kernel does.
+
+Races handled here:
+- The zygote and each worker arm a parent-death signal and then re-check
+  ``getppid()``: the parent may have died before the signal was armed.
+- The zygote calls ``setpgid`` for the child as well as the child for itself,
+  so the worker's process group exists before the supervisor hears its pid,
+  whichever of the two runs first after ``fork``.
+- SIGCHLD only wakes the loop (through the wakeup fd); reaping is a
+  ``wait4(-1, WNOHANG)`` loop, because signals coalesce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import contextlib
+import gc
+import os
+import selectors
+import signal
+import socket
+import sys
+import traceback
+
+# The worker stack, imported once here so every fork starts with it loaded
+# (``worker/__init__`` has already pulled in the runtime and what it uses).
+import msgpack  # noqa: F401
+import pydantic  # noqa: F401
+import trio  # noqa: F401
+
+from protocol import (
+    MAX_CONTROL_DATAGRAM,
+    ProtocolError,
+    SpawnFailed,
+    SpawnWorker,
+    WorkerExited,
+    WorkerSpawned,
+    ZygoteReady,
+    decode_spawn_request,
+    encode_control,
+)
+
+from ._process import die_with_parent
+from ._runtime import EXIT_INTERNAL_ERROR, run_worker
+
+__all__ = ["main"]
+
+_FD_SIZE = array.array("i").itemsize
+
+
+def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % _FD_SIZE
+            fds.extend(array.array("i", data[:usable]))
+    return fds
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+class Zygote:
+    """The fork server's state: control socket, wakeup pipe, live workers."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.pid = os.getpid()
+        self.workers: dict[int, str] = {}
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+
+    def report(self, message: WorkerSpawned | SpawnFailed | WorkerExited | ZygoteReady) -> None:
+        self.control.send(encode_control(message))
+
+    def serve(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.control, selectors.EVENT_READ)
+        selector.register(self.wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is self.control:
+                    if not self.handle_control():
+                        return
+                else:
+                    self.drain_wakeups()
+            self.reap()
+
+    def handle_control(self) -> bool:
+        try:
+            data, ancdata, _, _ = self.control.recvmsg(
+                MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * _FD_SIZE)
+            )
+        except ConnectionResetError:
+            return False
+        fds = _received_fds(ancdata)
+        if not data:
+            return False
+        try:
+            request = decode_spawn_request(data)
+            if len(fds) != 2:
+                raise ProtocolError(f"spawn request carried {len(fds)} fds, expected 2")
+        except ProtocolError as exc:
+            for fd in fds:
+                os.close(fd)
+            self.report(SpawnFailed(worker_id="?", error=str(exc)))
+            return True
+        self.fork_worker(request, fds[0], fds[1])
+        return True
+
+    def fork_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            self.report(SpawnFailed(worker_id=request.worker_id, error=f"fork failed: {exc}"))
+            return
+        if pid == 0:
+            self.become_worker(request, read_fd, write_fd)
+        # The child may have got there first (or already exited); both are fine.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.setpgid(pid, pid)
+        os.close(read_fd)
+        os.close(write_fd)
+        self.workers[pid] = request.worker_id
+        self.report(WorkerSpawned(worker_id=request.worker_id, pid=pid))
+
+    def become_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
+        code = EXIT_INTERNAL_ERROR
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # Inherit nothing of the zygote's (control socket, selector,
+            # wakeup pipe, whatever an import opened): only stdio and our pipes.
+            _close_fds_except({0, 1, 2, read_fd, write_fd})
+            os.setpgid(0, 0)
+            die_with_parent(self.pid)
+            code = run_worker(
+                read_fd,
+                write_fd,
+                worker_id=request.worker_id,
+                limits=request.limits,
+                spawn_mode="zygote",
+            )
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            # Never return into the zygote's loop from a child.
+            os._exit(code)
+
+    def drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def reap(self) -> None:
+        while self.workers:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker_id = self.workers.pop(pid, None)
+            if worker_id is None:
+                continue
+            self.report(
+                WorkerExited(
+                    worker_id=worker_id,
+                    pid=pid,
+                    exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                    signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                    cpu_seconds=usage.ru_utime + usage.ru_stime,
+                    max_rss_kb=usage.ru_maxrss,
+                )
+            )
+
+    def kill_all(self) -> None:
+        for pid in list(self.workers):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        for pid in list(self.workers):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m worker.zygote --control-fd N --parent-pid P``."""
+    parser = argparse.ArgumentParser(prog="python -m worker.zygote")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent_pid)
+    control = socket.socket(fileno=args.control_fd)
+    gc.collect()
+    gc.freeze()
+    zygote = Zygote(control)
+    zygote.report(ZygoteReady(pid=os.getpid()))
+    try:
+        zygote.serve()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        # The supervisor closed the control socket (or died): no worker may
+        # outlive it.
+        zygote.kill_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
