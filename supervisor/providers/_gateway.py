@@ -1,0 +1,226 @@
+"""The model gateway: every model call of every agent goes through here.
+
+One shared ``httpx.AsyncClient`` (connection pool), one global concurrency
+limit, retries with backoff. API keys stay in the supervisor process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
+from types import TracebackType
+from typing import Self
+
+import httpx
+import trio
+
+from protocol._chat import ModelRequest, ModelResult
+
+from ._anthropic import ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
+from ._base import ModelEvent, ModelProvider
+from ._config import GatewayConfig, ProviderConfig
+from ._errors import ModelProviderError, ModelResponseError, ModelStringError, UnknownProviderError
+from ._model_string import ModelSpec, parse_model_string
+from ._openai import OPENAI_DEFAULT_BASE_URL, OpenAIProvider
+from ._retry import retry_delay
+from ._scripted import ScriptedProvider
+
+__all__ = ["ModelGateway"]
+
+logger = logging.getLogger(__name__)
+
+
+class ModelGateway:
+    """Routes ``ModelRequest`` s to providers by model string, with limits and retries.
+
+    Use as ``async with ModelGateway(config) as gateway:`` (or call
+    ``aclose``). ``transport`` replaces the HTTP transport (tests pass a
+    local or mock one), ``env`` the environment API keys are read from,
+    ``providers`` adds or replaces providers by name, ``rng`` drives jitter.
+
+    ``config.max_concurrency`` bounds the calls in flight across the HTTP
+    providers (a slot is free while a call waits to retry). The offline
+    ``scripted`` provider has no remote rate limit to protect, so stress runs
+    on it are not throttled. A failed attempt is retried only while no text delta of it has
+    reached the caller, so a caller never sees the same text twice.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        env: Mapping[str, str] | None = None,
+        providers: Mapping[str, ModelProvider] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config or GatewayConfig()
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            # The limiter below bounds concurrency; the pool must never be the
+            # tighter limit, or calls would queue inside httpx and time out.
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=self.config.max_concurrency
+            ),
+            follow_redirects=False,
+        )
+        self._limiter = trio.CapacityLimiter(self.config.max_concurrency)
+        self._rng = rng or random.Random()
+        self._closed = False
+        environment = os.environ if env is None else env
+        self._providers: dict[str, ModelProvider] = {"scripted": ScriptedProvider()}
+        for name, provider_config in self.config.providers.items():
+            self._providers[name] = _http_provider(name, provider_config, self._client, environment)
+        self._providers.update(providers or {})
+
+    @property
+    def known_providers(self) -> tuple[str, ...]:
+        """The provider names a model string may use, sorted."""
+        return tuple(sorted(self._providers))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP client; later calls raise ``RuntimeError``."""
+        self._closed = True
+        await self._client.aclose()
+
+    def resolve(self, model: str) -> tuple[ModelSpec, ModelProvider]:
+        """The parsed model string and its provider.
+
+        Raises ``ModelStringError`` for a malformed string or an inherit alias
+        (the caller must resolve those first, S-MODEL-1) and
+        ``UnknownProviderError`` for a provider nobody configured.
+        """
+        spec = parse_model_string(model)
+        if spec is None:
+            raise ModelStringError(
+                f"model string {model!r} means 'inherit the parent's model'; resolve it to a "
+                "concrete provider:model before calling the gateway (S-MODEL-1)"
+            )
+        provider = self._providers.get(spec.provider)
+        if provider is None:
+            raise UnknownProviderError(spec.provider, self.known_providers)
+        return spec, provider
+
+    async def call(
+        self,
+        request: ModelRequest,
+        on_delta: Callable[[str], Awaitable[None]] | None = None,
+    ) -> ModelResult:
+        """Make one model call; ``on_delta`` receives text pieces as they arrive."""
+        async with aclosing(self.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, ModelResult):
+                    return event
+                if on_delta is not None:
+                    await on_delta(event.text)
+        raise AssertionError("ModelGateway.stream ended without a ModelResult")
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        """Make one model call, yielding text deltas and then exactly one ``ModelResult``.
+
+        Close it early with ``contextlib.aclosing`` if you stop iterating.
+        """
+        if self._closed:
+            raise RuntimeError("ModelGateway is closed")
+        spec, provider = self.resolve(request.model)
+        # An explicit request effort beats the model string's "$effort".
+        if request.effort is None and spec.effort is not None:
+            request = request.model_copy(update={"effort": spec.effort})
+        attempt = 1
+        while True:
+            delivered_text = False
+            result: ModelResult | None = None
+            # The token, not the task, holds the slot: trio may finalize an
+            # abandoned generator in another task.
+            slot = object()
+            limited = not isinstance(provider, ScriptedProvider)
+            try:
+                if limited:
+                    await self._limiter.acquire_on_behalf_of(slot)
+                try:
+                    events = provider.stream(request, spec.model)
+                    try:
+                        async for event in events:
+                            if result is not None:
+                                raise _protocol_error(spec, "yielded an event after its result")
+                            if isinstance(event, ModelResult):
+                                result = event
+                            elif event.text:
+                                delivered_text = True
+                                yield event
+                    finally:
+                        await _aclose(events)
+                finally:
+                    if limited:
+                        self._limiter.release_on_behalf_of(slot)
+                if result is None:
+                    raise _protocol_error(spec, "ended without a result")
+            except ModelProviderError as exc:
+                exc.attempts = attempt
+                if delivered_text or not exc.retryable or attempt > self.config.max_retries:
+                    raise
+                delay = retry_delay(self.config, attempt, exc.retry_after, self._rng)
+                logger.warning("%s; retrying in %.2f s (attempt %d)", exc, delay, attempt + 1)
+            else:
+                yield result
+                return
+            await trio.sleep(delay)
+            attempt += 1
+
+
+def _http_provider(
+    name: str, config: ProviderConfig, client: httpx.AsyncClient, env: Mapping[str, str]
+) -> ModelProvider:
+    api_key = config.api_key.get_secret_value() if config.api_key is not None else None
+    api_key_env = config.api_key_env or f"{name.upper().replace('-', '_')}_API_KEY"
+    timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+    if config.api == "openai":
+        return OpenAIProvider(
+            client,
+            name=name,
+            base_url=config.base_url or OPENAI_DEFAULT_BASE_URL,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            env=env,
+            streaming=config.streaming,
+            timeout=timeout,
+            max_tokens_param=config.max_tokens_param,
+        )
+    return AnthropicProvider(
+        client,
+        name=name,
+        base_url=config.base_url or ANTHROPIC_DEFAULT_BASE_URL,
+        api_key=api_key,
+        api_key_env=api_key_env,
+        env=env,
+        streaming=config.streaming,
+        timeout=timeout,
+    )
+
+
+def _protocol_error(spec: ModelSpec, what: str) -> ModelResponseError:
+    return ModelResponseError(
+        f"{spec.provider} model {spec.model!r}: the provider's stream {what}",
+        provider=spec.provider,
+        model=spec.model,
+    )
+
+
+async def _aclose(events: AsyncIterator[ModelEvent]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,211 @@
+"""HTTP plumbing shared by the HTTP providers: one POST, errors mapped to our types."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from ._errors import (
+    ModelAuthError,
+    ModelBadRequestError,
+    ModelConnectionError,
+    ModelProviderError,
+    ModelRateLimitError,
+    ModelResponseError,
+    ModelServerError,
+)
+
+__all__ = [
+    "CallOrigin",
+    "error_from_status",
+    "malformed_as_response_error",
+    "parse_json_object",
+    "parse_retry_after",
+    "post_json",
+    "provider_message_from_body",
+]
+
+_MAX_MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class CallOrigin:
+    """Who is being called, for error messages.
+
+    ``key_hint`` tells the user where a credential goes, e.g. "set
+    OPENAI_API_KEY or providers.openai.api_key in the gateway config";
+    ``has_key`` says whether one was configured at all.
+    """
+
+    provider: str
+    model: str
+    url: str
+    key_hint: str
+    has_key: bool
+
+    @property
+    def label(self) -> str:
+        """``provider model 'name'``, the start of every error message."""
+        return f"{self.provider} model {self.model!r}"
+
+
+def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def provider_message_from_body(body: bytes) -> str:
+    """The provider's own error message in a response body, else the body's text."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return _shorten(text)
+    # OpenAI and Anthropic: {"error": {"message": ...}}; Ollama: {"error": "..."};
+    # vLLM and other FastAPI servers: {"detail": ...} or {"message": ...}.
+    if isinstance(document, dict):
+        error = document.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return _shorten(error["message"])
+        for candidate in (error, document.get("message"), document.get("detail")):
+            if isinstance(candidate, str):
+                return _shorten(candidate)
+    return _shorten(text)
+
+
+def error_from_status(
+    status: int,
+    provider_message: str,
+    origin: CallOrigin,
+    *,
+    retry_after: float | None = None,
+    in_stream: bool = False,
+) -> ModelProviderError:
+    """The typed error for an HTTP error status.
+
+    ``in_stream`` marks an error event inside a 2xx stream; ``status`` is then
+    the HTTP status that event stands for.
+    """
+    said = f": {provider_message}" if provider_message else ""
+    where = "error event in the stream" if in_stream else f"HTTP {status}"
+    head = f"{origin.label}: {where}{said}"
+    fields: dict[str, Any] = {
+        "provider": origin.provider,
+        "model": origin.model,
+        "status_code": status,
+        "provider_message": provider_message,
+        "retry_after": retry_after,
+    }
+    if status in (401, 403):
+        what = "the API key was rejected" if origin.has_key else "no API key is configured"
+        return ModelAuthError(f"{head} ({what}: {origin.key_hint})", **fields)
+    if status == 429:
+        return ModelRateLimitError(f"{head} (rate limited)", **fields)
+    if status >= 500:
+        return ModelServerError(f"{head} (provider failure)", **fields)
+    return ModelBadRequestError(f"{head} (request refused; not retried)", **fields)
+
+
+def parse_json_object(text: str, what: str, origin: CallOrigin) -> dict[str, Any]:
+    """Parse ``text`` as a JSON object or raise ``ModelResponseError`` naming ``what``."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ModelResponseError(
+            f"{origin.label}: {what} is not a JSON object: {_shorten(text)!r}",
+            provider=origin.provider,
+            model=origin.model,
+        )
+    return value
+
+
+@contextmanager
+def malformed_as_response_error(origin: CallOrigin, what: str) -> Iterator[None]:
+    """Report a document of an unexpected shape as ``ModelResponseError``, not a crash."""
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        raise ModelResponseError(
+            f"{origin.label}: {what} has an unexpected shape: {exc}",
+            provider=origin.provider,
+            model=origin.model,
+        ) from exc
+
+
+@asynccontextmanager
+async def post_json(
+    client: httpx.AsyncClient,
+    origin: CallOrigin,
+    body: dict[str, Any],
+    *,
+    headers: Mapping[str, str],
+    timeouts: httpx.Timeout,
+) -> AsyncIterator[httpx.Response]:
+    """POST ``body`` to ``origin.url`` and yield the streaming 2xx response.
+
+    Error statuses and transport failures (also those while the caller reads
+    the body) are raised as ``ModelProviderError`` subclasses.
+    """
+    try:
+        async with client.stream(
+            "POST", origin.url, json=body, headers=dict(headers), timeout=timeouts
+        ) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise error_from_status(
+                    response.status_code,
+                    provider_message_from_body(response.content),
+                    origin,
+                    retry_after=parse_retry_after(response.headers),
+                )
+            yield response
+    except httpx.TransportError as exc:
+        raise _connection_error(exc, origin) from exc
+
+
+def _connection_error(exc: httpx.TransportError, origin: CallOrigin) -> ModelConnectionError:
+    # A bad URL scheme or proxy setting will not fix itself; everything else
+    # (refused, reset, dropped mid-body, timeouts) may.
+    retryable = not isinstance(exc, httpx.UnsupportedProtocol | httpx.ProxyError)
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
+    detail = str(exc) or type(exc).__name__
+    return ModelConnectionError(
+        f"{origin.label}: {kind} talking to {origin.url}: {detail}",
+        provider=origin.provider,
+        model=origin.model,
+        retryable=retryable,
+    )
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= _MAX_MESSAGE_CHARS:
+        return text
+    return text[: _MAX_MESSAGE_CHARS - 3] + "..."

@@ -1,0 +1,220 @@
+"""Running a command in its own process group, and killing the whole group.
+
+Why not ``trio.run_process``: trio calls ``subprocess.Popen`` in a worker
+thread, and Linux's parent-death signal (``PR_SET_PDEATHSIG``) fires when the
+*thread* that forked the child exits, not the process. trio retires idle
+cache threads after a few seconds, which would kill a long command that is
+still wanted. So we fork from the thread that runs trio, which lives as long
+as the worker's event loop.
+
+Why not ``preexec_fn`` to call ``prctl``: the worker has other threads (the
+file tools run in trio's thread pool), and running Python code between fork
+and exec in a multi-threaded process can deadlock on a lock some other
+thread held at fork time; it also rules out CPython's fast vfork path.
+Instead the child execs a tiny Python wrapper (``-I -S``: no site, no
+environment, a few ms) that sets the parent-death signal, checks the parent
+did not die in between, restores default signal dispositions and execs the
+shell. The signal survives that exec, so the shell dies with the worker.
+It covers the shell only (the kernel clears it on fork); the rest of the
+group is reached by ``kill_process_group`` or by whoever got the group id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from ._truncate import HeadTailBuffer
+
+__all__ = [
+    "TERM_GRACE_S",
+    "CommandResult",
+    "kill_process_group",
+    "run_in_process_group",
+    "with_parent_death_signal",
+]
+
+TERM_GRACE_S = 0.5
+# After the command exits (or is killed), how long to keep reading output
+# that background jobs still holding the pipe may write.
+_DRAIN_AFTER_EXIT_S = 0.2
+_READ_CHUNK_BYTES = 65_536
+
+# Python ignores SIGPIPE and SIGXFSZ at startup and ignored signals stay
+# ignored across exec, so they are reset here; otherwise `yes | head` would
+# print "Broken pipe" errors instead of ending quietly.
+_PDEATHSIG_WRAPPER = """\
+import os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    os._exit(137)  # the worker died before prctl took effect
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped so that its process is SIGKILLed when this process dies.
+
+    Must be spawned from the thread that runs the event loop (see module doc).
+    Without a Python executable to run the wrapper, ``argv`` is returned as is.
+    """
+    if not sys.executable:
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_WRAPPER, str(os.getpid()), *argv]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """How a command ended: its exit status (negative: killed by that signal)."""
+
+    returncode: int
+    timed_out: bool
+
+
+def _spawn(argv: Sequence[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``argv`` as leader of a new session; return it and the read end of its output."""
+    read_fd, write_fd = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        # Only the child may hold the write end, or we would never see EOF.
+        os.close(write_fd)
+    return popen, read_fd
+
+
+def _block_until_exited(pid: int) -> None:
+    # WNOWAIT: look, but leave the zombie (and so its pid and group id) alone.
+    with contextlib.suppress(ChildProcessError):  # already reaped
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+async def _wait_exited(popen: subprocess.Popen[bytes]) -> None:
+    """Wait until the process has exited, without reaping it."""
+    if popen.returncode is not None:
+        return
+    pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
+    pidfd = -1
+    if pidfd_open is not None:
+        try:
+            pidfd = pidfd_open(popen.pid)
+        except OSError:
+            pidfd = -1  # kernel before 5.3, or a seccomp filter
+    if pidfd < 0:
+        # The thread stays blocked until the process exits, even if we stop
+        # waiting; every path that gives up also kills the process.
+        await trio.to_thread.run_sync(_block_until_exited, popen.pid, abandon_on_cancel=True)
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        trio.lowlevel.notify_closing(pidfd)
+        os.close(pidfd)
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass  # the whole group is gone already
+    except PermissionError:
+        pass  # a member switched user (setuid); nothing more we can do
+
+
+async def kill_process_group(popen: subprocess.Popen[bytes], grace_s: float = TERM_GRACE_S) -> int:
+    """SIGTERM the process group led by ``popen``, SIGKILL it after ``grace_s``, reap the leader.
+
+    The leader is reaped last on purpose: while it is an unreaped zombie its
+    pid cannot be reused, so the group id still names only our processes.
+    Returns the leader's exit status. Call it shielded from cancellation.
+    """
+    pgid = popen.pid
+    _signal_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace_s):
+        await _wait_exited(popen)
+    _signal_group(pgid, signal.SIGKILL)
+    await _wait_exited(popen)
+    return popen.wait()
+
+
+async def _pump(stream: trio.lowlevel.FdStream, output: HeadTailBuffer, eof: trio.Event) -> None:
+    while data := await stream.receive_some(_READ_CHUNK_BYTES):
+        output.feed(data)
+    eof.set()
+
+
+async def _collect(
+    popen: subprocess.Popen[bytes], stream: trio.lowlevel.FdStream, output: HeadTailBuffer
+) -> int:
+    """Read output until the leader has exited and the pipe is drained; reap the leader."""
+    eof = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_pump, stream, output, eof)
+        await _wait_exited(popen)
+        with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
+            await eof.wait()
+        nursery.cancel_scope.cancel()
+    return popen.wait()
+
+
+async def run_in_process_group(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    timeout_s: float,
+    output: HeadTailBuffer,
+    on_process_group: Callable[[int], None] | None = None,
+) -> CommandResult:
+    """Run ``argv`` in a new process group, feeding its stdout+stderr into ``output``.
+
+    stdin is ``/dev/null``. On timeout the group is terminated (SIGTERM,
+    grace, SIGKILL) and the result says ``timed_out``; if the calling task
+    is cancelled the group is terminated the same way before the
+    cancellation goes on. Jobs the command left running in the background
+    after it exited normally are not touched: ``on_process_group`` got
+    their group id. Raises ``OSError`` if the command cannot be started.
+    """
+    popen, read_fd = _spawn(argv, cwd)
+    stream = trio.lowlevel.FdStream(read_fd)
+    try:
+        if on_process_group is not None:
+            on_process_group(popen.pid)
+        with trio.move_on_after(timeout_s) as deadline:
+            returncode = await _collect(popen, stream, output)
+        if not deadline.cancelled_caught:
+            return CommandResult(returncode=returncode, timed_out=False)
+        with trio.CancelScope(shield=True):
+            returncode = await kill_process_group(popen)
+            # Keep what was still in the pipe: the last lines before a hang
+            # are often the ones that explain it.
+            with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
+                await _pump(stream, output, trio.Event())
+        return CommandResult(returncode=returncode, timed_out=True)
+    finally:
+        if popen.returncode is None:
+            # Cancelled (or failed) while the command ran: take it down
+            # before the cancellation propagates, even though we are cancelled.
+            with trio.CancelScope(shield=True):
+                await kill_process_group(popen)
+        stream.close()
