@@ -4,6 +4,7 @@ Bytes in, messages out, in the manner of h11. Neither trio nor sockets are
 imported here, and nothing from ``supervisor`` or ``worker``.
 """
 
+from ._agent import PARTIAL_MARKER, AgentOutcome, AgentRunSpec
 from ._chat import (
     ChatMessage,
     ModelRequest,
@@ -51,8 +52,11 @@ from ._zygote import (
 
 __all__ = [
     "MAX_CONTROL_DATAGRAM",
+    "PARTIAL_MARKER",
     "PROTOCOL_VERSION",
     "WORKER_REQUEST_METHODS",
+    "AgentOutcome",
+    "AgentRunSpec",
     "Cancel",
     "ChatMessage",
     "Connection",

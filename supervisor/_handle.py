@@ -52,7 +52,7 @@ from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
 from ._spawner import SpawnedProcess
 
-__all__ = ["RequestHandler", "RequestRefused", "WorkerHandle"]
+__all__ = ["RequestHandler", "RequestRefused", "WireTap", "WorkerHandle"]
 
 _READ_SIZE = 256 * 1024
 _EOF_AFTER_EXIT_S = 1.0
@@ -69,6 +69,10 @@ class RequestRefused(SubvisorError):
 
 
 RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[Any]]
+
+#: Sees every frame the supervisor sends to a worker (debugging, and tests
+#: proving what never crosses the boundary).
+WireTap = Callable[[str, bytes], None]
 
 
 class _Pending:
@@ -93,6 +97,7 @@ class WorkerHandle:
         event_buffer: int,
         kill_grace_s: float,
         request_handler: RequestHandler,
+        wire_tap: WireTap | None = None,
     ) -> None:
         self.worker_id = process.worker_id
         self.pid = process.pid
@@ -107,6 +112,7 @@ class WorkerHandle:
         self._process = process
         self._kill_grace_s = kill_grace_s
         self._request_handler = request_handler
+        self._wire_tap = wire_tap
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
         self._pipe = PipeStream(process.read_fd, process.write_fd)
         self._pending: dict[int, _Pending] = {}
@@ -379,7 +385,10 @@ class WorkerHandle:
         await self._send_quietly(reply)
 
     async def _send(self, message: Message) -> None:
-        await self._pipe.send_all(self._connection.send(message))
+        frame = self._connection.send(message)
+        if self._wire_tap is not None:
+            self._wire_tap(self.worker_id, frame)
+        await self._pipe.send_all(frame)
 
     async def _send_quietly(self, message: Message) -> None:
         """Send, ignoring a worker that is already gone (its exit explains it)."""

@@ -25,7 +25,7 @@ from ._errors import (
     SubvisorError,
 )
 from ._exit import ExitKind
-from ._handle import RequestHandler, RequestRefused, WorkerHandle
+from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
 
 __all__ = ["Supervisor"]
@@ -66,8 +66,10 @@ class Supervisor:
         *,
         request_handler: RequestHandler | None = None,
         frame_limits: FrameLimits | None = None,
+        wire_tap: WireTap | None = None,
     ) -> None:
         self.config = config or SupervisorConfig()
+        self._wire_tap = wire_tap
         self.tree_id = new_tree_id()
         self.workers: dict[str, WorkerHandle] = {}
         self.spawned_total = 0
@@ -177,6 +179,7 @@ class Supervisor:
             event_buffer=self.config.event_buffer,
             kill_grace_s=self.config.kill_grace_s,
             request_handler=self._request_handler,
+            wire_tap=self._wire_tap,
         )
         self.workers[worker_id] = handle
         # From here on the slot belongs to the worker: released when it ends.

@@ -17,7 +17,10 @@ from supervisor import ExitKind, Supervisor, WorkerExit, WorkerExitedError
 
 
 async def _run_until_exit(
-    sup: Supervisor, method: str, params: dict[str, Any], limits: ResourceLimits | None = None,
+    sup: Supervisor,
+    method: str,
+    params: dict[str, Any],
+    limits: ResourceLimits | None = None,
     mode: str = "zygote",
 ) -> WorkerExit:
     handle = await sup.spawn(limits, mode=mode)  # type: ignore[arg-type]
@@ -81,9 +84,7 @@ async def test_cpu_loop_over_its_cap_is_killed_by_the_kernel(sup: Supervisor) ->
 
 async def test_silent_worker_past_idle_timeout_is_killed_by_the_watchdog(sup: Supervisor) -> None:
     """S-RUN-3: no frame for idle_timeout while the supervisor waits on it."""
-    exit = await _run_until_exit(
-        sup, "sleep", {"seconds": 60}, ResourceLimits(idle_timeout_s=0.3)
-    )
+    exit = await _run_until_exit(sup, "sleep", {"seconds": 60}, ResourceLimits(idle_timeout_s=0.3))
     assert exit.kind is ExitKind.IDLE_WATCHDOG
     assert "no frame for 0.3 s" in exit.reason
 
@@ -109,17 +110,13 @@ async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
 
 
 async def test_wall_timeout(sup: Supervisor) -> None:
-    exit = await _run_until_exit(
-        sup, "sleep", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3)
-    )
+    exit = await _run_until_exit(sup, "sleep", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3))
     assert exit.kind is ExitKind.WALL_TIMEOUT
 
 
 async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
     """A worker blocked outside its event loop cannot answer SIGTERM politely; SIGKILL follows."""
-    exit = await _run_until_exit(
-        sup, "hang", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3)
-    )
+    exit = await _run_until_exit(sup, "hang", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3))
     assert exit.kind is ExitKind.WALL_TIMEOUT
 
 

@@ -50,6 +50,17 @@ class SupervisorLink:
         self.connection = Connection(Role.WORKER)
         self._pipe = PipeStream(read_fd, write_fd)
         self._pending: dict[int, _PendingRequest] = {}
+        self._background: trio.Nursery | None = None
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Give the link a nursery for sends started from synchronous code."""
+        self._background = nursery
+
+    def emit_soon(self, name: str, data: dict[str, Any]) -> None:
+        """Send an event from synchronous code (a callback); it goes out shortly."""
+        if self._background is None:
+            raise RuntimeError("SupervisorLink.emit_soon needs attach() first")
+        self._background.start_soon(self.emit, name, data)
 
     async def send(self, message: Message) -> None:
         """Validate ``message`` against the protocol state and write it."""

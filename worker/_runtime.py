@@ -35,10 +35,14 @@ from protocol import (
 from ._channel import SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._process import apply_resource_limits
+from .agent import AGENT_COMMANDS
 
 __all__ = ["run_worker", "serve"]
 
 SpawnMode = Literal["zygote", "exec"]
+
+#: Everything a worker can be asked to do.
+WORKER_COMMANDS: dict[str, CommandHandler] = {**KERNEL_COMMANDS, **AGENT_COMMANDS}
 
 EXIT_OK = 0
 EXIT_PROTOCOL_ERROR = 65
@@ -104,8 +108,9 @@ async def serve(
             rlimits=rlimits,
         )
     )
-    session = _Session(link, commands if commands is not None else KERNEL_COMMANDS)
+    session = _Session(link, commands if commands is not None else WORKER_COMMANDS)
     async with trio.open_nursery() as nursery:
+        link.attach(nursery)
         while True:
             for message in await link.receive():
                 if isinstance(message, ConnectionClosed | Shutdown):

@@ -1,0 +1,188 @@
+"""``AgentTool``: the Agent tool of one parent session, launching real subagents.
+
+It is a ``HostTool`` for the root agent loop, and, through ``invoke``, the
+async handler a harness that brings its own parent loop calls with the
+model's tool input (its JSON schema is ``spec.input_schema``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+from pydantic import ValidationError
+
+from protocol import ChatMessage, ToolCall, ToolSpec
+from worker.tools import ToolOutput
+
+from ._agent_tool_schema import (
+    AGENT_TOOL_NAME,
+    HIDDEN_ALIASES,
+    AgentToolInput,
+    agent_tool_spec,
+    format_async_launched,
+    format_foreground_result,
+    format_task_error,
+    format_task_result,
+)
+from ._errors import SubvisorError
+from ._names import resolve_agent_name
+from ._profile import AgentProfile
+from ._subagents import SubagentLaunch, SubagentRun
+from .providers import ModelError, parse_model_string
+
+if TYPE_CHECKING:
+    from ._host import Subvisor
+
+__all__ = ["AgentTool", "subagent_system_prompt"]
+
+
+def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
+    """The child's system prompt: its profile body plus where it works."""
+    return (
+        f"{profile.prompt.rstrip()}\n\n"
+        f"You are a subagent launched by another agent, which will read your final message; "
+        f"the user will not see it directly. Working directory: {cwd}"
+    )
+
+
+class AgentTool:
+    """Launches subagents for one parent session (S-TOOL-1..6, S-RUN-3, S-RUN-4)."""
+
+    concurrency_safe = True
+    aliases: Sequence[str] = HIDDEN_ALIASES
+
+    def __init__(
+        self,
+        host: Subvisor,
+        *,
+        parent_session_id: str,
+        parent_tools: Sequence[str],
+        profiles: Mapping[str, AgentProfile],
+        current_model: Callable[[], str],
+        cwd: Path,
+    ) -> None:
+        self._host = host
+        self._parent_session_id = parent_session_id
+        self._parent_tools = tuple(parent_tools)
+        self._profiles = dict(profiles)
+        self._current_model = current_model
+        self._cwd = cwd
+        self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Run one Agent (or Task) call from the model."""
+        return await self.invoke(call.input, tool_use_id=call.id)
+
+    async def invoke(
+        self, raw_input: Mapping[str, Any], *, tool_use_id: str | None = None
+    ) -> ToolOutput:
+        """Validate the model's input, launch the subagent, return what the model reads."""
+        try:
+            request = AgentToolInput.model_validate(dict(raw_input))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+            )
+            return ToolOutput(f"Error: invalid {AGENT_TOOL_NAME} input: {problems}", is_error=True)
+        try:
+            launch = self._plan(request, tool_use_id)
+        except (SubvisorError, ModelError, ValueError) as exc:
+            return ToolOutput(f"Error: {exc}", is_error=True)
+        run = self._host.start(launch)
+        if launch.background:
+            await run.ready.wait()
+            if run.done.is_set() and run.record is not None and run.record.status == "failed":
+                return self._failure(run)
+            assert run.record is not None
+            return ToolOutput(
+                format_async_launched(
+                    agent_id=run.task_id,
+                    description=launch.description,
+                    output_file=run.record.output_file,
+                )
+            )
+        try:
+            await run.done.wait()
+        except trio.Cancelled:
+            # S-RUN-3: the parent turn's abort cancels a foreground child.
+            with trio.CancelScope(shield=True):
+                await run.stop("the parent turn was aborted")
+            raise
+        return self._result(run)
+
+    def _plan(self, request: AgentToolInput, tool_use_id: str | None) -> SubagentLaunch:
+        history: tuple[ChatMessage, ...] = ()
+        subagent_type = request.subagent_type
+        if request.task_id is not None:
+            previous = self._host.store.find_task(request.task_id)
+            if previous is None or previous.child_session_id is None:
+                raise SubvisorError(
+                    f"no earlier agent with task_id {request.task_id!r}; omit task_id to start "
+                    "a new agent"
+                )
+            history = tuple(self._host.store.messages(previous.child_session_id))
+            subagent_type = previous.subagent_type or subagent_type
+        name = resolve_agent_name(subagent_type, self._profiles)
+        profile = self._profiles[name]
+        model = self._model_for(profile)
+        cwd = str(self._cwd)
+        return SubagentLaunch(
+            parent_session_id=self._parent_session_id,
+            description=request.description,
+            prompt=request.prompt,
+            subagent_type=name,
+            system=subagent_system_prompt(profile, cwd),
+            tools=profile.resolve_tools(self._parent_tools),
+            model=model,
+            max_turns=profile.max_turns or self._host.settings.max_turns,
+            background=request.run_in_background or profile.background,
+            cwd=cwd,
+            limits=self._host.settings.subagent_limits,
+            tool_use_id=tool_use_id,
+            history=history,
+            generation=self._host.command_queue(self._parent_session_id).generation,
+        )
+
+    def _model_for(self, profile: AgentProfile) -> str:
+        # S-MODEL-1: the profile's explicit model, else the parent's current one.
+        # An explicit model that cannot be resolved is an error, never a
+        # silent fall-back to the parent's.
+        if profile.model is not None and parse_model_string(profile.model) is not None:
+            self._host.gateway.resolve(profile.model)
+            return profile.model
+        return self._current_model()
+
+    def _result(self, run: SubagentRun) -> ToolOutput:
+        record = run.record
+        assert record is not None
+        if record.status != "completed":
+            return self._failure(run)
+        outcome = run.outcome
+        status = outcome.status if outcome is not None else "completed"
+        text = record.result or ""
+        if self._host.settings.result_style == "opencode":
+            return ToolOutput(format_task_result(text, task_id=run.task_id, state=status))
+        return ToolOutput(
+            format_foreground_result(
+                text,
+                agent_id=run.task_id,
+                total_tokens=record.usage.total_tokens,
+                tool_uses=record.usage.tool_calls,
+                duration_ms=record.usage.duration_ms,
+                status=status,
+            )
+        )
+
+    def _failure(self, run: SubagentRun) -> ToolOutput:
+        record = run.record
+        assert record is not None
+        error = record.error or record.status
+        if self._host.settings.result_style == "opencode":
+            return ToolOutput(format_task_error(error, task_id=run.task_id), is_error=True)
+        return ToolOutput(
+            f'Error: agent "{record.description}" ({run.task_id}) {record.status}: {error}',
+            is_error=True,
+        )

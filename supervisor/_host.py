@@ -1,0 +1,162 @@
+"""``Subvisor``: the library entry point that delegation runs on.
+
+It owns one ``Supervisor`` (worker processes), one ``ModelGateway`` (every
+model call of every agent, with the API keys), the SQLite ``SessionStore``,
+the ``TaskRegistry`` and one ``CommandQueue`` per parent session. Subagent
+runs live in its nursery, not in the tool call that launched them, so a
+background run outlives the parent's turn and a foreground one can later be
+moved to the background without restarting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+import trio
+from pydantic import ValidationError
+
+from protocol import ModelRequest, WorkerRequest
+
+from ._config import SupervisorConfig
+from ._handle import RequestRefused, WireTap, WorkerHandle
+from ._notifications import CommandQueue
+from ._paths import agent_output_dir, database_path
+from ._settings import SubvisorSettings
+from ._store import SessionStore
+from ._subagents import SubagentLaunch, SubagentRun
+from ._supervisor import Supervisor, default_request_handler
+from ._tasks import TaskRegistry
+from .providers import ModelError, ModelGateway
+
+__all__ = ["Subvisor"]
+
+
+class Subvisor:
+    """Supervisor + gateway + store: everything a parent agent needs to delegate.
+
+    ``async with Subvisor(settings) as sv:`` then use ``sv.open_root_session``
+    (a whole root agent) or ``sv.agent_tool`` (just the Agent tool, for a
+    harness that brings its own parent loop).
+    """
+
+    def __init__(
+        self,
+        settings: SubvisorSettings | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        wire_tap: WireTap | None = None,
+    ) -> None:
+        self.settings = settings or SubvisorSettings()
+        self.home = self.settings.home
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.store = SessionStore(database_path(self.home))
+        self.registry = TaskRegistry(self.store, self.home)
+        self.gateway = ModelGateway(self.settings.gateway, transport=transport)
+        self.supervisor = Supervisor(
+            SupervisorConfig(max_workers=self.settings.max_concurrent_subagents),
+            request_handler=self._serve_worker,
+            wire_tap=wire_tap,
+        )
+        self.runs: dict[str, SubagentRun] = {}
+        self._by_worker: dict[str, SubagentRun] = {}
+        self._queues: dict[str, CommandQueue] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self._stack.enter_async_context(self.gateway)
+            await self._stack.enter_async_context(self.supervisor)
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        except BaseException:
+            await self._stack.aclose()
+            self.store.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for run in list(self.runs.values()):
+                    if not run.done.is_set():
+                        nursery.start_soon(run.stop, "the supervisor shut down")
+        try:
+            await self._stack.aclose()
+        finally:
+            self.store.close()
+
+    # -- subagents ------------------------------------------------------------------
+
+    def output_dir(self, parent_session_id: str, agent_id: str) -> Path:
+        """Where a subagent's ``metadata.json``, ``output.txt`` and ``task.output`` go."""
+        return agent_output_dir(self.home, parent_session_id, agent_id)
+
+    def command_queue(self, session_id: str) -> CommandQueue:
+        """The command queue of a parent session (notifications, messages)."""
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = CommandQueue()
+        return queue
+
+    def start(self, launch: SubagentLaunch) -> SubagentRun:
+        """Register and start a subagent; it runs in the host's nursery."""
+        if self._nursery is None:
+            raise RuntimeError("Subvisor is not running: use `async with Subvisor()`")
+        run = SubagentRun(self, launch)
+        run.register()
+        self.runs[run.task_id] = run
+        self._nursery.start_soon(run.run)
+        return run
+
+    def running_background(self, parent_session_id: str) -> list[SubagentRun]:
+        """Background runs of a session that have not ended."""
+        return [
+            run
+            for run in self.runs.values()
+            if run.launch.parent_session_id == parent_session_id
+            and run.launch.background
+            and not run.done.is_set()
+        ]
+
+    def bind_worker(self, worker_id: str, run: SubagentRun) -> None:
+        """Route a worker's requests to the run it serves."""
+        self._by_worker[worker_id] = run
+
+    def unbind_worker(self, worker_id: str) -> None:
+        """Forget a worker that has ended."""
+        self._by_worker.pop(worker_id, None)
+
+    async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
+        if request.method != "model.call":
+            return await default_request_handler(handle, request)
+        run = self._by_worker.get(handle.worker_id)
+        if run is None:
+            raise RequestRefused("no_task", "this worker runs no subagent; model calls refused")
+        try:
+            asked = ModelRequest.model_validate(request.params)
+        except ValidationError as exc:
+            raise RequestRefused("bad_request", f"invalid model request: {exc}") from None
+        # The worker is untrusted: the model, the scenario keys and the call
+        # index are the supervisor's, whatever the worker put there.
+        call = asked.model_copy(
+            update={
+                "model": run.launch.model,
+                "agent_keys": run.launch.agent_keys,
+                "call_index": run.next_call_index,
+            }
+        )
+        try:
+            result = await self.gateway.call(call)
+        except ModelError as exc:
+            raise RequestRefused("model_error", str(exc)) from None
+        run.count_model_call(result.usage)
+        return result.model_dump(mode="python")

@@ -1,0 +1,251 @@
+"""Completion notifications and the parent's command queue (S-NOTE-1..3, S-MSG-2).
+
+A background task that ends becomes a ``<task-notification>`` XML fragment;
+a child's RespondToCoordinator becomes a ``<subagent-message>``. Both wait in
+the parent session's ``CommandQueue`` until the parent's loop takes them,
+between steps of a running turn or as a new turn, and ``format_command_turn``
+merges what was taken together into one model turn.
+
+A rewind to another branch bumps the queue's generation; notifications of
+tasks launched on an older generation are dropped, not delivered (S-NOTE-3).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from ._tasks import TaskRecord
+
+__all__ = [
+    "NOTIFICATION_PREFIX",
+    "Command",
+    "CommandKind",
+    "CommandPriority",
+    "CommandQueue",
+    "build_task_notification",
+    "format_command_turn",
+    "subagent_message_command",
+    "task_notification_command",
+]
+
+log = logging.getLogger(__name__)
+
+CommandKind = Literal["task-notification", "subagent-message", "user"]
+CommandPriority = Literal["now", "next", "later"]
+
+#: First line of a model turn made of notifications and messages (S-NOTE-2).
+NOTIFICATION_PREFIX = "[SYSTEM NOTIFICATION - NOT USER INPUT]"
+
+#: Notification size limit (S-NOTE-1).
+MAX_NOTIFICATION_CHARS = 120_000
+
+# Summaries quote these; the full text is in <result>/<error> and the output file.
+_MAX_DESCRIPTION_CHARS = 200
+_MAX_REASON_CHARS = 200
+
+_URGENCY: dict[CommandPriority, int] = {"now": 0, "next": 1, "later": 2}
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def build_task_notification(record: TaskRecord, *, max_chars: int = MAX_NOTIFICATION_CHARS) -> str:
+    """The ``<task-notification>`` fragment for an ended task (S-NOTE-1).
+
+    Carries ``<result>`` for a completed task, ``<error>`` for a failed or
+    killed one. When the fragment would exceed ``max_chars``, that text keeps
+    its head and ends with a marker naming the output file, so the whole fits.
+    Raises ``ValueError`` for a task that has not ended, or a ``max_chars``
+    too small for even the truncated fragment.
+    """
+    if not record.is_terminal:
+        raise ValueError(f"task {record.task_id!r} is {record.status}: only ended tasks notify")
+    label = "Agent" if record.kind == "local_agent" else "Background command"
+    description = _clip(record.description, _MAX_DESCRIPTION_CHARS)
+    if record.status == "completed":
+        tag, body = "result", record.result or ""
+        summary = f'{label} "{description}" completed'
+    elif record.status == "failed":
+        tag, body = "error", record.error or record.worker_exit or "no error was recorded"
+        reason = next((line.strip() for line in body.splitlines() if line.strip()), body)
+        summary = f'{label} "{description}" failed: {_clip(reason, _MAX_REASON_CHARS)}'
+    else:
+        tag, body = "error", record.error or "stopped by request"
+        summary = f'{label} "{description}" was stopped'
+    lines = ["<task-notification>", f"<task-id>{_escape(record.task_id)}</task-id>"]
+    if record.tool_use_id is not None:
+        lines.append(f"<tool-use-id>{_escape(record.tool_use_id)}</tool-use-id>")
+    lines += [
+        f"<output-file>{_escape(record.output_file)}</output-file>",
+        f"<status>{record.status}</status>",
+        f"<summary>{_escape(summary)}</summary>",
+        f"<{tag}>",
+    ]
+    head = "\n".join(lines)
+    usage = record.usage
+    tail = (
+        f"</{tag}>\n"
+        f"<usage><total_tokens>{usage.total_tokens}</total_tokens>"
+        f"<tool_uses>{usage.tool_calls}</tool_uses>"
+        f"<duration_ms>{usage.duration_ms}</duration_ms></usage>\n"
+        "</task-notification>"
+    )
+    escaped = _escape(body)
+    if len(head) + len(escaped) + len(tail) <= max_chars:
+        return head + escaped + tail
+    return head + _truncate(body, max_chars - len(head) - len(tail), record.output_file) + tail
+
+
+def _truncate(body: str, budget: int, output_file: str) -> str:
+    """``body``'s head, escaped, plus a truncation marker: at most ``budget`` characters."""
+
+    def marker(dropped: int) -> str:
+        return _escape(f"\n[... truncated {dropped} characters; full output in {output_file}]")
+
+    # The marker for "all dropped" is the longest one a cut can produce.
+    room = budget - len(marker(len(body)))
+    if room < 0:
+        raise ValueError(
+            f"max_chars is too small for a truncated notification: {-room} characters short"
+        )
+    escaped_lengths = itertools.accumulate(len(_ESCAPES.get(char, char)) for char in body)
+    cut = bisect.bisect_right(list(escaped_lengths), room)
+    return _escape(body[:cut]) + marker(len(body) - cut)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Something for the parent's model: a notification, a child's message or user input.
+
+    ``generation`` is the parent's branch generation the command belongs to;
+    ``task_id`` names the task or agent it comes from.
+    """
+
+    kind: CommandKind
+    priority: CommandPriority
+    text: str
+    generation: int
+    task_id: str | None = None
+
+
+def task_notification_command(
+    record: TaskRecord, *, max_chars: int = MAX_NOTIFICATION_CHARS
+) -> Command:
+    """The queued form of an ended task's notification: priority ``next`` (S-NOTE-2)."""
+    return Command(
+        kind="task-notification",
+        priority="next",
+        text=build_task_notification(record, max_chars=max_chars),
+        generation=record.generation,
+        task_id=record.task_id,
+    )
+
+
+def subagent_message_command(agent_id: str, text: str, *, generation: int) -> Command:
+    """A child's RespondToCoordinator message, queued with priority ``next`` (S-MSG-2)."""
+    return Command(
+        kind="subagent-message",
+        priority="next",
+        text=text,
+        generation=generation,
+        task_id=agent_id,
+    )
+
+
+class CommandQueue:
+    """One parent session's pending commands, FIFO, with a branch generation (S-NOTE-3)."""
+
+    def __init__(self) -> None:
+        self._commands: deque[Command] = deque()
+        self._generation = 0
+        self._arrived = trio.Event()
+
+    @property
+    def generation(self) -> int:
+        """The current branch generation."""
+        return self._generation
+
+    def bump_generation(self) -> int:
+        """Start a new branch (a rewind); returns the new generation."""
+        self._generation += 1
+        return self._generation
+
+    def enqueue(self, command: Command) -> None:
+        """Queue a command and wake ``wait``."""
+        self._commands.append(command)
+        self._arrived.set()
+        self._arrived = trio.Event()
+
+    def take(self, priority_at_most: CommandPriority = "next") -> list[Command]:
+        """Remove and return the commands at ``priority_at_most`` or more urgent, FIFO.
+
+        Task notifications from an older generation are removed and dropped
+        (logged), never returned. Less urgent commands stay queued.
+        """
+        limit = _URGENCY[priority_at_most]
+        taken: list[Command] = []
+        kept: deque[Command] = deque()
+        for command in self._commands:
+            if _URGENCY[command.priority] > limit:
+                kept.append(command)
+            elif command.kind == "task-notification" and command.generation < self._generation:
+                log.info(
+                    "dropped the notification of task %s: it belongs to branch generation %d,"
+                    " the session is now on %d",
+                    command.task_id,
+                    command.generation,
+                    self._generation,
+                )
+            else:
+                taken.append(command)
+        self._commands = kept
+        return taken
+
+    async def wait(self, priority_at_most: CommandPriority = "later") -> None:
+        """Return once a command at ``priority_at_most`` or more urgent is queued."""
+        limit = _URGENCY[priority_at_most]
+        while not any(_URGENCY[command.priority] <= limit for command in self._commands):
+            await self._arrived.wait()
+        await trio.lowlevel.checkpoint()
+
+    def __len__(self) -> int:
+        return len(self._commands)
+
+
+def format_command_turn(commands: Sequence[Command]) -> str:
+    """One model turn for commands taken together (S-NOTE-2, S-MSG-2).
+
+    User input comes first, as written. Notifications and subagent messages
+    follow under ``[SYSTEM NOTIFICATION - NOT USER INPUT]``, separated by
+    blank lines; a subagent's message is escaped and wrapped in
+    ``<subagent-message from="ID">`` so it cannot pose as markup.
+    """
+    if not commands:
+        raise ValueError("format_command_turn needs at least one command")
+    user_parts = [command.text for command in commands if command.kind == "user"]
+    system_parts: list[str] = []
+    for command in commands:
+        if command.kind == "task-notification":
+            system_parts.append(command.text)
+        elif command.kind == "subagent-message":
+            sender = _escape(command.task_id or "unknown").replace('"', "&quot;")
+            system_parts.append(
+                f'<subagent-message from="{sender}">\n{_escape(command.text)}\n</subagent-message>'
+            )
+    if system_parts:
+        user_parts.append("\n\n".join([NOTIFICATION_PREFIX, *system_parts]))
+    return "\n\n".join(user_parts)

@@ -1,0 +1,45 @@
+"""Where subvisor keeps its state on disk: the home dir, the database, agent output dirs.
+
+Nothing here creates a directory; the code that writes a file creates its
+parents when it needs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["agent_output_dir", "database_path", "subvisor_home"]
+
+
+def subvisor_home() -> Path:
+    """``$SUBVISOR_HOME`` if set (and not empty), else ``~/.subvisor``."""
+    configured = os.environ.get("SUBVISOR_HOME", "")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".subvisor"
+
+
+def database_path(home: Path) -> Path:
+    """The SQLite session store: ``home/subvisor.db``."""
+    return home / "subvisor.db"
+
+
+def agent_output_dir(home: Path, parent_session_id: str, agent_id: str) -> Path:
+    """A task's output dir, ``home/agents/<parent_session_id>/<agent_id>`` (S-RUN-1).
+
+    Raises ``ValueError`` when an id is not a single plain path component:
+    ids can come from a model (resume, SendMessage), and one like ``../x``
+    must not place files outside ``home/agents``.
+    """
+    for label, value in (("parent session id", parent_session_id), ("agent id", agent_id)):
+        _check_path_component(label, value)
+    return home / "agents" / parent_session_id / agent_id
+
+
+def _check_path_component(label: str, value: str) -> None:
+    if value in ("", ".", "..") or "/" in value or "\\" in value or "\0" in value:
+        raise ValueError(
+            f"{label} {value!r} cannot name a directory: "
+            "it must be non-empty, not '.' or '..', without '/', '\\' or NUL"
+        )

@@ -1,0 +1,144 @@
+"""``RootSession``: the top-level agent, run in the supervisor process with direct ports."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult
+from worker.agent import AgentLoop, Toolbox
+from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
+
+from ._agent_tool import AgentTool
+from ._builtin_profiles import BUILTIN_PROFILES
+from ._errors import SubvisorError
+from ._notifications import format_command_turn
+from ._profile import AgentProfile
+from ._store import SessionStore
+from .providers import ModelGateway
+
+if TYPE_CHECKING:
+    from ._host import Subvisor
+
+__all__ = ["ROOT_SYSTEM_PROMPT", "RootSession"]
+
+ROOT_SYSTEM_PROMPT = (
+    "You are the main agent of a subvisor session. Do the user's task. Delegate independent "
+    "pieces of work to subagents with the Agent tool (several calls in one message run "
+    "concurrently); each subagent starts fresh, so give it a self-contained prompt. "
+    "Background agents notify you when they finish."
+)
+
+EventObserver = Callable[[str, str, dict[str, Any]], None]
+
+
+class DirectModelPort:
+    """The root's model port: straight to the gateway, in this process."""
+
+    def __init__(self, gateway: ModelGateway) -> None:
+        self._gateway = gateway
+
+    async def call(self, request: ModelRequest) -> ModelResult:
+        """Call the gateway; a scripted fault is refused (the root is the supervisor)."""
+        result = await self._gateway.call(request)
+        if result.fault is not None:
+            raise SubvisorError(
+                f"the scenario orders a {result.fault!r} fault for the root agent; faults are "
+                "for subagents only (the root runs inside the supervisor)"
+            )
+        return result
+
+
+class StoreEventSink:
+    """Records a session's transcript and events in the store; tells an observer."""
+
+    def __init__(
+        self, store: SessionStore, session_id: str, observer: EventObserver | None = None
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._observer = observer
+
+    async def emit(self, name: str, data: dict[str, Any]) -> None:
+        """Persist one event (messages into the transcript)."""
+        if name == "message":
+            self._store.append_message(
+                self._session_id, ChatMessage.model_validate(data["message"])
+            )
+        else:
+            self._store.append_event(self._session_id, name, data)
+        if self._observer is not None:
+            self._observer(self._session_id, name, data)
+
+
+class RootSession:
+    """A root agent with local tools and the Agent tool, backed by a ``Subvisor``."""
+
+    def __init__(
+        self,
+        host: Subvisor,
+        *,
+        model: str,
+        cwd: Path,
+        tools: Sequence[str] = LOCAL_TOOL_NAMES,
+        profiles: Mapping[str, AgentProfile] = BUILTIN_PROFILES,
+        session_id: str | None = None,
+        observer: EventObserver | None = None,
+    ) -> None:
+        host.gateway.resolve(model)  # fail now, with the gateway's message, if unusable
+        self.host = host
+        self.model = model
+        self.cwd = cwd
+        self.session_id = session_id or f"sess_{uuid.uuid4().hex[:16]}"
+        host.store.create_session(
+            self.session_id, parent_id=None, task_type="root", model=model, cwd=str(cwd)
+        )
+        self.queue = host.command_queue(self.session_id)
+        local = LocalToolSet(tools)
+        self.agent_tool = AgentTool(
+            host,
+            parent_session_id=self.session_id,
+            parent_tools=(*local.names, "Agent"),
+            profiles=profiles,
+            current_model=lambda: self.model,
+            cwd=cwd,
+        )
+        self.loop = AgentLoop(
+            model=DirectModelPort(host.gateway),
+            tools=Toolbox(local, ToolContext(cwd=cwd), [self.agent_tool]),
+            events=StoreEventSink(host.store, self.session_id, observer),
+            system=ROOT_SYSTEM_PROMPT,
+            model_name=model,
+            agent_keys=("root",),
+            max_turns=host.settings.root_max_turns,
+            between_steps=self._take_commands,
+        )
+
+    async def _take_commands(self) -> list[str]:
+        # S-NOTE-2: notifications that arrived during the turn are injected
+        # between its steps, merged into one message.
+        commands = self.queue.take()
+        return [format_command_turn(commands)] if commands else []
+
+    async def ask(self, prompt: str) -> AgentOutcome:
+        """One user turn: run the root until it answers."""
+        return await self.loop.run(prompt)
+
+    async def run(self, prompt: str) -> AgentOutcome:
+        """A whole non-interactive run (S-RUN-8).
+
+        After the root answers, wait for the session's background agents:
+        each batch of notifications becomes a new root turn, and the run
+        ends only when no background agent is left and the root has answered
+        the last notification.
+        """
+        outcome = await self.ask(prompt)
+        while self.host.running_background(self.session_id) or len(self.queue):
+            await self.queue.wait()
+            commands = self.queue.take()
+            if commands:
+                outcome = await self.loop.run(format_command_turn(commands))
+        self.host.store.set_session_status(self.session_id, outcome.status)
+        return outcome

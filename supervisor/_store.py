@@ -1,0 +1,469 @@
+"""``SessionStore``: the SQLite database of sessions, transcripts, events and tasks.
+
+Invariants:
+
+- One process writes (the supervisor); any number read (``subvisor ps`` while
+  ``subvisor run`` works). WAL lets readers proceed during a write, and the
+  busy timeout covers the short moments a checkpoint or the schema setup
+  holds the lock.
+- Every write commits before the call returns. Writes are small (one row,
+  sometimes two), so a trio program calls the store synchronously; there is
+  no thread and no background flush that a crash could lose.
+- ``seq`` numbers messages and events per session, from 1, without gaps.
+- A task's ``notified`` flag only ever goes from false to true
+  (``claim_notification``), whatever a later ``save_task`` of a stale copy
+  says (S-NOTE-3).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from protocol import ChatMessage
+
+from ._errors import SubvisorError
+from ._tasks import TaskRecord
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AmbiguousTaskIdError",
+    "DuplicateSessionError",
+    "EventRow",
+    "SessionRow",
+    "SessionStore",
+    "SessionTaskType",
+    "StoreError",
+    "UnknownSessionError",
+]
+
+#: The schema this code writes (``PRAGMA user_version``).
+SCHEMA_VERSION = 1
+
+#: Milliseconds a connection waits for a lock held by another connection.
+BUSY_TIMEOUT_MS = 5_000
+
+#: The most children one page of ``list_child_sessions`` returns (S-OBS-1).
+MAX_PAGE_SIZE = 100
+
+SessionTaskType = Literal["root", "subagent_child"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id  TEXT PRIMARY KEY,
+    parent_id   TEXT,
+    task_type   TEXT NOT NULL,
+    agent_type  TEXT,
+    description TEXT,
+    model       TEXT,
+    cwd         TEXT,
+    status      TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions (parent_id, task_type);
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL REFERENCES sessions (session_id),
+    seq        INTEGER NOT NULL,
+    message    TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL REFERENCES sessions (session_id),
+    seq        INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    ts         REAL NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id           TEXT PRIMARY KEY,
+    parent_session_id TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    notified          INTEGER NOT NULL,
+    created_at        REAL NOT NULL,
+    record            TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_parent ON tasks (parent_session_id);
+"""
+
+_SESSION_COLUMNS = (
+    "session_id, parent_id, task_type, agent_type, description, model, cwd, status,"
+    " created_at, updated_at"
+)
+
+
+class StoreError(SubvisorError):
+    """The session store cannot do what was asked."""
+
+
+class UnknownSessionError(StoreError, LookupError):
+    """No session with that id is in the store."""
+
+
+class DuplicateSessionError(StoreError):
+    """A session with that id already exists."""
+
+
+class AmbiguousTaskIdError(StoreError, LookupError):
+    """A task id prefix matches more than one task."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One stored session; ``created_at``/``updated_at`` are epoch seconds."""
+
+    session_id: str
+    parent_id: str | None
+    task_type: SessionTaskType
+    agent_type: str | None
+    description: str | None
+    model: str | None
+    cwd: str | None
+    status: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One stored event of a session: its ``seq``, ``name``, JSON ``data`` and ``ts``."""
+
+    seq: int
+    name: str
+    data: dict[str, Any]
+    ts: float
+
+
+class SessionStore:
+    """Sessions, transcripts, events and tasks in one SQLite file (WAL).
+
+    ``path`` may be ``":memory:"``; otherwise its parent dir is created. Use
+    as a context manager or call ``close()``.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = path if path == ":memory:" else Path(path)
+        if isinstance(self.path, Path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: the sqlite3 module opens no implicit
+        # transactions; multi-statement writes use ``_write`` explicitly.
+        self._db = sqlite3.connect(
+            str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._create_schema()
+
+    def _create_schema(self) -> None:
+        # A reader (``subvisor ps``) of an existing database takes no write
+        # lock: only an empty or older database gets the schema written.
+        if self._user_version() == SCHEMA_VERSION:
+            return
+        with self._write():
+            version = self._user_version()
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this subvisor "
+                    f"understands ({SCHEMA_VERSION}): upgrade subvisor, or point "
+                    "SUBVISOR_HOME at another directory"
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _user_version(self) -> int:
+        row = self._db.execute("PRAGMA user_version").fetchone()
+        return int(row[0])
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, committed on exit, rolled back on error."""
+        # IMMEDIATE takes the write lock up front, so a seq read inside the
+        # transaction cannot be raced by another writer.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- sessions ---------------------------------------------------------
+
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        parent_id: str | None,
+        task_type: SessionTaskType,
+        agent_type: str | None = None,
+        description: str | None = None,
+        model: str | None = None,
+        cwd: str | None = None,
+    ) -> SessionRow:
+        """Store a new session with status ``running`` (S-RUN-2) and return it.
+
+        Raises ``DuplicateSessionError`` when the id is taken.
+        """
+        now = time.time()
+        row = SessionRow(
+            session_id=session_id,
+            parent_id=parent_id,
+            task_type=task_type,
+            agent_type=agent_type,
+            description=description,
+            model=model,
+            cwd=cwd,
+            status="running",
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            self._db.execute(
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.session_id,
+                    row.parent_id,
+                    row.task_type,
+                    row.agent_type,
+                    row.description,
+                    row.model,
+                    row.cwd,
+                    row.status,
+                    row.created_at,
+                    row.updated_at,
+                ),
+            )
+        except sqlite3.IntegrityError as error:
+            raise DuplicateSessionError(
+                f"session {session_id!r} already exists; every session needs a new id"
+            ) from error
+        return row
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        """The session with that id, or ``None``."""
+        row = self._db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None else SessionRow(*row)
+
+    def set_session_status(self, session_id: str, status: str) -> None:
+        """Set a session's status (and ``updated_at``).
+
+        Raises ``UnknownSessionError`` when there is no such session.
+        """
+        cursor = self._db.execute(
+            "UPDATE sessions SET status = ?, updated_at = ? WHERE session_id = ?",
+            (status, time.time(), session_id),
+        )
+        if cursor.rowcount == 0:
+            raise _unknown_session(session_id)
+
+    def latest_root_session(self) -> SessionRow | None:
+        """The most recently created root session, or ``None``."""
+        row = self._db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE task_type = 'root'"
+            " ORDER BY created_at DESC, rowid DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else SessionRow(*row)
+
+    def list_child_sessions(
+        self, parent_id: str, *, offset: int = 0, limit: int = 20
+    ) -> list[SessionRow]:
+        """One page of a session's subagent children, finished ones included (S-OBS-1).
+
+        Ordered by creation; ``limit`` is clamped to 1..100, ``offset`` to >= 0.
+        """
+        limit = min(max(limit, 1), MAX_PAGE_SIZE)
+        offset = max(offset, 0)
+        rows = self._db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions"
+            " WHERE parent_id = ? AND task_type = 'subagent_child'"
+            " ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            (parent_id, limit, offset),
+        ).fetchall()
+        return [SessionRow(*row) for row in rows]
+
+    def count_child_sessions(self, parent_id: str) -> int:
+        """How many subagent children a session has, finished ones included (S-OBS-1)."""
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM sessions WHERE parent_id = ? AND task_type = 'subagent_child'",
+            (parent_id,),
+        ).fetchone()
+        return int(row[0])
+
+    # -- messages and events ----------------------------------------------
+
+    def append_message(self, session_id: str, message: ChatMessage) -> int:
+        """Append a message to a session's transcript; returns its ``seq``."""
+        return self._append(
+            "messages",
+            "message, created_at",
+            session_id,
+            (message.model_dump_json(), time.time()),
+        )
+
+    def messages(self, session_id: str) -> list[ChatMessage]:
+        """A session's transcript, in order."""
+        rows = self._db.execute(
+            "SELECT message FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+        return [ChatMessage.model_validate_json(row[0]) for row in rows]
+
+    def append_event(self, session_id: str, name: str, data: dict[str, Any]) -> int:
+        """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``."""
+        return self._append(
+            "events",
+            "name, data, ts",
+            session_id,
+            (name, json.dumps(data, separators=(",", ":")), time.time()),
+        )
+
+    def events(
+        self, session_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRow]:
+        """A session's events with ``seq > after_seq``, in order, at most ``limit``."""
+        rows = self._db.execute(
+            "SELECT seq, name, data, ts FROM events WHERE session_id = ? AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),
+        ).fetchall()
+        return [EventRow(seq, name, json.loads(data), ts) for seq, name, data, ts in rows]
+
+    def _append(self, table: str, columns: str, session_id: str, values: tuple[object, ...]) -> int:
+        placeholders = ", ".join("?" * (len(values) + 2))
+        with self._write():
+            row = self._db.execute(
+                f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            seq = int(row[0])
+            try:
+                self._db.execute(
+                    f"INSERT INTO {table} (session_id, seq, {columns}) VALUES ({placeholders})",
+                    (session_id, seq, *values),
+                )
+            except sqlite3.IntegrityError as error:
+                raise _unknown_session(session_id) from error
+            self._db.execute(
+                "UPDATE sessions SET updated_at = ? WHERE session_id = ?",
+                (time.time(), session_id),
+            )
+        return seq
+
+    # -- tasks ------------------------------------------------------------
+
+    def save_task(self, record: TaskRecord) -> None:
+        """Insert or replace a task record.
+
+        A stored ``notified = true`` is kept even when ``record`` says false
+        (a stale copy must not re-arm a notification, S-NOTE-3).
+        """
+        self._db.execute(
+            "INSERT INTO tasks"
+            " (task_id, parent_session_id, kind, status, notified, created_at, record)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (task_id) DO UPDATE SET"
+            " parent_session_id = excluded.parent_session_id, kind = excluded.kind,"
+            " status = excluded.status, created_at = excluded.created_at,"
+            " notified = tasks.notified OR excluded.notified,"
+            " record = CASE WHEN tasks.notified"
+            "   THEN json_set(excluded.record, '$.notified', json('true'))"
+            "   ELSE excluded.record END",
+            (
+                record.task_id,
+                record.parent_session_id,
+                record.kind,
+                record.status,
+                int(record.notified),
+                record.created_at,
+                record.model_dump_json(),
+            ),
+        )
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task with exactly that id, or ``None``."""
+        row = self._db.execute("SELECT record FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return None if row is None else TaskRecord.model_validate_json(row[0])
+
+    def tasks_for_session(self, parent_session_id: str) -> list[TaskRecord]:
+        """Every task a session launched, in creation order."""
+        rows = self._db.execute(
+            "SELECT record FROM tasks WHERE parent_session_id = ? ORDER BY created_at, rowid",
+            (parent_session_id,),
+        ).fetchall()
+        return [TaskRecord.model_validate_json(row[0]) for row in rows]
+
+    def find_task(self, prefix_or_id: str) -> TaskRecord | None:
+        """The task with that id, else the one task whose id starts with it, else ``None``.
+
+        Raises ``AmbiguousTaskIdError`` (naming the candidates) when the prefix
+        matches several tasks.
+        """
+        if not prefix_or_id:
+            return None
+        exact = self.get_task(prefix_or_id)
+        if exact is not None:
+            return exact
+        rows = self._db.execute(
+            "SELECT task_id, record FROM tasks WHERE substr(task_id, 1, ?) = ?"
+            " ORDER BY task_id LIMIT 6",
+            (len(prefix_or_id), prefix_or_id),
+        ).fetchall()
+        if not rows:
+            return None
+        if len(rows) > 1:
+            shown = ", ".join(task_id for task_id, _ in rows[:5])
+            more = ", ..." if len(rows) > 5 else ""
+            raise AmbiguousTaskIdError(
+                f"task id prefix {prefix_or_id!r} matches several tasks ({shown}{more}):"
+                " give more characters"
+            )
+        return TaskRecord.model_validate_json(rows[0][1])
+
+    def claim_notification(self, task_id: str) -> bool:
+        """Set a task's ``notified`` flag; ``True`` only for the call that set it (S-NOTE-3).
+
+        The check and the set are one SQL statement, so two processes (or two
+        registries) cannot both claim the same task.
+        """
+        cursor = self._db.execute(
+            "UPDATE tasks SET notified = 1, record = json_set(record, '$.notified', json('true'))"
+            " WHERE task_id = ? AND notified = 0",
+            (task_id,),
+        )
+        return cursor.rowcount == 1
+
+
+def _unknown_session(session_id: str) -> UnknownSessionError:
+    return UnknownSessionError(
+        f"no session {session_id!r} in the store: create_session must come first"
+    )

@@ -1,0 +1,318 @@
+"""``SubagentRun``: one subagent, from launch to its single terminal record.
+
+The order of effects is part of the contract:
+
+1. the child session is persisted, then ``SubagentSpawned`` is emitted on the
+   parent session (S-RUN-2: concurrent spawns must all be listed);
+2. the task is registered with its output dir and ``metadata.json`` (S-RUN-1);
+3. the worker is spawned and the run is ``running`` once its handshake is done
+   (a background launch returns to the parent model at this point, S-RUN-4);
+4. the agent runs; its transcript and tool events go to the child session;
+5. on any end (answer, partial, crash, kill, cancellation) the output files
+   and the registry are written once, then ``SubagentStopped`` is emitted and,
+   for a background run, exactly one notification is queued (S-NOTE-1..3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+from protocol import AgentOutcome, AgentRunSpec, ChatMessage, ResourceLimits, Usage
+
+from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
+from ._handle import WorkerHandle
+from ._notifications import Command, build_task_notification
+from ._tasks import TaskRecord, TaskUsage
+
+if TYPE_CHECKING:
+    from ._host import Subvisor
+
+__all__ = ["SubagentLaunch", "SubagentRun", "new_agent_id"]
+
+log = logging.getLogger("subvisor")
+
+
+def new_agent_id() -> str:
+    """A fresh agentId; the child session id is ``sess_subagent_<agentId>``."""
+    return f"agent_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentLaunch:
+    """Everything decided about a subagent before it starts."""
+
+    parent_session_id: str
+    description: str
+    prompt: str
+    subagent_type: str
+    system: str
+    tools: tuple[str, ...]
+    model: str
+    max_turns: int
+    background: bool
+    cwd: str
+    limits: ResourceLimits
+    tool_use_id: str | None = None
+    agent_id: str = field(default_factory=new_agent_id)
+    history: tuple[ChatMessage, ...] = ()
+    generation: int = 0
+
+    @property
+    def child_session_id(self) -> str:
+        """The child's session id (S-RUN-2)."""
+        return f"sess_subagent_{self.agent_id}"
+
+    @property
+    def agent_keys(self) -> tuple[str, ...]:
+        """Scenario keys for the scripted provider: description, type, then default."""
+        return (self.description, self.subagent_type, "default")
+
+
+class SubagentRun:
+    """A launched subagent; the host drives ``run`` in its nursery."""
+
+    def __init__(self, host: Subvisor, launch: SubagentLaunch) -> None:
+        self.host = host
+        self.launch = launch
+        self.task_id = launch.agent_id
+        self.handle: WorkerHandle | None = None
+        self.ready = trio.Event()
+        self.done = trio.Event()
+        self.outcome: AgentOutcome | None = None
+        self.model_calls = 0
+        # A resumed run continues its conversation, and the scripted
+        # provider's turn numbering with it.
+        self._earlier_calls = sum(1 for m in launch.history if m.role == "assistant")
+        self.tool_calls = 0
+        self.usage = Usage()
+        self.record: TaskRecord | None = None
+        self.launch_error: str | None = None
+        self._cancel_scope = trio.CancelScope()
+        self._stop_reason: str | None = None
+        self._process_groups: set[int] = set()
+        self._started = time.monotonic()
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def register(self) -> TaskRecord:
+        """Persist the child session, announce it, register the task (steps 1-2)."""
+        launch, store = self.launch, self.host.store
+        store.create_session(
+            launch.child_session_id,
+            parent_id=launch.parent_session_id,
+            task_type="subagent_child",
+            agent_type=launch.subagent_type,
+            description=launch.description,
+            model=launch.model,
+            cwd=launch.cwd,
+        )
+        store.append_event(
+            launch.parent_session_id,
+            "SubagentSpawned",
+            {
+                "agentId": self.task_id,
+                "child_session_id": launch.child_session_id,
+                "description": launch.description,
+                "subagent_type": launch.subagent_type,
+                "background": launch.background,
+                "model": launch.model,
+            },
+        )
+        for message in launch.history:
+            store.append_message(launch.child_session_id, message)
+        output_dir = self.host.output_dir(launch.parent_session_id, self.task_id)
+        self.record = self.host.registry.register(
+            TaskRecord(
+                task_id=self.task_id,
+                kind="local_agent",
+                parent_session_id=launch.parent_session_id,
+                child_session_id=launch.child_session_id,
+                description=launch.description,
+                subagent_type=launch.subagent_type,
+                prompt=launch.prompt,
+                model=launch.model,
+                status="pending",
+                background=launch.background,
+                tool_use_id=launch.tool_use_id,
+                output_dir=str(output_dir),
+                output_file=str(output_dir / "output.txt"),
+                result=None,
+                error=None,
+                usage=TaskUsage(),
+                generation=launch.generation,
+                created_at=time.time(),
+                ended_at=None,
+            )
+        )
+        self.host.registry.set_stopper(self.task_id, self.stop)
+        return self.record
+
+    async def run(self) -> None:
+        """Spawn, run the agent, record the end. Never raises (the host's nursery must live)."""
+        status: Literal["completed", "failed", "killed"] = "failed"
+        result: str | None = None
+        error: str | None = None
+        worker_exit: str | None = None
+        try:
+            with self._cancel_scope:
+                self.handle = await self.host.supervisor.spawn(self.launch.limits)
+                self.host.bind_worker(self.handle.worker_id, self)
+                self.host.registry.update(self.task_id, status="running")
+                self.ready.set()
+                self.outcome = await self._run_agent(self.handle)
+                status, result = "completed", self.outcome.text
+            if self._cancel_scope.cancelled_caught:
+                status, error = "killed", self._stop_reason or "stopped"
+        except WorkerExitedError as exc:
+            worker_exit = exc.exit.reason
+            error = f"the subagent's worker process ended: {exc.exit.reason}"
+        except WorkerRequestError as exc:
+            error = f"{exc.code}: {exc.message}"
+        except SubvisorError as exc:
+            error = str(exc)
+            self.launch_error = error
+        except Exception as exc:  # a bug here must not kill the host
+            log.exception("subagent %s failed unexpectedly", self.task_id)
+            error = f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            with trio.CancelScope(shield=True):
+                exit = await self._release_worker()
+                if worker_exit is None and exit is not None and not exit.ok:
+                    worker_exit = exit.reason
+                self._finish(status, result, error, worker_exit, exit)
+
+    async def stop(self, reason: str = "stopped by request") -> None:
+        """Stop the run (S-RUN-6 stop); returns once it has ended."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._cancel_scope.cancel()
+        await self.done.wait()
+
+    # -- the agent ------------------------------------------------------------------
+
+    async def _run_agent(self, handle: WorkerHandle) -> AgentOutcome:
+        launch = self.launch
+        spec = AgentRunSpec(
+            agent_id=self.task_id,
+            system=launch.system,
+            prompt=launch.prompt,
+            history=launch.history,
+            tools=launch.tools,
+            max_turns=launch.max_turns,
+            cwd=launch.cwd,
+            model=launch.model,
+        )
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._record_events, handle)
+            try:
+                raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+            except Exception as exc:
+                # Raised outside the nursery, so callers see it unwrapped.
+                failure = exc
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return AgentOutcome.model_validate(raw)
+
+    async def _record_events(self, handle: WorkerHandle) -> None:
+        store, registry = self.host.store, self.host.registry
+        session = self.launch.child_session_id
+        async for event in handle.events():
+            data = event.data
+            if event.name == "message":
+                message = ChatMessage.model_validate(data.get("message"))
+                store.append_message(session, message)
+            elif event.name == "process_group":
+                pgid = data.get("pgid")
+                if isinstance(pgid, int) and pgid > 1:
+                    self._process_groups.add(pgid)
+            else:
+                store.append_event(session, event.name, data)
+                if event.name == "tool.started":
+                    registry.append_output(
+                        self.task_id, f"[tool] {data.get('name')} {_brief(data.get('input'))}\n"
+                    )
+                elif event.name == "tool.finished":
+                    self.tool_calls += 1
+
+    def count_model_call(self, usage: Usage) -> None:
+        """Account one model call made for this run."""
+        self.model_calls += 1
+        self.usage = self.usage + usage
+
+    @property
+    def next_call_index(self) -> int:
+        """The index of this agent's next model call over its whole conversation."""
+        return self._earlier_calls + self.model_calls
+
+    # -- the end --------------------------------------------------------------------
+
+    async def _release_worker(self) -> Any:
+        handle = self.handle
+        if handle is None:
+            return None
+        exit = await handle.shutdown(grace_s=2.0) if handle.alive else await handle.wait()
+        # Commands the agent started in their own process groups (Bash) die
+        # with it; a background job left behind is killed here.
+        for pgid in self._process_groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        self.host.unbind_worker(handle.worker_id)
+        return exit
+
+    def _finish(
+        self,
+        status: Literal["completed", "failed", "killed"],
+        result: str | None,
+        error: str | None,
+        worker_exit: str | None,
+        exit: Any,
+    ) -> None:
+        usage = TaskUsage(
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            cache_read_tokens=self.usage.cache_read_tokens,
+            cache_write_tokens=self.usage.cache_write_tokens,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+            cpu_seconds=exit.cpu_seconds if exit is not None else 0.0,
+            peak_rss_bytes=exit.peak_rss_bytes if exit is not None else 0,
+        )
+        host, launch = self.host, self.launch
+        self.record = host.registry.finish(
+            self.task_id, status, result=result, error=error, usage=usage, worker_exit=worker_exit
+        )
+        host.store.set_session_status(launch.child_session_id, status)
+        host.store.append_event(
+            launch.parent_session_id,
+            "SubagentStopped",
+            {"agentId": self.task_id, "status": status, "error": error},
+        )
+        self.ready.set()
+        self.done.set()
+        if self.record.background and host.registry.mark_notified(self.task_id):
+            host.command_queue(launch.parent_session_id).enqueue(
+                Command(
+                    kind="task-notification",
+                    priority="next",
+                    text=build_task_notification(self.record),
+                    generation=launch.generation,
+                    task_id=self.task_id,
+                )
+            )
+
+
+def _brief(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

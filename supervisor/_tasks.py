@@ -1,0 +1,423 @@
+"""The task registry: background agents and background Bash commands (S-RUN-1, S-RUN-6).
+
+Every task has a record (``TaskRecord``) in three places that agree: the
+registry's memory (this process), the session store (other processes,
+later runs), and ``metadata.json`` in its output dir (people and scripts).
+Its output dir also holds ``task.output`` (the running log) and
+``output.txt`` (the final result or error).
+
+Invariants:
+
+- A task ends once: the first ``finish`` (or ``stop``) decides its terminal
+  status; later ones return the record unchanged.
+- ``mark_notified`` answers ``True`` once per task, across registries and
+  processes (the flag lives in the store, S-NOTE-3).
+- ``update`` never moves a task to a terminal status; only ``finish`` does,
+  so ``wait`` is always woken.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._errors import SubvisorError
+from ._paths import agent_output_dir
+
+if TYPE_CHECKING:
+    from ._store import SessionStore
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "DuplicateTaskError",
+    "TaskError",
+    "TaskKind",
+    "TaskNotRunningError",
+    "TaskRecord",
+    "TaskRegistry",
+    "TaskStatus",
+    "TaskStopper",
+    "TaskUsage",
+    "UnknownTaskError",
+    "new_task_id",
+]
+
+TaskStatus = Literal["pending", "running", "completed", "failed", "killed"]
+TaskKind = Literal["local_agent", "local_bash"]
+TaskStopper = Callable[[], Awaitable[None]]
+
+#: Statuses a task never leaves.
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed"})
+
+#: The error of a task ended by ``TaskRegistry.stop``.
+STOPPED_BY_REQUEST = "stopped by request"
+
+METADATA_FILE = "metadata.json"
+RESULT_FILE = "output.txt"
+LOG_FILE = "task.output"
+
+_ID_PREFIXES: dict[TaskKind, str] = {"local_agent": "agent", "local_bash": "bash"}
+
+
+class TaskError(SubvisorError):
+    """A task registry operation cannot be done."""
+
+
+class UnknownTaskError(TaskError, LookupError):
+    """No task with that id is known."""
+
+
+class DuplicateTaskError(TaskError):
+    """A task with that id is already registered."""
+
+
+class TaskNotRunningError(TaskError):
+    """The task has already ended (or cannot be stopped from here)."""
+
+
+class TaskUsage(BaseModel):
+    """What a task consumed: tokens, calls, time, CPU and memory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    duration_ms: int = 0
+    cpu_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input, output and cache tokens together."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+class TaskRecord(BaseModel):
+    """One task: a subagent (``local_agent``) or a background command (``local_bash``).
+
+    ``task_id`` is the agentId for agents. ``output_dir`` and ``output_file``
+    may be left empty: ``TaskRegistry.register`` fills them in (S-RUN-1).
+    ``generation`` is the parent's branch generation at launch (S-NOTE-3).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    kind: TaskKind
+    parent_session_id: str
+    description: str
+    child_session_id: str | None = None
+    subagent_type: str | None = None
+    prompt: str | None = None
+    model: str | None = None
+    status: TaskStatus = "pending"
+    background: bool = False
+    notified: bool = False
+    tool_use_id: str | None = None
+    output_dir: str = ""
+    output_file: str = ""
+    result: str | None = None
+    error: str | None = None
+    usage: TaskUsage = TaskUsage()
+    generation: int = 0
+    created_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None
+    worker_exit: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the task has ended (completed, failed or killed)."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def log_file(self) -> str:
+        """Path of ``task.output``, the task's running log."""
+        return str(Path(self.output_dir) / LOG_FILE)
+
+
+def new_task_id(kind: TaskKind) -> str:
+    """A fresh task id: ``agent_<hex>`` or ``bash_<hex>``."""
+    return f"{_ID_PREFIXES[kind]}_{uuid.uuid4().hex}"
+
+
+@dataclass
+class _Entry:
+    record: TaskRecord
+    ended: trio.Event = field(default_factory=trio.Event)
+    stopper: TaskStopper | None = None
+    stopping: bool = False
+
+
+class TaskRegistry:
+    """This process's tasks, persisted to the store and to each task's output dir.
+
+    One list / output / stop interface for agents and background Bash (S-RUN-6).
+    Tasks of other processes or earlier runs are readable (``get``,
+    ``read_output``, ``mark_notified``) through the store.
+    """
+
+    def __init__(self, store: SessionStore, home: Path) -> None:
+        self._store = store
+        self._home = home
+        self._entries: dict[str, _Entry] = {}
+
+    def register(self, record: TaskRecord) -> TaskRecord:
+        """Add a new pending or running task; creates its output dir and files (S-RUN-1).
+
+        Fills in ``output_dir`` (``home/agents/<parent>/<task_id>``) and
+        ``output_file`` when they are empty. Raises ``DuplicateTaskError`` for
+        an id already registered or stored.
+        """
+        if record.is_terminal:
+            raise TaskError(
+                f"task {record.task_id!r} cannot be registered as {record.status}:"
+                " register it pending or running, then finish it"
+            )
+        if record.task_id in self._entries or self._store.get_task(record.task_id) is not None:
+            raise DuplicateTaskError(f"task {record.task_id!r} is already registered")
+        output_dir = record.output_dir or str(
+            agent_output_dir(self._home, record.parent_session_id, record.task_id)
+        )
+        record = record.model_copy(
+            update={
+                "output_dir": output_dir,
+                "output_file": record.output_file or str(Path(output_dir) / RESULT_FILE),
+            }
+        )
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        Path(record.output_file).write_text("", encoding="utf-8")
+        Path(record.log_file).write_text("", encoding="utf-8")
+        self._persist(record)
+        self._entries[record.task_id] = _Entry(record)
+        return record
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        """The task's current record: this process's copy, else the store's, else ``None``."""
+        entry = self._entries.get(task_id)
+        return entry.record if entry is not None else self._store.get_task(task_id)
+
+    def list(self, parent_session_id: str | None = None) -> builtins.list[TaskRecord]:
+        """This process's tasks (of one parent session, if given), in creation order."""
+        return [
+            entry.record
+            for entry in self._entries.values()
+            if parent_session_id is None or entry.record.parent_session_id == parent_session_id
+        ]
+
+    def running(self) -> builtins.list[TaskRecord]:
+        """This process's tasks that have not ended yet (pending or running)."""
+        return [entry.record for entry in self._entries.values() if not entry.record.is_terminal]
+
+    def update(self, task_id: str, /, **changes: Any) -> TaskRecord:
+        """Change fields of a live task (validated), rewriting metadata.json and the store.
+
+        ``task_id`` cannot change, and a terminal ``status`` is refused: use
+        ``finish``.
+        """
+        entry = self._entry(task_id)
+        if "task_id" in changes and changes["task_id"] != task_id:
+            raise TaskError(f"task {task_id!r} cannot be renamed")
+        if changes.get("status") in TERMINAL_STATUSES:
+            raise TaskError(
+                f"update cannot end task {task_id!r}: call finish(task_id, status) instead"
+            )
+        if entry.record.is_terminal and "status" in changes:
+            raise TaskNotRunningError(
+                f"task {task_id!r} already {entry.record.status}; a task ends once"
+                " and cannot change its status again"
+            )
+        record = TaskRecord.model_validate({**entry.record.model_dump(), **changes})
+        self._persist(record)
+        entry.record = record
+        return record
+
+    def append_output(self, task_id: str, text: str) -> None:
+        """Append to the task's running log, ``task.output``."""
+        record = self._entry(task_id).record
+        with open(record.log_file, "a", encoding="utf-8") as log:
+            log.write(text)
+
+    def finish(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+        usage: TaskUsage | None = None,
+        worker_exit: str | None = None,
+    ) -> TaskRecord:
+        """End a task: write ``output.txt`` (the result, else the error), persist, wake waiters.
+
+        A task ends once: finishing an already ended task returns its record
+        unchanged. ``usage.duration_ms``, when zero, becomes the task's wall time.
+        """
+        if status not in TERMINAL_STATUSES:
+            raise TaskError(
+                f"finish needs a terminal status (completed, failed, killed), not {status!r}"
+            )
+        entry = self._entry(task_id)
+        if entry.record.is_terminal:
+            return entry.record
+        ended_at = time.time()
+        usage = usage if usage is not None else entry.record.usage
+        if usage.duration_ms == 0:
+            wall_ms = round((ended_at - entry.record.created_at) * 1000)
+            usage = usage.model_copy(update={"duration_ms": max(wall_ms, 0)})
+        record = entry.record.model_copy(
+            update={
+                "status": status,
+                "result": result,
+                "error": error,
+                "usage": usage,
+                "worker_exit": worker_exit,
+                "ended_at": ended_at,
+            }
+        )
+        output = result if result is not None else (error or "")
+        _write_atomically(Path(record.output_file), output)
+        self._persist(record)
+        entry.record = record
+        entry.stopper = None
+        entry.ended.set()
+        return record
+
+    def mark_notified(self, task_id: str) -> bool:
+        """Claim the task's one completion notification: ``True`` exactly once (S-NOTE-3).
+
+        The claim is made in the store, so it holds across registries and
+        processes.
+        """
+        entry = self._entries.get(task_id)
+        if entry is None and self._store.get_task(task_id) is None:
+            raise _unknown_task(task_id)
+        if not self._store.claim_notification(task_id):
+            return False
+        if entry is not None:
+            entry.record = entry.record.model_copy(update={"notified": True})
+            record: TaskRecord | None = entry.record
+        else:
+            record = self._store.get_task(task_id)
+        # A task of another machine's home has no output dir here to update.
+        if record is not None and Path(record.output_dir).is_dir():
+            _write_metadata(record)
+        return True
+
+    def set_stopper(self, task_id: str, stopper: TaskStopper) -> None:
+        """Set how ``stop`` ends this task (cancel the agent's worker, kill the command).
+
+        The stopper should return once the task has stopped; if its runner
+        calls ``finish`` before then, that finish (with its usage) wins. On a
+        task that has already ended this does nothing.
+        """
+        entry = self._entry(task_id)
+        if not entry.record.is_terminal:
+            entry.stopper = stopper
+
+    async def stop(self, task_id: str) -> TaskRecord:
+        """Stop a task and return its final record (S-RUN-6).
+
+        Calls the task's stopper; a task the stopper left unfinished ends as
+        ``killed`` with error "stopped by request". A pending task without a
+        stopper simply ends as ``killed``. Raises ``UnknownTaskError`` or
+        ``TaskNotRunningError`` with a message saying why.
+        """
+        entry = self._entries.get(task_id)
+        if entry is None:
+            stored = self._store.get_task(task_id)
+            if stored is None:
+                raise _unknown_task(task_id)
+            if stored.is_terminal:
+                raise _not_running(stored)
+            raise TaskNotRunningError(
+                f"task {task_id!r} belongs to another subvisor process (or one that ended);"
+                " stop it from the process that runs it"
+            )
+        if entry.record.is_terminal:
+            raise _not_running(entry.record)
+        if entry.stopping:
+            # A second stop waits for the first one rather than calling the stopper again.
+            await entry.ended.wait()
+            return entry.record
+        stopper = entry.stopper
+        if stopper is None:
+            if entry.record.status == "running":
+                raise TaskNotRunningError(
+                    f"task {task_id!r} is still starting and cannot be stopped yet;"
+                    " try again in a moment"
+                )
+            await trio.lowlevel.checkpoint()
+            return self.finish(task_id, "killed", error=STOPPED_BY_REQUEST)
+        entry.stopping = True
+        try:
+            await stopper()
+        finally:
+            entry.stopping = False
+        return self.finish(task_id, "killed", error=STOPPED_BY_REQUEST)
+
+    def read_output(self, task_id: str) -> str:
+        """``output.txt`` of an ended task, else its running log ``task.output``."""
+        record = self.get(task_id)
+        if record is None:
+            raise _unknown_task(task_id)
+        path = Path(record.output_file if record.is_terminal else record.log_file)
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError as error:
+            raise TaskError(f"output of task {task_id!r} is missing: {path}") from error
+
+    async def wait(self, task_id: str) -> TaskRecord:
+        """Wait until this process's task ``task_id`` has ended; returns its final record."""
+        entry = self._entry(task_id)
+        await entry.ended.wait()
+        return entry.record
+
+    def _entry(self, task_id: str) -> _Entry:
+        entry = self._entries.get(task_id)
+        if entry is None:
+            raise _unknown_task(task_id)
+        return entry
+
+    def _persist(self, record: TaskRecord) -> None:
+        _write_metadata(record)
+        self._store.save_task(record)
+
+
+def _write_metadata(record: TaskRecord) -> None:
+    _write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # Other processes (``subvisor logs``) read these files while we write:
+    # they must see the old content or the new one, never half of it.
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _unknown_task(task_id: str) -> UnknownTaskError:
+    return UnknownTaskError(f"no task {task_id!r}: see `subvisor ps` for the known task ids")
+
+
+def _not_running(record: TaskRecord) -> TaskNotRunningError:
+    return TaskNotRunningError(
+        f"task {record.task_id!r} already {record.status}; there is nothing to stop"
+    )

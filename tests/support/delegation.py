@@ -1,0 +1,32 @@
+"""Helpers for delegation tests: scenario files and a Subvisor on a temporary home."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from protocol import ResourceLimits
+from supervisor import Subvisor, SubvisorSettings
+
+
+def write_scenario(path: Path, agents: dict[str, list[dict[str, Any]]]) -> str:
+    """Write a scripted scenario and return its ``scripted:PATH`` model string."""
+    path.write_text(yaml.safe_dump({"agents": agents}, sort_keys=False))
+    return f"scripted:{path}"
+
+
+def agent_call(description: str, prompt: str, **extra: Any) -> dict[str, Any]:
+    """One Agent tool call of a scripted turn."""
+    return {"name": "Agent", "input": {"description": description, "prompt": prompt, **extra}}
+
+
+@asynccontextmanager
+async def subvisor(home: Path, **settings: Any) -> AsyncIterator[Subvisor]:
+    """A Subvisor whose state lives under ``home``, with a short idle watchdog."""
+    settings.setdefault("subagent_limits", ResourceLimits(memory_mb=1024, idle_timeout_s=30))
+    async with Subvisor(SubvisorSettings(home=home, **settings)) as host:
+        yield host

@@ -1,0 +1,318 @@
+"""Delegation end to end: a root agent, the Agent tool, real worker processes.
+
+S-TOOL-1..6, S-RUN-1..4, S-RUN-8, S-NOTE-1..3, S-PROF-1, S-PROF-7, S-POL-1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from supervisor import RootSession
+from tests.support.delegation import agent_call, subvisor, write_scenario
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    for i in range(8):
+        (root / f"module_{i}.py").write_text(f"def handler_{i}():\n    return 'secret-{i}'\n")
+    return root
+
+
+async def test_eight_parallel_foreground_explore_agents_all_report_back(
+    tmp_path: Path, project: Path
+) -> None:
+    """Acceptance: 8 foreground Explore agents in one message; every answer reaches the root."""
+    agents: dict[str, list[dict[str, object]]] = {
+        "root": [
+            {
+                "tool_calls": [
+                    agent_call(f"scan module {i}", f"Find handler_{i}", subagent_type="Explore")
+                    for i in range(8)
+                ]
+            },
+            {"text": "Summary:\n{{tool_result}}"},
+        ]
+    }
+    for i in range(8):
+        agents[f"scan module {i}"] = [
+            {"tool_calls": [{"name": "Grep", "input": {"pattern": f"secret-{i}", "output_mode": "content"}}]},
+            {"text": "found {{tool_result}}"},
+        ]
+    model = write_scenario(tmp_path / "scenario.yaml", agents)
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=project)
+        outcome = await root.run("scan everything")
+        records = host.registry.list(root.session_id)
+        spawned = host.store.events(root.session_id)
+    assert outcome.status == "completed"
+    for i in range(8):
+        assert f"module_{i}.py:2:    return 'secret-{i}'" in outcome.text
+    assert len(records) == 8 and all(r.status == "completed" for r in records)
+    # Eight different worker processes ran them (each with its own pid in its exit).
+    assert all(r.usage.peak_rss_bytes > 0 for r in records)
+    # S-RUN-2: every concurrent spawn is announced, each after its session exists.
+    announced = [e for e in spawned if e.name == "SubagentSpawned"]
+    assert {e.data["agentId"] for e in announced} == {r.task_id for r in records}
+
+
+async def test_hundred_background_agents_with_segfaults_notify_exactly_once(tmp_path: Path) -> None:
+    """Acceptance: 100 background agents, 10 segfault: 100 notifications, each once."""
+    calls = [
+        agent_call(f"job {i}", f"do job {i}", run_in_background=True) for i in range(100)
+    ]
+    agents: dict[str, list[dict[str, object]]] = {
+        "root": [{"tool_calls": calls}, {"text": "launched"}]
+        + [{"text": f"noted batch {n}"} for n in range(100)],
+    }
+    for i in range(100):
+        agents[f"job {i}"] = [{"fault": "segfault"}] if i % 10 == 3 else [{"text": f"done {i}"}]
+    model = write_scenario(tmp_path / "scenario.yaml", agents)
+    notifications: list[str] = []
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("launch the jobs")
+        for message in root.loop.messages:
+            if message.role == "user" and "<task-notification>" in message.content:
+                assert message.content.startswith("[SYSTEM NOTIFICATION - NOT USER INPUT]")
+                notifications.extend(message.content.split("<task-notification>")[1:])
+        records = host.registry.list(root.session_id)
+        stored = host.store.tasks_for_session(root.session_id)
+    ids = [n.split("<task-id>")[1].split("</task-id>")[0] for n in notifications]
+    assert len(ids) == 100 and len(set(ids)) == 100
+    failed = [r for r in records if r.status == "failed"]
+    assert len(failed) == 10
+    assert all("SIGSEGV" in (r.error or "") for r in failed)
+    assert sum("<status>failed</status>" in n for n in notifications) == 10
+    # The store agrees with the registry, and every task is notified and terminal.
+    assert {(r.task_id, r.status, r.notified) for r in stored} == {
+        (r.task_id, r.status, True) for r in records
+    }
+
+
+async def test_api_keys_never_reach_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Model calls cross the pipe to the supervisor; no key is in a worker's env or any frame."""
+    from supervisor import Subvisor, SubvisorSettings
+    from tests.support.provider_server import CannedResponse, ProviderServer
+
+    secret = "sk-test-NEVER-IN-A-WORKER"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    frames: list[bytes] = []
+    scenario = write_scenario(
+        tmp_path / "s.yaml",
+        {"root": [{"tool_calls": [agent_call("ask the model", "hi")]}, {"text": "{{tool_result}}"}]},
+    )
+    with ProviderServer() as server:
+        server.enqueue(
+            CannedResponse.json(
+                {
+                    "choices": [{"message": {"role": "assistant", "content": "child answer"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                }
+            )
+        )
+        settings = SubvisorSettings.model_validate(
+            {
+                "home": tmp_path / "home",
+                "gateway": {"providers": {"openai": {"api": "openai", "base_url": server.base_url, "streaming": False}}},
+            }
+        )
+        async with Subvisor(settings, wire_tap=lambda _w, frame: frames.append(frame)) as host:
+            root = RootSession(host, model=scenario, cwd=tmp_path)
+            # The child runs on the HTTP provider; the root stays scripted.
+            root.agent_tool._current_model = lambda: "openai:gpt-test"  # type: ignore[method-assign]
+            outcome = await root.run("go")
+        sent = server.requests
+    assert "child answer" in outcome.text
+    assert sent[0].headers["authorization"] == f"Bearer {secret}"
+    assert frames and not any(secret.encode() in frame for frame in frames)
+
+
+async def test_max_turns_ends_the_run_as_partial_with_a_marker(tmp_path: Path) -> None:
+    """S-PROF-7: maxTurns really limits the child's model turns."""
+    loop_turn = {"tool_calls": [{"name": "LS", "input": {"path": "."}}], "text": "still looking"}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("endless", "look")]}, {"text": "{{tool_result}}"}],
+            "endless": [loop_turn] * 10,
+        },
+    )
+    async with subvisor(tmp_path / "home", max_turns=3) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+    assert "stopped after reaching maxTurns=3" in outcome.text
+    assert "status: partial" in outcome.text
+    assert record.usage.model_calls == 3
+
+
+async def test_subagent_type_matching_and_errors(tmp_path: Path) -> None:
+    """S-TOOL-2: normalised match; unknown types list what exists. S-TOOL-5: hidden Task alias."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("one", "x", subagent_type="EXPLORE"),
+                        agent_call("two", "x", subagent_type="General_Purpose"),
+                        agent_call("three", "x", subagent_type="nope"),
+                        {"name": "Task", "input": {"description": "four", "prompt": "x"}},
+                    ]
+                },
+                {"text": "{{tool_result}}"},
+            ],
+            "default": [{"text": "ok"}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        spec_names = [spec.name for spec in root.loop._tools.specs]
+        await root.run("go")
+        records = {r.description: r for r in host.registry.list(root.session_id)}
+        results = [m for m in root.loop.messages if m.role == "tool"]
+    assert "Task" not in spec_names and "Agent" in spec_names
+    assert records["one"].subagent_type == "Explore"
+    assert records["two"].subagent_type == "general-purpose"
+    assert records["four"].subagent_type == "general-purpose"
+    assert "three" not in records
+    unknown = results[2]
+    assert unknown.is_error and "nope" in unknown.content and "Explore" in unknown.content
+
+
+async def test_children_never_get_the_agent_tool(tmp_path: Path) -> None:
+    """S-POL-1/S-RUN-7: a child calling Agent gets an error result; no grandchild exists."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("child", "try")]}, {"text": "{{tool_result}}"}],
+            "child": [
+                {"tool_calls": [agent_call("grandchild", "x")]},
+                {"text": "child saw: {{tool_result}}"},
+            ],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        records = host.registry.list()
+    assert "tool 'Agent' is not available to this agent" in outcome.text
+    assert [r.description for r in records] == ["child"]
+
+
+async def test_output_files_and_child_session(tmp_path: Path) -> None:
+    """S-RUN-1/S-RUN-2: output dir files, child session id and parent link."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("writer", "x")]}, {"text": "done"}],
+            "writer": [
+                {"tool_calls": [{"name": "LS", "input": {"path": "."}}]},
+                {"text": "final words"},
+            ],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        child = host.store.get_session(record.child_session_id or "")
+        transcript = host.store.messages(record.child_session_id or "")
+    out = Path(record.output_dir)
+    assert out == tmp_path / "home" / "agents" / root.session_id / record.task_id
+    assert json.loads((out / "metadata.json").read_text())["status"] == "completed"
+    assert (out / "output.txt").read_text() == "final words"
+    assert "[tool] LS" in (out / "task.output").read_text()
+    assert child is not None and child.parent_id == root.session_id
+    assert child.task_type == "subagent_child"
+    assert record.child_session_id == f"sess_subagent_{record.task_id}"
+    assert [m.role for m in transcript] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_foreground_abort_cancels_the_child_but_not_a_background_one(tmp_path: Path) -> None:
+    """S-RUN-3 / S-RUN-4."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("bg", "x", run_in_background=True)]},
+                {"tool_calls": [agent_call("fg", "x")]},
+            ],
+            "bg": [{"text": "bg finished", "latency_ms": 1500}],
+            "fg": [{"tool_calls": [{"name": "Bash", "input": {"command": "sleep 60"}}]}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        with trio.move_on_after(1.0):
+            await root.ask("go")
+        records = {r.description: r for r in host.registry.list(root.session_id)}
+        assert records["fg"].status == "killed"
+        assert "aborted" in (records["fg"].error or "")
+        bg = host.runs[records["bg"].task_id]
+        await bg.done.wait()
+        assert host.registry.get(bg.task_id).status == "completed"  # type: ignore[union-attr]
+
+
+async def test_resume_with_task_id_continues_the_earlier_conversation(tmp_path: Path) -> None:
+    """S-TOOL-1: task_id continues an earlier child with its context."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("first", "remember 42")]},
+                {"text": "ok"},
+            ],
+            "first": [{"text": "I will remember 42"}, {"text": "you said 42 before"}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.ask("go")
+        [first] = host.registry.list(root.session_id)
+        result = await root.agent_tool.invoke(
+            {"description": "first", "prompt": "what did I say?", "task_id": first.task_id}
+        )
+        records = host.registry.list(root.session_id)
+        second = records[-1]
+        transcript = host.store.messages(second.child_session_id or "")
+    assert "you said 42 before" in result.text
+    assert [m.content for m in transcript][:2] == ["remember 42", "I will remember 42"]
+
+
+async def test_opencode_result_style(tmp_path: Path) -> None:
+    """S-TOOL-6: opencode's <task><task_result> form."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("a", "x")]}, {"text": "{{tool_result}}"}],
+            "a": [{"text": "the answer"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", result_style="opencode") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+    assert '<task id="agent_' in outcome.text
+    assert 'state="completed"><task_result>the answer</task_result></task>' in outcome.text
+
+
+async def test_running_out_of_scripted_turns_fails_the_child_naming_the_key(tmp_path: Path) -> None:
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("short", "x")]}, {"text": "{{tool_result}}"}],
+            "short": [{"tool_calls": [{"name": "LS", "input": {"path": "."}}]}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+    assert "failed" in outcome.text and "'short'" in outcome.text
+    assert os.path.exists(tmp_path / "home" / "subvisor.db")

@@ -1,0 +1,19 @@
+"""The agent runtime: one loop for every agent, and the ports it talks through."""
+
+from ._command import AGENT_COMMANDS
+from ._faults import EXIT_FAULT_CODE, commit_fault
+from ._loop import AgentLoop
+from ._ports import EventSink, ModelPort, ToolPort
+from ._toolbox import HostTool, Toolbox
+
+__all__ = [
+    "AGENT_COMMANDS",
+    "EXIT_FAULT_CODE",
+    "AgentLoop",
+    "EventSink",
+    "HostTool",
+    "ModelPort",
+    "ToolPort",
+    "Toolbox",
+    "commit_fault",
+]

@@ -1,0 +1,49 @@
+"""The agent loop's view of the world: small interfaces it is given, never imports.
+
+In a worker these cross the pipe to the supervisor; in the root session they
+are the real thing. That keeps one loop for both, testable without processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
+
+from ..tools import ToolOutput
+
+__all__ = ["EventSink", "ModelPort", "ToolPort"]
+
+
+class ModelPort(Protocol):
+    """Makes one model call."""
+
+    async def call(self, request: ModelRequest) -> ModelResult:
+        """Answer ``request``; raise on provider errors."""
+        ...
+
+
+class ToolPort(Protocol):
+    """The tools an agent may call."""
+
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """The tools as offered to the model."""
+        ...
+
+    def is_concurrency_safe(self, name: str) -> bool:
+        """True when calls of ``name`` may run at the same time as other safe calls."""
+        ...
+
+    async def call(self, call: ToolCall) -> ToolOutput:
+        """Run one tool call; failures are results with ``is_error``, not exceptions."""
+        ...
+
+
+class EventSink(Protocol):
+    """Receives what the agent does, for transcripts and live views."""
+
+    async def emit(self, name: str, data: dict[str, Any]) -> None:
+        """Record one event."""
+        ...

@@ -1,0 +1,83 @@
+"""``Toolbox``: an agent's tools: the local ones plus any its host adds (Agent, MCP)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from protocol import ToolCall, ToolSpec
+
+from ..tools import LocalToolSet, ToolContext, ToolOutput
+
+__all__ = ["HostTool", "Toolbox"]
+
+# Local tools that only read: several may run at once.
+_CONCURRENCY_SAFE_LOCAL = frozenset({"Read", "Glob", "Grep", "LS"})
+
+
+class HostTool(Protocol):
+    """A tool implemented by the agent's host rather than by ``worker.tools``."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The tool as offered to the model."""
+        ...
+
+    @property
+    def aliases(self) -> Sequence[str]:
+        """Other names the model may call it by (never shown to the model)."""
+        ...
+
+    @property
+    def concurrency_safe(self) -> bool:
+        """True when it may run alongside other safe calls."""
+        ...
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Run the call; failures are error results."""
+        ...
+
+
+class Toolbox:
+    """Dispatches tool calls to local tools or host tools by name."""
+
+    def __init__(
+        self, local: LocalToolSet, context: ToolContext, host_tools: Sequence[HostTool] = ()
+    ) -> None:
+        self._local = local
+        self._context = context
+        self._host: dict[str, HostTool] = {}
+        for tool in host_tools:
+            for name in (tool.spec.name, *tool.aliases):
+                self._host[name] = tool
+        self._specs = (*local.specs, *(tool.spec for tool in host_tools))
+
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """Every tool offered to the model (aliases hidden)."""
+        return self._specs
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names offered to the model."""
+        return tuple(spec.name for spec in self._specs)
+
+    def is_concurrency_safe(self, name: str) -> bool:
+        """Whether a call of ``name`` may overlap other safe calls."""
+        host = self._host.get(name)
+        if host is not None:
+            return host.concurrency_safe
+        return name in _CONCURRENCY_SAFE_LOCAL
+
+    async def call(self, call: ToolCall) -> ToolOutput:
+        """Run ``call`` with whichever tool answers to its name."""
+        host = self._host.get(call.name)
+        if host is not None:
+            return await host(call)
+        if call.name in self._local or not self._host:
+            return await self._local.run(call.name, call.input, self._context)
+        available = ", ".join(self.names) or "none"
+        return ToolOutput(
+            f"Error: no tool named {call.name!r} is available. Available tools: {available}.",
+            is_error=True,
+        )

@@ -1,0 +1,38 @@
+"""The ports of an agent running inside a worker: everything crosses the pipe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import ModelRequest, ModelResult
+
+from .._channel import SupervisorLink
+from ._faults import commit_fault
+
+__all__ = ["PipeEventSink", "PipeModelPort"]
+
+
+class PipeModelPort:
+    """Model calls go to the supervisor, which holds the keys and picks the model."""
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def call(self, request: ModelRequest) -> ModelResult:
+        """Ask the supervisor's gateway; commit the fault a scripted turn orders."""
+        raw = await self._link.request("model.call", request.model_dump(mode="python"))
+        result = ModelResult.model_validate(raw)
+        if result.fault is not None:
+            commit_fault(result.fault)
+        return result
+
+
+class PipeEventSink:
+    """Events become ``event`` frames to the supervisor."""
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def emit(self, name: str, data: dict[str, Any]) -> None:
+        """Send one event frame."""
+        await self._link.emit(name, data)
