@@ -25,6 +25,7 @@ import trio
 from ._tasks import TaskRecord
 
 __all__ = [
+    "MAX_NOTIFICATION_CHARS",
     "NOTIFICATION_PREFIX",
     "Command",
     "CommandKind",
@@ -38,7 +39,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: What a queued command is.
 CommandKind = Literal["task-notification", "subagent-message", "user"]
+#: How soon the parent must see it: ``now`` interrupts, ``next`` goes in at the next
+#: step or turn, ``later`` waits until the parent is idle.
 CommandPriority = Literal["now", "next", "later"]
 
 #: First line of a model turn made of notifications and messages (S-NOTE-2).

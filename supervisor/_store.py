@@ -33,6 +33,8 @@ from ._errors import SubvisorError
 from ._tasks import TaskRecord
 
 __all__ = [
+    "BUSY_TIMEOUT_MS",
+    "MAX_PAGE_SIZE",
     "SCHEMA_VERSION",
     "AmbiguousTaskIdError",
     "DuplicateSessionError",
@@ -53,6 +55,7 @@ BUSY_TIMEOUT_MS = 5_000
 #: The most children one page of ``list_child_sessions`` returns (S-OBS-1).
 MAX_PAGE_SIZE = 100
 
+#: A session's place in the tree: the user's root session or a subagent's (S-RUN-2).
 SessionTaskType = Literal["root", "subagent_child"]
 
 _SCHEMA = """
@@ -291,7 +294,7 @@ class SessionStore:
         """The most recently created root session, or ``None``."""
         row = self._db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE task_type = 'root'"
-            " ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            " ORDER BY rowid DESC LIMIT 1"
         ).fetchone()
         return None if row is None else SessionRow(*row)
 
@@ -307,7 +310,7 @@ class SessionStore:
         rows = self._db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions"
             " WHERE parent_id = ? AND task_type = 'subagent_child'"
-            " ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            " ORDER BY rowid LIMIT ? OFFSET ?",
             (parent_id, limit, offset),
         ).fetchall()
         return [SessionRow(*row) for row in rows]

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from ._store import SessionStore
 
 __all__ = [
+    "LOG_FILE",
+    "METADATA_FILE",
+    "RESULT_FILE",
+    "STOPPED_BY_REQUEST",
     "TERMINAL_STATUSES",
     "DuplicateTaskError",
     "TaskError",
@@ -51,8 +55,11 @@ __all__ = [
     "new_task_id",
 ]
 
+#: Where a task is in its life; the last three are terminal.
 TaskStatus = Literal["pending", "running", "completed", "failed", "killed"]
+#: A subagent or a background Bash command (S-RUN-6).
 TaskKind = Literal["local_agent", "local_bash"]
+#: How ``TaskRegistry.stop`` ends a running task.
 TaskStopper = Callable[[], Awaitable[None]]
 
 #: Statuses a task never leaves.
@@ -61,6 +68,7 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed"})
 #: The error of a task ended by ``TaskRegistry.stop``.
 STOPPED_BY_REQUEST = "stopped by request"
 
+#: The files of a task's output dir (S-RUN-1): its record, its final output, its running log.
 METADATA_FILE = "metadata.json"
 RESULT_FILE = "output.txt"
 LOG_FILE = "task.output"

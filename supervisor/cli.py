@@ -3,34 +3,67 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from ._doctor import run_checks
 
     console = Console()
     checks = run_checks()
-    table = Table(title="subvisor doctor", show_lines=False)
+    table = Table(title="subvisor doctor")
     table.add_column("check")
     table.add_column("ok")
     table.add_column("detail")
     for check in checks:
         table.add_row(check.name, "[green]yes[/]" if check.ok else "[red]NO[/]", check.detail)
     console.print(table)
-    failed = [check for check in checks if not check.ok]
+    failed = [check.name for check in checks if not check.ok]
     if failed:
-        console.print(
-            f"[red]{len(failed)} check(s) failed:[/] " + "; ".join(c.name for c in failed)
-        )
+        console.print(f"[red]{len(failed)} check(s) failed:[/] " + ", ".join(failed))
         return 1
     console.print("[green]all checks passed[/]")
     return 0
+
+
+def _run(args: argparse.Namespace, *, demo: bool) -> int:
+    from ._cli_run import RunRequest, demo_scenario_path, run_command
+    from ._config_files import load_settings
+
+    cwd = Path(args.cwd).resolve()
+    settings = load_settings(cwd)
+    if demo:
+        model = f"scripted:{demo_scenario_path()}"
+        prompt = "Survey this directory."
+    else:
+        model = args.model or os.environ.get("SUBVISOR_MODEL") or settings.model or ""
+        prompt = args.prompt
+        if not model:
+            Console(stderr=True).print(
+                "[red]no model configured[/]: pass --model provider:model (for example "
+                "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or scripted:scenario.yaml), "
+                "set SUBVISOR_MODEL, or put `model = ...` in subvisor.toml"
+            )
+            return 2
+    return run_command(
+        RunRequest(
+            prompt=prompt,
+            model=model,
+            cwd=cwd,
+            settings=settings,
+            json=args.json,
+            timeout_s=args.timeout,
+            narrate=demo,
+        )
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,15 +72,61 @@ def build_parser() -> argparse.ArgumentParser:
         prog="subvisor", description="Run AI subagents as isolated, supervised processes."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     doctor = commands.add_parser("doctor", help="check this machine and time a worker spawn")
     doctor.set_defaults(handler=_doctor)
+
+    for name, helptext in (
+        ("run", "run a root agent on PROMPT; it may delegate to subagents"),
+        ("demo", "offline demo on the built-in scripted model"),
+    ):
+        sub = commands.add_parser(name, help=helptext)
+        if name == "run":
+            sub.add_argument("prompt", help="the task for the root agent")
+            sub.add_argument(
+                "--model", help="provider:model for the root (and inheriting children)"
+            )
+        sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+        sub.add_argument("--cwd", default=".", help="working directory of the agents")
+        sub.add_argument("--timeout", type=float, help="stop everything after this many seconds")
+        sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
+
+    ps = commands.add_parser("ps", help="list the tasks of the latest (or a given) session")
+    ps.add_argument("session", nargs="?", help="session id (default: the latest root session)")
+    ps.add_argument("--json", action="store_true")
+    ps.set_defaults(handler=lambda a: _tasks("ps", a))
+
+    logs = commands.add_parser("logs", help="a subagent's transcript and output")
+    logs.add_argument("task_id", help="agentId (a unique prefix is enough)")
+    logs.set_defaults(handler=lambda a: _tasks("logs", a))
+
+    stop = commands.add_parser("stop", help="stop a running subagent")
+    stop.add_argument("task_id", help="agentId (a unique prefix is enough)")
+    stop.set_defaults(handler=lambda a: _tasks("stop", a))
     return parser
+
+
+def _tasks(command: str, args: argparse.Namespace) -> int:
+    from ._cli_tasks import logs_command, ps_command, stop_command
+
+    if command == "ps":
+        return ps_command(args.session, args.json)
+    if command == "logs":
+        return logs_command(args.task_id)
+    return stop_command(args.task_id)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
+    from ._config_files import ConfigError
+    from ._errors import NestedSupervisorError
+
     args = build_parser().parse_args(argv)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except (ConfigError, NestedSupervisorError) as exc:
+        Console(stderr=True).print(f"[red]{exc}[/]")
+        return 2
     return code
 
 

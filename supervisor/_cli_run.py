@@ -1,0 +1,231 @@
+"""``subvisor run`` and ``subvisor demo``: a root session from the command line."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from protocol import AgentOutcome, ChatMessage
+
+from ._control import serve_control
+from ._host import Subvisor
+from ._root import RootSession
+from ._settings import SubvisorSettings
+from ._tasks import TaskRecord
+from .providers import ModelError
+
+__all__ = [
+    "RunRequest",
+    "demo_scenario_path",
+    "run_command",
+    "tasks_table",
+    "wide_console",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What ``subvisor run`` was asked to do."""
+
+    prompt: str
+    model: str
+    cwd: Path
+    settings: SubvisorSettings
+    json: bool = False
+    timeout_s: float | None = None
+    #: Print every root message of the run, not only the final answer (the demo).
+    narrate: bool = False
+
+
+def wide_console(*, stderr: bool = False) -> Console:
+    """A console; when output is not a terminal, wide enough for the task tables."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    return console
+
+
+def demo_scenario_path() -> Path:
+    """The scripted scenario shipped for ``subvisor demo``."""
+    return Path(str(resources.files("supervisor") / "data" / "demo.yaml"))
+
+
+def _elapsed(record: TaskRecord) -> str:
+    end = record.ended_at or time.time()
+    return f"{end - record.created_at:.1f}s"
+
+
+def tasks_table(records: list[TaskRecord], title: str) -> Table:
+    """A table of subagent tasks for a terminal."""
+    table = Table(title=title, title_justify="left")
+    for column in ("agentId", "description", "type", "status", "tools", "tokens", "time"):
+        table.add_column(column)
+    table.add_column("note", overflow="fold")
+    colours = {"completed": "green", "failed": "red", "killed": "yellow", "running": "cyan"}
+    for r in sorted(records, key=lambda r: r.created_at):
+        colour = colours.get(r.status, "white")
+        table.add_row(
+            r.task_id,
+            r.description + (" (bg)" if r.background else ""),
+            r.subagent_type or "-",
+            f"[{colour}]{r.status}[/]",
+            str(r.usage.tool_calls),
+            str(r.usage.total_tokens),
+            _elapsed(r),
+            r.worker_exit or r.error or "",
+        )
+    return table
+
+
+def _live_table(host: Subvisor, session_id: str) -> Table:
+    records = host.registry.list(session_id)
+    for r in records:
+        run = host.runs.get(r.task_id)
+        if run is not None and not r.is_terminal:
+            r = r.model_copy(
+                update={"usage": r.usage.model_copy(update={"tool_calls": run.tool_calls})}
+            )
+    return tasks_table(records, "subagents")
+
+
+async def _show_progress(host: Subvisor, root: RootSession, console: Console) -> None:
+    with Live(_live_table(host, root.session_id), console=console, transient=True) as live:
+        while True:
+            await trio.sleep(0.2)
+            live.update(_live_table(host, root.session_id))
+
+
+def _usage_summary(outcome: AgentOutcome | None, records: list[TaskRecord]) -> dict[str, Any]:
+    root = outcome.usage if outcome is not None else None
+    children = {
+        "input_tokens": sum(r.usage.input_tokens for r in records),
+        "output_tokens": sum(r.usage.output_tokens for r in records),
+        "model_calls": sum(r.usage.model_calls for r in records),
+        "tool_calls": sum(r.usage.tool_calls for r in records),
+    }
+    root_usage = {
+        "input_tokens": root.input_tokens if root else 0,
+        "output_tokens": root.output_tokens if root else 0,
+    }
+    return {
+        "root": root_usage,
+        "subagents": children,
+        "total_tokens": sum(root_usage.values())
+        + children["input_tokens"]
+        + children["output_tokens"],
+    }
+
+
+async def _run(
+    request: RunRequest, console: Console
+) -> tuple[int, dict[str, Any], list[TaskRecord]]:
+    outcome: AgentOutcome | None = None
+    status = "completed"
+    async with Subvisor(request.settings) as host:
+        root = RootSession(host, model=request.model, cwd=request.cwd)
+        async with serve_control(host, root.session_id):
+            deadline = trio.move_on_after(request.timeout_s) if request.timeout_s else nullcontext()
+            with deadline as scope:
+                async with trio.open_nursery() as nursery:
+                    if console.is_terminal and not request.json:
+                        nursery.start_soon(_show_progress, host, root, console)
+                    outcome = await root.run(request.prompt)
+                    nursery.cancel_scope.cancel()
+            if scope is not None and scope.cancelled_caught:
+                status = "timeout"
+                for run in list(host.runs.values()):
+                    await run.stop(f"the run timed out after {request.timeout_s:g} s")
+        records = host.registry.list(root.session_id)
+        narration = [
+            _narrate(message) for message in root.loop.messages if _narrate(message) is not None
+        ]
+        report = {
+            "session_id": root.session_id,
+            "status": outcome.status if outcome is not None else status,
+            "answer": outcome.text if outcome is not None else None,
+            "narration": narration,
+            "usage": _usage_summary(outcome, records),
+            "tasks": [
+                {
+                    "agentId": r.task_id,
+                    "description": r.description,
+                    "subagent_type": r.subagent_type,
+                    "background": r.background,
+                    "status": r.status,
+                    "error": r.error,
+                    "usage": r.usage.model_dump(),
+                    "output_file": r.output_file,
+                }
+                for r in records
+            ],
+        }
+    return (0 if outcome is not None else 124), report, records
+
+
+_NARRATION_LINES = 12
+
+
+def _clip_lines(text: str) -> str:
+    lines = text.splitlines()
+    if len(lines) <= _NARRATION_LINES:
+        return text
+    hidden = len(lines) - _NARRATION_LINES
+    return "\n".join([*lines[:_NARRATION_LINES], f"   ... ({hidden} more lines)"])
+
+
+def _narrate(message: ChatMessage) -> str | None:
+    if message.role == "assistant" and message.content.strip():
+        # Long tool results quoted in a message are clipped per section.
+        return "\n\n".join(_clip_lines(part) for part in message.content.split("\n\n"))
+    if message.role == "user" and "<task-notification>" in message.content:
+        lines = []
+        for fragment in message.content.split("<task-notification>")[1:]:
+            summary = re.search(r"<summary>(.*?)</summary>", fragment, re.S)
+            body = re.search(r"<(?:result|error)>(.*?)</(?:result|error)>", fragment, re.S)
+            line = f"[notification] {html.unescape(summary.group(1)) if summary else ''}"
+            if body:
+                line += f": {_clip_lines(html.unescape(body.group(1)).strip())}"
+            lines.append(line)
+        return "\n".join(lines)
+    return None
+
+
+def run_command(request: RunRequest) -> int:
+    """Run a root session to completion and print its answer (or JSON); return the exit code."""
+    console = wide_console(stderr=request.json)
+    try:
+        code, report, records = trio.run(_run, request, console)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: every running subagent was stopped (killed)[/]")
+        return 130
+    except ModelError as exc:
+        console.print(f"[red]model error:[/] {exc}")
+        return 1
+    if request.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return code
+    if request.narrate:
+        for text in report["narration"]:
+            console.print(text, markup=False, highlight=False)
+            console.print()
+    elif report["answer"] is not None:
+        console.print(report["answer"], markup=False, highlight=False)
+    else:
+        console.print(f"[yellow]the run timed out after {request.timeout_s:g} s[/]")
+    if records:
+        console.print()
+        console.print(tasks_table(records, f"subagents of session {report['session_id']}"))
+    return code

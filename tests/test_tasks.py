@@ -1,0 +1,356 @@
+"""The task registry (S-RUN-1, S-RUN-6, S-NOTE-3), with real output dirs and a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from pydantic import ValidationError
+
+from supervisor._paths import agent_output_dir, database_path, subvisor_home
+from supervisor._store import SessionStore
+from supervisor._tasks import (
+    DuplicateTaskError,
+    TaskError,
+    TaskNotRunningError,
+    TaskRecord,
+    TaskRegistry,
+    TaskUsage,
+    UnknownTaskError,
+    new_task_id,
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[SessionStore]:
+    with SessionStore(home / "subvisor.db") as opened:
+        yield opened
+
+
+@pytest.fixture
+def registry(store: SessionStore, home: Path) -> TaskRegistry:
+    return TaskRegistry(store, home)
+
+
+def agent(task_id: str = "agent_1", parent: str = "sess_root", **fields: object) -> TaskRecord:
+    return TaskRecord.model_validate(
+        {
+            "task_id": task_id,
+            "kind": "local_agent",
+            "parent_session_id": parent,
+            "description": "find the bug",
+            "subagent_type": "Explore",
+            "prompt": "Find where the parser drops bytes.",
+            "background": True,
+            "tool_use_id": "toolu_1",
+            **fields,
+        }
+    )
+
+
+def read_metadata(record: TaskRecord) -> TaskRecord:
+    return TaskRecord.model_validate(
+        json.loads((Path(record.output_dir) / "metadata.json").read_text())
+    )
+
+
+def test_register_creates_output_dir_and_files_s_run_1(
+    registry: TaskRegistry, store: SessionStore, home: Path
+) -> None:
+    record = registry.register(agent())
+    output_dir = home / "agents" / "sess_root" / "agent_1"
+    assert record.output_dir == str(output_dir)
+    assert record.output_file == str(output_dir / "output.txt")
+    assert record.log_file == str(output_dir / "task.output")
+    assert (output_dir / "output.txt").read_text() == ""
+    assert (output_dir / "task.output").read_text() == ""
+    assert read_metadata(record) == record
+    assert store.get_task("agent_1") == record
+    assert registry.get("agent_1") == record
+
+
+def test_register_refuses_duplicates_terminal_records_and_path_tricks(
+    registry: TaskRegistry, store: SessionStore, home: Path
+) -> None:
+    registry.register(agent())
+    with pytest.raises(DuplicateTaskError, match="agent_1"):
+        registry.register(agent())
+    # Registered by an earlier run: only in the store.
+    store.save_task(agent("agent_old"))
+    with pytest.raises(DuplicateTaskError, match="agent_old"):
+        TaskRegistry(store, home).register(agent("agent_old"))
+    with pytest.raises(TaskError, match="register it pending or running"):
+        registry.register(agent("agent_2", status="completed"))
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        registry.register(agent("../../escape"))
+
+
+def test_update_validates_and_persists(registry: TaskRegistry, store: SessionStore) -> None:
+    registry.register(agent())
+    updated = registry.update("agent_1", status="running", child_session_id="sess_child")
+    assert updated.status == "running"
+    assert read_metadata(updated) == updated
+    assert store.get_task("agent_1") == updated
+    with pytest.raises(ValidationError):
+        registry.update("agent_1", status="sleeping")
+    with pytest.raises(ValidationError):
+        registry.update("agent_1", colour="blue")
+    with pytest.raises(TaskError, match="call finish"):
+        registry.update("agent_1", status="completed")
+    with pytest.raises(TaskError, match="cannot be renamed"):
+        registry.update("agent_1", task_id="agent_2")
+    with pytest.raises(UnknownTaskError, match="agent_9"):
+        registry.update("agent_9", status="running")
+    assert registry.get("agent_1") == updated
+
+
+def test_output_log_while_running_then_result_after_finish_s_run_6(
+    registry: TaskRegistry,
+) -> None:
+    registry.register(agent(status="running"))
+    registry.append_output("agent_1", "Read(main.py)\n")
+    registry.append_output("agent_1", "Grep(TODO)\n")
+    assert registry.read_output("agent_1") == "Read(main.py)\nGrep(TODO)\n"
+    usage = TaskUsage(input_tokens=10, output_tokens=5, tool_calls=2, duration_ms=1234)
+    finished = registry.finish("agent_1", "completed", result="found it", usage=usage)
+    assert finished.status == "completed"
+    assert finished.result == "found it"
+    assert finished.usage == usage
+    assert finished.ended_at is not None
+    assert Path(finished.output_file).read_text() == "found it"
+    assert registry.read_output("agent_1") == "found it"
+    assert Path(finished.log_file).read_text() == "Read(main.py)\nGrep(TODO)\n"
+    assert read_metadata(finished) == finished
+
+
+def test_a_task_ends_once(registry: TaskRegistry, store: SessionStore) -> None:
+    registry.register(agent(status="running"))
+    first = registry.finish("agent_1", "failed", error="worker crashed", worker_exit="SIGSEGV")
+    again = registry.finish("agent_1", "completed", result="late answer")
+    assert again == first
+    assert first.status == "failed"
+    assert Path(first.output_file).read_text() == "worker crashed"
+    assert store.get_task("agent_1") == first
+    with pytest.raises(TaskNotRunningError, match="already failed"):
+        registry.update("agent_1", status="running")
+    with pytest.raises(TaskError, match="terminal status"):
+        registry.finish("agent_1", "running")
+
+
+def test_finish_without_reported_duration_uses_wall_time(registry: TaskRegistry) -> None:
+    record = registry.register(agent(status="running", created_at=1.0))
+    finished = registry.finish(record.task_id, "completed", result="ok")
+    assert finished.ended_at is not None
+    assert finished.usage.duration_ms == round((finished.ended_at - 1.0) * 1000)
+
+
+def test_list_and_running_in_creation_order(registry: TaskRegistry) -> None:
+    registry.register(agent("agent_b"))
+    registry.register(agent("agent_a", parent="sess_other", status="running"))
+    registry.register(agent("agent_c", status="running"))
+    registry.finish("agent_c", "completed", result="")
+    assert [task.task_id for task in registry.list()] == ["agent_b", "agent_a", "agent_c"]
+    assert [task.task_id for task in registry.list("sess_root")] == ["agent_b", "agent_c"]
+    assert [task.task_id for task in registry.running()] == ["agent_b", "agent_a"]
+
+
+async def test_wait_returns_when_finished(registry: TaskRegistry) -> None:
+    registry.register(agent(status="running"))
+    finished: list[TaskRecord] = []
+
+    async def waiter() -> None:
+        finished.append(await registry.wait("agent_1"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert finished == []
+        registry.finish("agent_1", "completed", result="done")
+    assert [record.status for record in finished] == ["completed"]
+    assert (await registry.wait("agent_1")).result == "done"
+
+
+def test_mark_notified_is_true_once_across_registries_s_note_3(
+    registry: TaskRegistry, home: Path
+) -> None:
+    registry.register(agent(status="running"))
+    registry.finish("agent_1", "completed", result="done")
+    # A second process (or a restarted supervisor) on the same database.
+    with SessionStore(home / "subvisor.db") as other_store:
+        other = TaskRegistry(other_store, home)
+        assert other.mark_notified("agent_1") is True
+        assert registry.mark_notified("agent_1") is False
+        assert other.mark_notified("agent_1") is False
+    record = registry.get("agent_1")
+    assert record is not None
+    assert read_metadata(record).notified is True
+    with pytest.raises(UnknownTaskError):
+        registry.mark_notified("agent_none")
+
+
+def test_mark_notified_in_memory_task_persists(registry: TaskRegistry, home: Path) -> None:
+    registry.register(agent(status="running"))
+    assert registry.mark_notified("agent_1") is True
+    record = registry.get("agent_1")
+    assert record is not None
+    assert record.notified is True
+    # A later save of this task keeps the flag.
+    registry.update("agent_1", description="renamed")
+    with SessionStore(home / "subvisor.db") as other_store:
+        stored = other_store.get_task("agent_1")
+        assert stored is not None
+        assert stored.notified is True
+        assert TaskRegistry(other_store, home).mark_notified("agent_1") is False
+
+
+def test_another_process_reads_a_finished_tasks_output(registry: TaskRegistry, home: Path) -> None:
+    """``subvisor logs ID`` in a second process: record and output from store and files."""
+    registry.register(agent(status="running"))
+    registry.finish("agent_1", "completed", result="the answer")
+    with SessionStore(home / "subvisor.db") as other_store:
+        other = TaskRegistry(other_store, home)
+        assert other.list() == []
+        record = other.get("agent_1")
+        assert record is not None
+        assert record.status == "completed"
+        assert other.read_output("agent_1") == "the answer"
+    with pytest.raises(UnknownTaskError):
+        registry.read_output("agent_none")
+
+
+async def test_stop_calls_the_stopper_and_its_finish_wins_s_run_6(
+    registry: TaskRegistry,
+) -> None:
+    registry.register(agent(status="running"))
+    stopped: list[str] = []
+
+    async def stopper() -> None:
+        stopped.append("agent_1")
+        await trio.lowlevel.checkpoint()
+        registry.finish("agent_1", "killed", error="cancelled", usage=TaskUsage(tool_calls=3))
+
+    registry.set_stopper("agent_1", stopper)
+    record = await registry.stop("agent_1")
+    assert stopped == ["agent_1"]
+    assert record.status == "killed"
+    assert record.error == "cancelled"
+    assert record.usage.tool_calls == 3
+    with pytest.raises(TaskNotRunningError, match="already killed; there is nothing to stop"):
+        await registry.stop("agent_1")
+
+
+async def test_stop_kills_a_task_its_stopper_left_unfinished(registry: TaskRegistry) -> None:
+    registry.register(agent(status="running"))
+    calls: list[int] = []
+
+    async def stopper() -> None:
+        calls.append(1)
+        await trio.testing.wait_all_tasks_blocked()
+
+    registry.set_stopper("agent_1", stopper)
+    async with trio.open_nursery() as nursery:
+        # Two concurrent stops call the stopper once; both see the final record.
+        nursery.start_soon(registry.stop, "agent_1")
+        nursery.start_soon(registry.stop, "agent_1")
+    assert calls == [1]
+    record = registry.get("agent_1")
+    assert record is not None
+    assert record.status == "killed"
+    assert record.error == "stopped by request"
+    assert registry.read_output("agent_1") == "stopped by request"
+
+
+async def test_stop_errors_say_why(registry: TaskRegistry, store: SessionStore) -> None:
+    with pytest.raises(UnknownTaskError, match="no task 'agent_9'"):
+        await registry.stop("agent_9")
+    registry.register(agent("agent_pending"))
+    stopped = await registry.stop("agent_pending")
+    assert stopped.status == "killed"
+    registry.register(agent("agent_starting", status="running"))
+    with pytest.raises(TaskNotRunningError, match="still starting"):
+        await registry.stop("agent_starting")
+    store.save_task(agent("agent_elsewhere", status="running"))
+    with pytest.raises(TaskNotRunningError, match="another subvisor process"):
+        await registry.stop("agent_elsewhere")
+    store.save_task(agent("agent_done_elsewhere", status="completed"))
+    with pytest.raises(TaskNotRunningError, match="already completed"):
+        await registry.stop("agent_done_elsewhere")
+
+
+async def test_background_bash_shares_the_stop_and_output_interface_s_run_6(
+    registry: TaskRegistry,
+) -> None:
+    """A real background process registered as ``local_bash``: listed, logged, stopped."""
+    task_id = new_task_id("local_bash")
+    registry.register(
+        TaskRecord(
+            task_id=task_id,
+            kind="local_bash",
+            parent_session_id="sess_root",
+            description="sleep forever",
+            background=True,
+            status="running",
+        )
+    )
+    process = await trio.lowlevel.open_process(["sleep", "60"])
+
+    async def run() -> None:
+        code = await process.wait()
+        registry.append_output(task_id, f"exit {code}\n")
+        registry.finish(task_id, "killed", error=f"killed by signal {-code}")
+
+    async def stopper() -> None:
+        process.kill()
+        await registry.wait(task_id)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        registry.set_stopper(task_id, stopper)
+        assert [task.task_id for task in registry.running()] == [task_id]
+        record = await registry.stop(task_id)
+    assert record.kind == "local_bash"
+    assert record.status == "killed"
+    assert record.error == f"killed by signal {int(signal.SIGKILL)}"
+    assert await trio.Path(record.log_file).read_text() == f"exit {-int(signal.SIGKILL)}\n"
+    assert registry.running() == []
+
+
+def test_new_task_ids_are_unique_and_prefixed() -> None:
+    ids = {new_task_id("local_agent") for _ in range(100)}
+    assert len(ids) == 100
+    assert all(task_id.startswith("agent_") for task_id in ids)
+    assert new_task_id("local_bash").startswith("bash_")
+
+
+def test_total_tokens_counts_cache_tokens() -> None:
+    usage = TaskUsage(input_tokens=1, output_tokens=2, cache_read_tokens=4, cache_write_tokens=8)
+    assert usage.total_tokens == 15
+
+
+def test_home_comes_from_subvisor_home_else_the_user_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "custom"))
+    assert subvisor_home() == tmp_path / "custom"
+    monkeypatch.setenv("SUBVISOR_HOME", "")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert subvisor_home() == tmp_path / "user" / ".subvisor"
+    assert database_path(tmp_path) == tmp_path / "subvisor.db"
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "..\\x", "nul\0"])
+def test_output_dir_ids_must_be_plain_names_s_run_1(tmp_path: Path, bad: str) -> None:
+    assert agent_output_dir(tmp_path, "sess_1", "agent_1") == tmp_path / "agents/sess_1/agent_1"
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        agent_output_dir(tmp_path, bad, "agent_1")
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        agent_output_dir(tmp_path, "sess_1", bad)
