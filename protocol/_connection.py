@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -33,8 +33,10 @@ from ._messages import (
     Message,
     Progress,
     Response,
+    SupervisorMessage,
     SupervisorRequest,
     Welcome,
+    WorkerMessage,
     WorkerRequest,
     supervisor_message_adapter,
     worker_message_adapter,
@@ -75,7 +77,11 @@ _AWAIT_HELLO, _AWAIT_WELCOME = ConnectionState.AWAIT_HELLO, ConnectionState.AWAI
 _OPEN, _CLOSING = ConnectionState.OPEN, ConnectionState.CLOSING
 
 _OPEN_TRAFFIC = ("request", "response", "error", "progress", "heartbeat")
-_WORKER_AFTER_SHUTDOWN = ("response", "error", "progress", "event", "heartbeat")
+# The pipes are full duplex: whatever the worker sent before it read the
+# shutdown is still legal when it arrives, and the supervisor may still answer
+# or cancel the requests in flight.
+_WORKER_AFTER_SHUTDOWN = ("request", "response", "error", "progress", "event", "heartbeat")
+_SUPERVISOR_AFTER_SHUTDOWN = ("response", "error", "progress", "cancel")
 
 #: (state, sender, message type) -> next state. The single source of truth for
 #: who may say what, when.
@@ -87,6 +93,7 @@ _TRANSITIONS: dict[tuple[ConnectionState, Role, str], ConnectionState] = {
     (_OPEN, _S, "cancel"): _OPEN,
     (_OPEN, _S, "shutdown"): _CLOSING,
     **{(_CLOSING, _W, kind): _CLOSING for kind in _WORKER_AFTER_SHUTDOWN},
+    **{(_CLOSING, _S, kind): _CLOSING for kind in _SUPERVISOR_AFTER_SHUTDOWN},
 }
 
 _ADAPTERS: dict[Role, TypeAdapter[Any]] = {
@@ -102,6 +109,11 @@ def _known_types(adapter: TypeAdapter[Any]) -> frozenset[str]:
 
 
 _KNOWN_TYPES: dict[Role, frozenset[str]] = {role: _known_types(a) for role, a in _ADAPTERS.items()}
+#: The message classes each role may send (its direction's union).
+_SENDABLE: dict[Role, tuple[type, ...]] = {
+    _W: get_args(get_args(WorkerMessage)[0]),
+    _S: get_args(get_args(SupervisorMessage)[0]),
+}
 
 
 class Connection:
@@ -139,6 +151,11 @@ class Connection:
         """Check that we may send ``message`` now and return its frame."""
         self._raise_if_failed()
         try:
+            if not isinstance(message, _SENDABLE[self.our_role]):
+                raise ProtocolError(
+                    f"{self.our_role.value} may not send {type(message).__name__}: "
+                    "it belongs to the other direction"
+                )
             self._apply(self.our_role, message)
             return encode_frame(message.model_dump(mode="python"), self.limits)
         except ProtocolError as exc:
@@ -181,7 +198,7 @@ class Connection:
         if not isinstance(raw, dict):
             raise ProtocolError(f"frame from {peer.value} is a {type(raw).__name__}, not a map")
         kind = raw.get("type")
-        if kind not in _KNOWN_TYPES[peer]:
+        if not isinstance(kind, str) or kind not in _KNOWN_TYPES[peer]:
             raise ProtocolError(
                 f"message type {kind!r} is not part of the {peer.value}->"
                 f"{self.our_role.value} protocol"

@@ -43,11 +43,13 @@ class FrameLimits:
 
 def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     """Encode ``obj`` as one frame; refuse to produce a frame the peer would reject."""
+    limits = limits or FrameLimits()
+    _check_object(obj, limits, lengths=True)
     try:
         body: bytes = msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"cannot encode frame: {exc}") from exc
-    max_size = (limits or FrameLimits()).max_frame_size
+    max_size = limits.max_frame_size
     if len(body) > max_size:
         raise ProtocolError(
             f"frame of {len(body)} bytes exceeds max_frame_size ({max_size})",
@@ -56,23 +58,45 @@ def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def _check_nesting(obj: Any, max_nesting: int) -> None:
-    # Iterative walk: the decoded object is already bounded by the frame size,
-    # and recursion here would let a deep frame hit Python's recursion limit.
+def _check_object(obj: Any, limits: FrameLimits, *, lengths: bool) -> None:
+    """Check nesting (and, for outgoing objects, container and string sizes).
+
+    Iterative: the object is bounded by the frame size already, and
+    recursion would let a deep frame hit Python's recursion limit. Incoming
+    sizes were checked by msgpack while decoding, so ``lengths`` is only set
+    for objects about to be encoded.
+    """
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
+            if lengths and len(item) > limits.max_map_len:
+                raise _length_error("map", len(item), limits.max_map_len)
+            children: Any = (*item.keys(), *item.values()) if lengths else item.values()
+        elif isinstance(item, list | tuple):
+            if lengths and len(item) > limits.max_array_len:
+                raise _length_error("array", len(item), limits.max_array_len)
             children = item
         else:
+            if lengths:
+                if isinstance(item, str) and len(item) > limits.max_str_len:
+                    # Characters bound UTF-8 bytes from below; exact check below.
+                    if len(item.encode("utf-8", "surrogatepass")) > limits.max_str_len:
+                        raise _length_error("str", len(item), limits.max_str_len)
+                elif isinstance(item, bytes | bytearray) and len(item) > limits.max_bin_len:
+                    raise _length_error("bin", len(item), limits.max_bin_len)
             continue
-        if depth > max_nesting:
+        if depth > limits.max_nesting:
             raise ProtocolError(
-                f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting"
+                f"frame nesting exceeds max_nesting ({limits.max_nesting})", limit="max_nesting"
             )
         stack.extend((child, depth + 1) for child in children)
+
+
+def _length_error(kind: str, size: int, limit: int) -> ProtocolError:
+    return ProtocolError(
+        f"{kind} of length {size} exceeds max_{kind}_len ({limit})", limit=f"max_{kind}_len"
+    )
 
 
 class FrameDecoder:
@@ -136,11 +160,16 @@ class FrameDecoder:
             )
         except msgpack.ExtraData as exc:
             raise ProtocolError("frame body holds more than one msgpack object") from exc
+        except msgpack.StackError as exc:
+            # Deeper than msgpack's own unpack stack: far beyond ours too.
+            raise ProtocolError(
+                f"frame nesting exceeds max_nesting ({limits.max_nesting})", limit="max_nesting"
+            ) from exc
         except Exception as exc:
             # msgpack signals limit violations with ValueError naming the limit,
             # and malformed input with several other exception types.
             match = _MSGPACK_LIMIT.search(str(exc))
             limit = match.group(0) if match else None
             raise ProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
-        _check_nesting(obj, limits.max_nesting)
+        _check_object(obj, limits, lengths=False)
         return obj

@@ -46,7 +46,9 @@ WORKER_REQUEST_METHODS: tuple[str, ...] = get_args(WorkerMethod)
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict: a wire value of the wrong type is a protocol violation, never
+    # coerced ("7" is not an id, True is not 1).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class ResourceLimits(_Frozen):
@@ -79,7 +81,7 @@ class Hello(_Frozen):
     pid: int
     pgid: int
     spawn_mode: Literal["zygote", "exec"]
-    rlimits: dict[str, tuple[int, int]] = Field(default_factory=dict)
+    rlimits: dict[str, list[int]] = Field(default_factory=dict)
 
 
 class WorkerRequest(_Frozen):

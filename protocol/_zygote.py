@@ -85,8 +85,16 @@ _report_adapter: TypeAdapter[ZygoteReport] = TypeAdapter(ZygoteReport)
 
 
 def encode_control(message: BaseModel) -> bytes:
-    """One control datagram."""
-    data: bytes = msgpack.packb(message.model_dump(mode="python"), use_bin_type=True)
+    """One control datagram; refuses what the receiver could not read whole."""
+    try:
+        data: bytes = msgpack.packb(message.model_dump(mode="python"), use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"cannot encode control datagram: {exc}") from exc
+    if len(data) > MAX_CONTROL_DATAGRAM:
+        raise ProtocolError(
+            f"control datagram of {len(data)} bytes exceeds {MAX_CONTROL_DATAGRAM}",
+            limit="max_control_datagram",
+        )
     return data
 
 

@@ -6,7 +6,6 @@ S-TOOL-1..6, S-RUN-1..4, S-RUN-8, S-NOTE-1..3, S-PROF-1, S-PROF-7, S-POL-1.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -42,7 +41,11 @@ async def test_eight_parallel_foreground_explore_agents_all_report_back(
     }
     for i in range(8):
         agents[f"scan module {i}"] = [
-            {"tool_calls": [{"name": "Grep", "input": {"pattern": f"secret-{i}", "output_mode": "content"}}]},
+            {
+                "tool_calls": [
+                    {"name": "Grep", "input": {"pattern": f"secret-{i}", "output_mode": "content"}}
+                ]
+            },
             {"text": "found {{tool_result}}"},
         ]
     model = write_scenario(tmp_path / "scenario.yaml", agents)
@@ -64,9 +67,7 @@ async def test_eight_parallel_foreground_explore_agents_all_report_back(
 
 async def test_hundred_background_agents_with_segfaults_notify_exactly_once(tmp_path: Path) -> None:
     """Acceptance: 100 background agents, 10 segfault: 100 notifications, each once."""
-    calls = [
-        agent_call(f"job {i}", f"do job {i}", run_in_background=True) for i in range(100)
-    ]
+    calls = [agent_call(f"job {i}", f"do job {i}", run_in_background=True) for i in range(100)]
     agents: dict[str, list[dict[str, object]]] = {
         "root": [{"tool_calls": calls}, {"text": "launched"}]
         + [{"text": f"noted batch {n}"} for n in range(100)],
@@ -96,7 +97,9 @@ async def test_hundred_background_agents_with_segfaults_notify_exactly_once(tmp_
     }
 
 
-async def test_api_keys_never_reach_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_api_keys_never_reach_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Model calls cross the pipe to the supervisor; no key is in a worker's env or any frame."""
     from supervisor import Subvisor, SubvisorSettings
     from tests.support.provider_server import CannedResponse, ProviderServer
@@ -106,13 +109,23 @@ async def test_api_keys_never_reach_a_worker(tmp_path: Path, monkeypatch: pytest
     frames: list[bytes] = []
     scenario = write_scenario(
         tmp_path / "s.yaml",
-        {"root": [{"tool_calls": [agent_call("ask the model", "hi")]}, {"text": "{{tool_result}}"}]},
+        {
+            "root": [
+                {"tool_calls": [agent_call("ask the model", "hi")]},
+                {"text": "{{tool_result}}"},
+            ]
+        },
     )
     with ProviderServer() as server:
         server.enqueue(
             CannedResponse.json(
                 {
-                    "choices": [{"message": {"role": "assistant", "content": "child answer"}, "finish_reason": "stop"}],
+                    "choices": [
+                        {
+                            "message": {"role": "assistant", "content": "child answer"},
+                            "finish_reason": "stop",
+                        }
+                    ],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 2},
                 }
             )
@@ -120,7 +133,11 @@ async def test_api_keys_never_reach_a_worker(tmp_path: Path, monkeypatch: pytest
         settings = SubvisorSettings.model_validate(
             {
                 "home": tmp_path / "home",
-                "gateway": {"providers": {"openai": {"api": "openai", "base_url": server.base_url, "streaming": False}}},
+                "gateway": {
+                    "providers": {
+                        "openai": {"api": "openai", "base_url": server.base_url, "streaming": False}
+                    }
+                },
             }
         )
         async with Subvisor(settings, wire_tap=lambda _w, frame: frames.append(frame)) as host:
@@ -315,4 +332,4 @@ async def test_running_out_of_scripted_turns_fails_the_child_naming_the_key(tmp_
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
     assert "failed" in outcome.text and "'short'" in outcome.text
-    assert os.path.exists(tmp_path / "home" / "subvisor.db")
+    assert (tmp_path / "home" / "subvisor.db").is_file()

@@ -97,7 +97,7 @@ async def test_idle_worker_with_nothing_pending_is_not_killed(sup: Supervisor) -
 
 
 async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
-    """A worker whose own request to the parent is pending (an approval, a model call) is not hung."""
+    """A worker waiting on its own request to the parent (approval, model call) is not hung."""
 
     async def slow_handler(handle: Any, request: Any) -> Any:
         await trio.sleep(0.6)

@@ -58,7 +58,7 @@ async def test_resource_limits_are_applied_before_ready(sup: Supervisor) -> None
     handle = await sup.spawn(limits)
     assert handle.hello is not None
     assert handle.hello.rlimits["RLIMIT_CPU"][0] == 30
-    assert handle.hello.rlimits["RLIMIT_NOFILE"] == (256, 256)
+    assert handle.hello.rlimits["RLIMIT_NOFILE"] == [256, 256]
     info = await handle.request("info")
     assert tuple(info["rlimits"]["RLIMIT_AS"]) == (4096 * 2**20, 4096 * 2**20)
     assert tuple(info["rlimits"]["RLIMIT_CORE"]) == (0, 0)

@@ -36,7 +36,7 @@ def die_with_parent(expected_parent: int) -> None:
         os._exit(1)
 
 
-def apply_resource_limits(limits: ResourceLimits) -> dict[str, tuple[int, int]]:
+def apply_resource_limits(limits: ResourceLimits) -> dict[str, list[int]]:
     """Apply the rlimit-backed caps to this process; return what is now in force.
 
     Hard limits are lowered too, so the worker cannot raise them back. The
@@ -67,4 +67,4 @@ def apply_resource_limits(limits: ResourceLimits) -> dict[str, tuple[int, int]]:
         resource.RLIMIT_AS: "RLIMIT_AS",
         resource.RLIMIT_NOFILE: "RLIMIT_NOFILE",
     }
-    return {names[which]: resource.getrlimit(which) for which in wanted}
+    return {names[which]: list(resource.getrlimit(which)) for which in wanted}

@@ -94,7 +94,7 @@ async def serve(
     *,
     worker_id: str,
     spawn_mode: SpawnMode,
-    rlimits: dict[str, tuple[int, int]],
+    rlimits: dict[str, list[int]],
     commands: dict[str, CommandHandler] | None = None,
 ) -> int:
     """Handshake with the supervisor and answer its requests until told to stop."""

@@ -1,0 +1,188 @@
+"""Request/response latency: ``WorkerHandle.request("echo")`` vs two baselines.
+
+- subvisor: one zygote worker; each sample is one ``await handle.request``
+  (frame encode, protocol checks, pipe write, the worker's trio loop, reply).
+- raw_pipe: a peer process (``benchmarks._peers``) on two ``os.pipe``s,
+  blocking ``os.read``/``os.write``, 4-byte length prefix + msgpack. The
+  messages are the very dicts subvisor puts on the wire, so the bytes per
+  message are the same.
+- mp_pipe: a ``multiprocessing.Pipe`` (socketpair + pickle) to a ``spawn``
+  child, sending the same dicts.
+
+The three run interleaved in rounds (the order rotating each round), so a
+burst of machine noise lands on all of them alike; percentiles are over all
+samples of all rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgpack
+import trio
+
+from protocol import SupervisorRequest, encode_frame
+from supervisor import Supervisor, SupervisorConfig, WorkerHandle
+
+from . import Report
+from ._peers import HEADER, FrameReader, mp_pipe_echo, reply_to, write_all
+from ._stats import percentile, rounded
+
+__all__ = ["TARGETS", "add_arguments", "run"]
+
+TARGETS = {"ratio_vs_raw": ("<=", 2.0)}
+
+_METHODS = ("subvisor", "raw_pipe", "mp_pipe")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--samples", type=int, default=1000, help="round trips per method per round"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--warmup", type=int, default=200, help="discarded round trips per method")
+    parser.add_argument("--payload-bytes", type=int, default=64, help="size of the echoed string")
+    parser.add_argument(
+        "--cpus",
+        default=None,
+        help="pin this process, and so every process it starts, to these CPUs (e.g. 0 or 0,1): "
+        "takes cross-CPU wake-ups out of the comparison",
+    )
+
+
+def _request(request_id: int, payload: str) -> dict[str, Any]:
+    """The dict subvisor encodes for ``request("echo", {"value": payload})``."""
+    message = SupervisorRequest(id=request_id, method="echo", params={"value": payload})
+    wire: dict[str, Any] = message.model_dump(mode="python")
+    return wire
+
+
+@dataclass
+class _RawPeer:
+    process: subprocess.Popen[bytes]
+    write_fd: int
+    reader: FrameReader
+
+    def round_trip(self, request: dict[str, Any]) -> Any:
+        body: bytes = msgpack.packb(request, use_bin_type=True)
+        write_all(self.write_fd, HEADER.pack(len(body)) + body)
+        reply = self.reader.read_frame()
+        assert reply is not None, "raw peer hung up"
+        return msgpack.unpackb(reply, raw=False)
+
+
+@contextlib.contextmanager
+def _raw_peer() -> Iterator[_RawPeer]:
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks._peers", str(down_r), str(up_w)],
+            pass_fds=(down_r, up_w),
+        )
+    finally:
+        os.close(down_r)
+        os.close(up_w)
+    try:
+        yield _RawPeer(process, down_w, FrameReader(up_r))
+    finally:
+        os.close(down_w)
+        os.close(up_r)
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def _mp_peer() -> Iterator[Connection]:
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    process = ctx.Process(target=mp_pipe_echo, args=(theirs,), daemon=True)
+    process.start()
+    theirs.close()
+    try:
+        yield ours
+    finally:
+        ours.close()
+        process.join(timeout=10)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+
+
+def _sync_round(
+    round_trip: Callable[[dict[str, Any]], Any], count: int, payload: str, out: list[float]
+) -> None:
+    for i in range(count):
+        request = _request(i, payload)
+        started = time.perf_counter_ns()
+        reply = round_trip(request)
+        out.append((time.perf_counter_ns() - started) / 1000)
+        assert reply == reply_to(request), reply
+
+
+async def _subvisor_round(handle: WorkerHandle, count: int, payload: str, out: list[float]) -> None:
+    params = {"value": payload}
+    for _ in range(count):
+        started = time.perf_counter_ns()
+        result = await handle.request("echo", params)
+        out.append((time.perf_counter_ns() - started) / 1000)
+        assert result == payload, result
+
+
+async def _measure(
+    raw: _RawPeer, mp_conn: Connection, args: argparse.Namespace, payload: str
+) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {method: [] for method in _METHODS}
+
+    def mp_round_trip(request: dict[str, Any]) -> Any:
+        mp_conn.send(request)
+        return mp_conn.recv()
+
+    async with Supervisor(SupervisorConfig(max_workers=2)) as sup:
+        handle = await sup.spawn()
+
+        async def one(method: str, count: int, out: list[float]) -> None:
+            if method == "subvisor":
+                await _subvisor_round(handle, count, payload, out)
+            elif method == "raw_pipe":
+                _sync_round(raw.round_trip, count, payload, out)
+            else:
+                _sync_round(mp_round_trip, count, payload, out)
+
+        for method in _METHODS:
+            await one(method, max(0, args.warmup), [])
+        for r in range(max(1, args.rounds)):
+            order = _METHODS[r % 3 :] + _METHODS[: r % 3]
+            for method in order:
+                await one(method, max(1, args.samples), samples[method])
+        await handle.kill("benchmark done")
+    return samples
+
+
+def run(args: argparse.Namespace) -> Report:
+    payload = "x" * max(0, args.payload_bytes)
+    if args.cpus:
+        # Inherited by the zygote (and so every worker) and both peers.
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
+    with _raw_peer() as raw, _mp_peer() as mp_conn:
+        samples = trio.run(_measure, raw, mp_conn, args, payload)
+    report: Report = {}
+    for method in _METHODS:
+        report[f"{method}_p50_us"] = rounded(percentile(samples[method], 50), 1)
+    report["ratio_vs_raw"] = rounded(report["subvisor_p50_us"] / report["raw_pipe_p50_us"], 2)
+    for method in _METHODS:
+        report[f"{method}_p95_us"] = rounded(percentile(samples[method], 95), 1)
+    report["ratio_vs_raw_p95"] = rounded(report["subvisor_p95_us"] / report["raw_pipe_p95_us"], 2)
+    report["samples"] = len(samples["subvisor"])
+    report["request_frame_bytes"] = len(encode_frame(_request(1, payload)))
+    report["cpus"] = len(os.sched_getaffinity(0))
+    return report

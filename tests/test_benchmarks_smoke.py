@@ -1,0 +1,87 @@
+"""Smoke test of ``python -m benchmarks``: every benchmark runs at a tiny size.
+
+Only the shape of the report is checked (required keys, positive numbers),
+never a timing: wall-clock thresholds would make the suite flaky.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+_CASES: dict[str, tuple[list[str], list[str]]] = {
+    "spawn": (
+        ["--samples", "3", "--warmup", "1"],
+        [
+            "zygote_p50_ms",
+            "zygote_p95_ms",
+            "exec_p50_ms",
+            "exec_p95_ms",
+            "mp_forkserver_p50_ms",
+            "mp_forkserver_p95_ms",
+            "mp_spawn_p50_ms",
+            "mp_spawn_p95_ms",
+            "zygote_speedup_vs_exec",
+            "samples",
+        ],
+    ),
+    "roundtrip": (
+        ["--samples", "3", "--rounds", "2", "--warmup", "3"],
+        [
+            "subvisor_p50_us",
+            "raw_pipe_p50_us",
+            "mp_pipe_p50_us",
+            "ratio_vs_raw",
+            "subvisor_p95_us",
+            "raw_pipe_p95_us",
+            "mp_pipe_p95_us",
+            "ratio_vs_raw_p95",
+        ],
+    ),
+    "memory": (
+        ["--n", "3", "--exec-n", "1"],
+        ["idle_worker_uss_mb_p50", "idle_worker_uss_mb_p95", "workers", "exec_worker_uss_mb_p50"],
+    ),
+    "crash": (["--samples", "3", "--warmup", "0"], ["detect_p50_ms", "detect_p99_ms", "samples"]),
+    "scale": (["--n", "5"], ["n", "all_ready_s", "supervisor_rss_mb"]),
+}
+
+
+def _run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "SUBVISOR_TREE"}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_list_names_every_benchmark() -> None:
+    result = _run_benchmarks("--list")
+    assert result.returncode == 0, result.stderr
+    names = {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+    assert names == set(_CASES)
+
+
+@pytest.mark.parametrize("name", sorted(_CASES))
+def test_benchmark_reports_its_keys(name: str) -> None:
+    args, keys = _CASES[name]
+    result = _run_benchmarks(name, "--json", *args)
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    report = json.loads(result.stdout)
+    assert isinstance(report, dict)
+    for key in keys:
+        value = report.get(key)
+        assert isinstance(value, int | float) and not isinstance(value, bool), (key, report)
+        assert value > 0, (key, report)

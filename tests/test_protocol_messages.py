@@ -1,0 +1,529 @@
+"""Message models (``protocol/_messages.py``) on the wire, through ``Connection``.
+
+The invariants under test:
+
+- M1 Every message type of both directions survives ``Connection.send`` on one
+  role and ``Connection.receive_data`` on the other unchanged, whatever the
+  chunking of the bytes, and both ends then agree on state and pending ids.
+- M2 Whole conversations (handshake, requests both ways, answers only to ids
+  that were asked, events, heartbeats, cancel, shutdown, EOF) round-trip the
+  same way.
+- M3 A frame with a valid ``type`` tag but a wrong field type, a missing
+  required field or an extra field is a ``ProtocolError`` that names the
+  message type and the sender.
+- M4 (S-POL-4, DESIGN "one level of delegation is a property of the
+  boundary") The worker->supervisor schema is exactly the listed message
+  types and request methods: nothing in it asks for a process to be spawned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import string
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from protocol import (
+    PROTOCOL_VERSION,
+    WORKER_REQUEST_METHODS,
+    Cancel,
+    Connection,
+    ConnectionClosed,
+    ConnectionState,
+    ErrorReply,
+    Event,
+    Heartbeat,
+    Hello,
+    Message,
+    Progress,
+    ProtocolError,
+    Response,
+    Role,
+    Shutdown,
+    SupervisorMessage,
+    SupervisorRequest,
+    Welcome,
+    WorkerMessage,
+    WorkerRequest,
+    encode_frame,
+)
+
+S, W = Role.SUPERVISOR, Role.WORKER
+
+# -- strategies -----------------------------------------------------------------
+
+_chars = st.characters(codec="utf-8")  # no lone surrogates: msgpack cannot encode them
+_texts = st.text(_chars, max_size=24)
+_ids = st.integers(min_value=0, max_value=2**64 - 1)
+_ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | _ints
+    | st.floats(allow_nan=False)  # NaN != NaN would defeat the equality check
+    | _texts
+    | st.binary(max_size=24)
+)
+#: msgpack-able values that decode back equal (lists, not tuples; str keys).
+_values = st.recursive(
+    _scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(_chars, max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+_params = st.dictionaries(st.text(_chars, max_size=12), _values, max_size=4)
+_names = st.text(_chars, min_size=1, max_size=128)
+
+hellos = st.builds(
+    Hello,
+    protocol_version=st.just(PROTOCOL_VERSION),
+    worker_id=_texts,
+    pid=_ints,
+    pgid=_ints,
+    spawn_mode=st.sampled_from(["zygote", "exec"]),
+    rlimits=st.dictionaries(_texts, st.lists(_ints, min_size=2, max_size=2), max_size=4),
+)
+welcomes = st.builds(Welcome, protocol_version=st.just(PROTOCOL_VERSION), worker_id=_texts)
+events = st.builds(Event, name=_names, data=_params)
+cancels = st.builds(Cancel, id=_ids)
+shutdowns = st.builds(Shutdown, reason=_texts)
+heartbeats = st.builds(Heartbeat, seq=_ids)
+
+
+def requests(sender: Role, request_id: int) -> st.SearchStrategy[Message]:
+    """A request ``sender`` may make, with the given id."""
+    if sender is W:
+        return st.builds(
+            WorkerRequest,
+            id=st.just(request_id),
+            method=st.sampled_from(WORKER_REQUEST_METHODS),
+            params=_params,
+        )
+    return st.builds(SupervisorRequest, id=st.just(request_id), method=_names, params=_params)
+
+
+def answers(kind: str, request_id: int) -> st.SearchStrategy[Message]:
+    """A ``response``/``error``/``progress`` for request ``request_id``."""
+    if kind == "response":
+        return st.builds(Response, id=st.just(request_id), result=_values)
+    if kind == "error":
+        return st.builds(ErrorReply, id=st.just(request_id), code=_texts, message=_texts)
+    return st.builds(Progress, id=st.just(request_id), data=_params)
+
+
+def _tags(union: Any) -> set[str]:
+    members = get_args(get_args(union)[0])
+    return {member.model_fields["type"].default for member in members}
+
+
+WORKER_TAGS = _tags(WorkerMessage)
+SUPERVISOR_TAGS = _tags(SupervisorMessage)
+
+
+def _chunks(data: st.DataObject, wire: bytes) -> list[bytes]:
+    """Cut ``wire`` at arbitrary points into non-empty pieces (``b""`` would mean EOF)."""
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=10), label="cuts")
+    points = sorted({0, len(wire), *cuts})
+    return [wire[a:b] for a, b in itertools.pairwise(points) if b > a]
+
+
+def _transmit(
+    data: st.DataObject, pair: dict[Role, Connection], sender: Role, messages: list[Message]
+) -> None:
+    """Send ``messages`` from ``sender`` and deliver them to the peer in random pieces."""
+    wire = b"".join(pair[sender].send(message) for message in messages)
+    _deliver(data, pair, sender, wire, messages)
+
+
+def _deliver(
+    data: st.DataObject,
+    pair: dict[Role, Connection],
+    sender: Role,
+    wire: bytes,
+    messages: list[Message],
+) -> None:
+    """Feed ``wire`` to the receiver piece by piece; it must yield exactly ``messages``."""
+    received: list[Message | ConnectionClosed] = []
+    for piece in _chunks(data, wire):
+        received += pair[sender.peer].receive_data(piece)
+    assert received == messages
+    assert [type(m) for m in received] == [type(m) for m in messages]
+    # Both ends track the shared state identically (module docstring of _connection).
+    assert pair[S].state is pair[W].state
+    for role in Role:
+        assert pair[S].pending_requests(role) == pair[W].pending_requests(role)
+
+
+def _handshake(data: st.DataObject, pair: dict[Role, Connection]) -> None:
+    _transmit(data, pair, W, [data.draw(hellos, label="hello")])
+    _transmit(data, pair, S, [data.draw(welcomes, label="welcome")])
+    assert pair[S].state is ConnectionState.OPEN
+
+
+# -- M1: every message type round-trips -----------------------------------------
+
+_EVERY_TYPE = [(W, tag) for tag in sorted(WORKER_TAGS)] + [
+    (S, tag) for tag in sorted(SUPERVISOR_TAGS)
+]
+
+
+def test_m1_the_type_lists_cover_both_unions() -> None:
+    """M1: the parametrization below covers every member of both unions."""
+    assert len(_EVERY_TYPE) == len(get_args(get_args(WorkerMessage)[0])) + len(
+        get_args(get_args(SupervisorMessage)[0])
+    )
+
+
+@pytest.mark.parametrize(
+    ("sender", "kind"), _EVERY_TYPE, ids=[f"{s.value}-{k}" for s, k in _EVERY_TYPE]
+)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_m1_every_message_type_round_trips_in_any_chunking(
+    sender: Role, kind: str, data: st.DataObject
+) -> None:
+    """M1: ``send`` on one role, ``receive_data`` (random pieces) on the other: same message."""
+    pair = {S: Connection(S), W: Connection(W)}
+    if kind == "hello":
+        _transmit(data, pair, W, [data.draw(hellos)])
+        assert pair[S].state is ConnectionState.AWAIT_WELCOME
+        return
+    _transmit(data, pair, W, [data.draw(hellos)])
+    if kind == "welcome":
+        _transmit(data, pair, S, [data.draw(welcomes)])
+        assert pair[W].state is ConnectionState.OPEN
+        return
+    _transmit(data, pair, S, [data.draw(welcomes)])
+    if kind == "request":
+        message = data.draw(requests(sender, data.draw(_ids)))
+    elif kind in ("response", "error", "progress"):
+        # Only answer an id the peer really asked for.
+        request_id = data.draw(_ids)
+        _transmit(data, pair, sender.peer, [data.draw(requests(sender.peer, request_id))])
+        message = data.draw(answers(kind, request_id))
+    else:
+        message = data.draw(
+            {"event": events, "cancel": cancels, "shutdown": shutdowns, "heartbeat": heartbeats}[
+                kind
+            ]
+        )
+    _transmit(data, pair, sender, [message])
+
+
+# -- M2: whole conversations ----------------------------------------------------
+
+
+def _draw_message(data: st.DataObject, conn: Connection) -> Message:
+    """A message ``conn`` may send now: requests with fresh ids, answers to asked ids only."""
+    me = conn.our_role
+    options = ["request", "heartbeat", "event" if me is W else "cancel"]
+    if conn.state is ConnectionState.CLOSING:
+        options = ["heartbeat", "event"]
+    asked = sorted(conn.pending_requests(me.peer))
+    if asked:
+        options += ["response", "error", "progress"]
+    if me is S:
+        options.append("shutdown")
+    kind = data.draw(st.sampled_from(options), label="kind")
+    if kind == "request":
+        mine = conn.pending_requests(me)
+        request_id = data.draw(_ids.filter(lambda i: i not in mine), label="id")
+        return data.draw(requests(me, request_id))
+    if kind in ("response", "error", "progress"):
+        return data.draw(answers(kind, data.draw(st.sampled_from(asked), label="id")))
+    return data.draw(
+        {"event": events, "cancel": cancels, "shutdown": shutdowns, "heartbeat": heartbeats}[kind]
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_m2_conversations_round_trip_and_both_ends_agree(data: st.DataObject) -> None:
+    """M2: random legal conversations, in bursts cut anywhere, arrive intact on both sides."""
+    pair = {S: Connection(S), W: Connection(W)}
+    _handshake(data, pair)
+    for _ in range(data.draw(st.integers(0, 10), label="bursts")):
+        closing = pair[S].state is ConnectionState.CLOSING
+        sender = W if closing else data.draw(st.sampled_from([S, W]), label="sender")
+        # Each message is drawn against the sender's state after the previous one.
+        burst: list[Message] = []
+        wire = b""
+        for _ in range(data.draw(st.integers(1, 4), label="burst size")):
+            message = _draw_message(data, pair[sender])
+            burst.append(message)
+            wire += pair[sender].send(message)
+            if isinstance(message, Shutdown):
+                break
+        _deliver(data, pair, sender, wire, burst)
+    # End of the conversation: shut down, the worker answers what it was asked, EOF.
+    if pair[S].state is ConnectionState.OPEN:
+        _transmit(data, pair, S, [data.draw(shutdowns)])
+    final = [
+        data.draw(answers("response", request_id))
+        for request_id in sorted(pair[W].pending_requests(S))
+    ]
+    if final:
+        _transmit(data, pair, W, final)
+    assert pair[S].pending_requests(S) == frozenset()
+    assert pair[S].receive_data(b"") == [ConnectionClosed()]
+    assert pair[S].state is ConnectionState.CLOSED
+
+
+# -- M3: wrong field types, missing and extra fields -----------------------------
+
+#: field -> what kind of value it takes; ``Response.result`` is Any and takes anything.
+_FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
+    Hello: {
+        "protocol_version": "int",
+        "worker_id": "str",
+        "pid": "int",
+        "pgid": "int",
+        "spawn_mode": "spawn_mode",
+        "rlimits": "rlimits",
+    },
+    WorkerRequest: {"id": "id", "method": "worker_method", "params": "dict"},
+    Event: {"name": "name", "data": "dict"},
+    Welcome: {"protocol_version": "int", "worker_id": "str"},
+    SupervisorRequest: {"id": "id", "method": "name", "params": "dict"},
+    Cancel: {"id": "id"},
+    Shutdown: {"reason": "str"},
+    Response: {"id": "id"},
+    ErrorReply: {"id": "id", "code": "str", "message": "str"},
+    Progress: {"id": "id", "data": "dict"},
+    Heartbeat: {"seq": "id"},
+}
+
+# Wrong values. Values pydantic's lax mode coerces ("7", 7.0, True for an int;
+# bytes for a str) are left out here: test_m3_lax_coercions_are_rejected
+# documents that they are (wrongly) accepted.
+_not_int = st.one_of(
+    st.none(),
+    st.text(string.ascii_letters, min_size=1, max_size=8),
+    st.floats().filter(lambda f: not f.is_integer()),
+    st.lists(_ints, max_size=3),
+    st.dictionaries(st.text(max_size=4), _ints, max_size=3),
+)
+_not_str = st.one_of(
+    st.none(),
+    st.booleans(),
+    _ints,
+    st.floats(),
+    st.lists(_texts, max_size=3),
+    st.dictionaries(st.text(max_size=4), _texts, max_size=3),
+)
+_not_dict = st.one_of(
+    st.none(), st.booleans(), _ints, st.floats(), _texts, st.binary(), st.lists(_values, max_size=3)
+)
+_WRONG: dict[str, st.SearchStrategy[Any]] = {
+    "int": _not_int,
+    "id": _not_int | st.integers(min_value=-(2**63), max_value=-1),
+    "str": _not_str,
+    "name": _not_str | st.just("") | st.text(_chars, min_size=129, max_size=140),
+    "spawn_mode": _not_str | _texts.filter(lambda s: s not in ("zygote", "exec")),
+    "worker_method": _not_str | _texts.filter(lambda s: s not in WORKER_REQUEST_METHODS),
+    "dict": _not_dict,
+    "rlimits": _not_dict
+    | st.dictionaries(
+        _texts,
+        st.one_of(
+            st.lists(_ints, max_size=5).filter(lambda pair: len(pair) != 2),
+            st.tuples(_not_int, _ints).map(list),
+            _not_int,
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+}
+
+_VALID: dict[type[BaseModel], st.SearchStrategy[Any]] = {
+    Hello: hellos,
+    WorkerRequest: requests(W, 1),
+    Event: events,
+    Welcome: welcomes,
+    SupervisorRequest: requests(S, 1),
+    Cancel: cancels,
+    Shutdown: shutdowns,
+    Response: answers("response", 1),
+    ErrorReply: answers("error", 1),
+    Progress: answers("progress", 1),
+    Heartbeat: heartbeats,
+}
+
+#: (sender, model) for every model a role may send.
+_SENT_BY = [(W, cls) for cls in (Hello, WorkerRequest, Event)] + [
+    (S, cls) for cls in (Welcome, SupervisorRequest, Cancel, Shutdown)
+]
+_SENT_BY += [(role, cls) for cls in (Response, ErrorReply, Progress, Heartbeat) for role in (S, W)]
+_SENT_BY_IDS = [f"{role.value}-{cls.__name__}" for role, cls in _SENT_BY]
+
+
+def test_m3_field_table_matches_the_models() -> None:
+    """M3: the field table below names every field of every model (kept in step)."""
+    for cls, kinds in _FIELD_KINDS.items():
+        untyped = {"type"} | ({"result"} if cls is Response else set())
+        assert set(kinds) | untyped == set(cls.model_fields), cls.__name__
+
+
+def _receiver_for(cls: type[BaseModel], sender: Role) -> Connection:
+    """The peer's connection, in the state where a valid ``cls`` would be accepted."""
+    sup, wrk = Connection(S), Connection(W)
+    if cls is Hello:
+        return sup
+    hello = Hello(
+        protocol_version=PROTOCOL_VERSION, worker_id="w", pid=1, pgid=1, spawn_mode="exec"
+    )
+    sup.receive_data(wrk.send(hello))
+    if cls is Welcome:
+        return wrk
+    wrk.receive_data(sup.send(Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w")))
+    # Id 1 is pending from the receiver, so a valid answer to it would be accepted.
+    receiver = sup if sender is W else wrk
+    other = wrk if sender is W else sup
+    request: Message = (
+        SupervisorRequest(id=1, method="run")
+        if receiver is sup
+        else WorkerRequest(id=1, method=WORKER_REQUEST_METHODS[0])
+    )
+    other.receive_data(receiver.send(request))
+    return receiver
+
+
+def _assert_rejected(cls: type[BaseModel], sender: Role, raw: dict[Any, Any], where: str) -> None:
+    receiver = _receiver_for(cls, sender)
+    tag = cls.model_fields["type"].default
+    with pytest.raises(ProtocolError) as exc_info:
+        receiver.receive_data(encode_frame(raw))
+    text = str(exc_info.value)
+    assert text.startswith(f"invalid {tag!r} message from {sender.value}: {where}"), text
+    assert receiver.state is ConnectionState.ERROR
+
+
+def test_m3_the_valid_baseline_is_accepted() -> None:
+    """M3: the states used below accept a valid message (so the rejections are about fields)."""
+    for sender, cls in _SENT_BY:
+        receiver = _receiver_for(cls, sender)
+        kwargs: dict[str, Any] = {"id": 1} if "id" in cls.model_fields else {}
+        if cls is Hello:
+            message: BaseModel = Hello(
+                protocol_version=PROTOCOL_VERSION, worker_id="w", pid=1, pgid=1, spawn_mode="exec"
+            )
+        elif cls is Welcome:
+            message = Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w")
+        elif cls is Event:
+            message = Event(name="e")
+        elif cls is WorkerRequest:
+            message = WorkerRequest(id=2, method=WORKER_REQUEST_METHODS[0])
+        elif cls is SupervisorRequest:
+            message = SupervisorRequest(id=2, method="run")
+        elif cls is ErrorReply:
+            message = ErrorReply(id=1, code="c", message="m")
+        elif cls is Heartbeat:
+            message = Heartbeat(seq=0)
+        else:
+            message = cls(**kwargs)
+        assert receiver.receive_data(encode_frame(message.model_dump())) == [message]
+
+
+@pytest.mark.parametrize(("sender", "cls"), _SENT_BY, ids=_SENT_BY_IDS)
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_m3_wrong_field_type_names_the_message_type(
+    sender: Role, cls: type[BaseModel], data: st.DataObject
+) -> None:
+    """M3: a valid tag with a wrongly typed field is a ProtocolError naming type and field."""
+    raw = data.draw(_VALID[cls]).model_dump()
+    field = data.draw(st.sampled_from(sorted(_FIELD_KINDS[cls])), label="field")
+    raw[field] = data.draw(_WRONG[_FIELD_KINDS[cls][field]], label="wrong value")
+    _assert_rejected(cls, sender, raw, field)
+
+
+_REQUIRED = [(s, c) for s, c in _SENT_BY if any(f.is_required() for f in c.model_fields.values())]
+
+
+@pytest.mark.parametrize(
+    ("sender", "cls"), _REQUIRED, ids=[f"{s.value}-{c.__name__}" for s, c in _REQUIRED]
+)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_m3_missing_required_field_names_the_message_type(
+    sender: Role, cls: type[BaseModel], data: st.DataObject
+) -> None:
+    """M3: dropping a required field is a ProtocolError naming type and field."""
+    raw = data.draw(_VALID[cls]).model_dump()
+    required = sorted(name for name, f in cls.model_fields.items() if f.is_required())
+    field = data.draw(st.sampled_from(required), label="field")
+    del raw[field]
+    _assert_rejected(cls, sender, raw, field)
+
+
+@pytest.mark.parametrize(("sender", "cls"), _SENT_BY, ids=_SENT_BY_IDS)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_m3_extra_field_names_the_message_type(
+    sender: Role, cls: type[BaseModel], data: st.DataObject
+) -> None:
+    """M3: an unknown key next to valid fields (models forbid extras) is a ProtocolError."""
+    raw = data.draw(_VALID[cls]).model_dump()
+    key = data.draw(
+        st.text(_chars, max_size=12).filter(lambda k: k not in cls.model_fields), label="key"
+    )
+    raw[key] = data.draw(_values, label="value")
+    _assert_rejected(cls, sender, raw, "")
+
+
+@pytest.mark.parametrize(
+    ("sender", "raw"),
+    [
+        (W, {"type": "heartbeat", "seq": "7"}),
+        (W, {"type": "heartbeat", "seq": 7.0}),
+        (S, {"type": "heartbeat", "seq": True}),
+        (W, {"type": "event", "name": b"tool_started"}),
+    ],
+    ids=["int-from-str", "int-from-float", "int-from-bool", "str-from-bin"],
+)
+def test_m3_lax_coercions_are_rejected(sender: Role, raw: dict[str, Any]) -> None:
+    """M3: a field of the wrong msgpack type is a ProtocolError, even if it could be coerced."""
+    cls = Heartbeat if raw["type"] == "heartbeat" else Event
+    _assert_rejected(cls, sender, raw, next(k for k in raw if k != "type"))
+
+
+# -- M4: the worker's schema (S-POL-4) ------------------------------------------
+
+_SPAWNISH = re.compile(r"spawn|fork|launch|delegat|subagent", re.IGNORECASE)
+
+
+def test_m4_worker_message_types_are_exactly_these() -> None:
+    """S-POL-4/M4: a worker can send only these types; none of them starts a process."""
+    assert {
+        "hello",
+        "request",
+        "response",
+        "error",
+        "progress",
+        "event",
+        "heartbeat",
+    } == WORKER_TAGS
+    assert {
+        "welcome",
+        "request",
+        "response",
+        "error",
+        "progress",
+        "cancel",
+        "heartbeat",
+        "shutdown",
+    } == SUPERVISOR_TAGS
+
+
+def test_m4_no_worker_request_method_asks_for_a_spawn() -> None:
+    """S-POL-4/M4: nothing a worker may request of the supervisor spawns or delegates."""
+    assert WORKER_REQUEST_METHODS  # the Literal is non-empty, so the check below means something
+    assert [m for m in WORKER_REQUEST_METHODS if _SPAWNISH.search(m)] == []
+    assert [t for t in WORKER_TAGS if _SPAWNISH.search(t)] == []
