@@ -50,6 +50,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "SIGKILL of a worker to its WorkerExit at the supervisor",
         ),
         Benchmark(
+            "delegate",
+            "benchmarks._delegate",
+            "N scripted subagents through the Agent tool: wall time beyond scripted latency",
+        ),
+        Benchmark(
             "scale",
             "benchmarks._scale",
             "N idle zygote workers spawned at once: time to all ready, supervisor RSS",

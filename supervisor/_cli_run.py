@@ -16,6 +16,7 @@ from typing import Any
 import trio
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
@@ -209,10 +210,12 @@ def run_command(request: RunRequest) -> int:
     try:
         code, report, records = trio.run(_run, request, console)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: every running subagent was stopped (killed)[/]")
+        Console(stderr=True).print(
+            "[yellow]interrupted: every running subagent was stopped (killed)[/]"
+        )
         return 130
     except ModelError as exc:
-        console.print(f"[red]model error:[/] {exc}")
+        Console(stderr=True).print(f"[red]model error:[/] {escape(str(exc))}", highlight=False)
         return 1
     if request.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -7,6 +7,7 @@ import sys
 
 import trio
 from rich.console import Console
+from rich.markup import escape
 
 from ._cli_run import tasks_table, wide_console
 from ._control import control_socket_path, send_control_request
@@ -64,7 +65,7 @@ def _find(store: SessionStore, console: Console, task_id: str) -> TaskRecord | N
     try:
         record = store.find_task(task_id)
     except LookupError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]")
         return None
     if record is None:
         console.print(f"[red]no task {task_id!r}[/]: `subvisor ps` lists the tasks of a session")
@@ -124,7 +125,7 @@ def stop_command(task_id: str) -> int:
         )
         return 1
     if not reply.get("ok"):
-        console.print(f"[red]{reply.get('error')}[/]")
+        console.print(f"[red]{escape(str(reply.get('error')))}[/]")
         return 1
     console.print(f"stopped {record.task_id}: {reply.get('status')}")
     return 0

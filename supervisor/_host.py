@@ -11,6 +11,7 @@ moved to the background without restarting it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -116,6 +117,12 @@ class Subvisor:
         self.runs[run.task_id] = run
         self._nursery.start_soon(run.run)
         return run
+
+    def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
+        if self._nursery is None:
+            raise RuntimeError("Subvisor is not running: use `async with Subvisor()`")
+        self._nursery.start_soon(fn, *args)
 
     def running_background(self, parent_session_id: str) -> list[SubagentRun]:
         """Background runs of a session that have not ended."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult
-from worker.agent import AgentLoop, Toolbox
+from worker.agent import AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 
 from ._agent_tool import AgentTool
@@ -16,6 +16,7 @@ from ._builtin_profiles import BUILTIN_PROFILES
 from ._errors import SubvisorError
 from ._notifications import format_command_turn
 from ._profile import AgentProfile
+from ._shells import BashWithBackground, TaskOutputTool, TaskStopTool
 from ._store import SessionStore
 from .providers import ModelGateway
 
@@ -97,6 +98,7 @@ class RootSession:
         )
         self.queue = host.command_queue(self.session_id)
         local = LocalToolSet(tools)
+        context = ToolContext(cwd=cwd)
         self.agent_tool = AgentTool(
             host,
             parent_session_id=self.session_id,
@@ -105,9 +107,12 @@ class RootSession:
             current_model=lambda: self.model,
             cwd=cwd,
         )
+        host_tools: list[HostTool] = [self.agent_tool, TaskOutputTool(host), TaskStopTool(host)]
+        if "Bash" in local:
+            host_tools.append(BashWithBackground(host, self.session_id, context))
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
-            tools=Toolbox(local, ToolContext(cwd=cwd), [self.agent_tool]),
+            tools=Toolbox(local, context, host_tools),
             events=StoreEventSink(host.store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,

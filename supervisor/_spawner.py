@@ -36,7 +36,7 @@ from protocol import (
 from ._errors import SpawnError
 from ._exit import ProcessStatus
 
-__all__ = ["ExecSpawner", "SpawnedProcess", "Spawner", "ZygoteSpawner"]
+__all__ = ["ExecSpawner", "SpawnedProcess", "Spawner", "ZygoteSpawner", "reap_child"]
 
 
 @dataclass(eq=False)
@@ -101,7 +101,7 @@ def _python_launch(module: str, args: list[str], env: dict[str, str], inherit: l
             os.set_inheritable(fd, False)
 
 
-async def _wait_pidfd(pid: int, pidfd: int) -> ProcessStatus:
+async def reap_child(pid: int, pidfd: int) -> ProcessStatus:
     """Wait for our child ``pid`` to exit (without blocking trio), then reap it."""
     try:
         await trio.lowlevel.wait_readable(pidfd)
@@ -157,7 +157,7 @@ class ExecSpawner:
 
     async def _reap(self, process: SpawnedProcess, pidfd: int) -> None:
         with trio.CancelScope(shield=True):
-            status = await _wait_pidfd(process.pid, pidfd)
+            status = await reap_child(process.pid, pidfd)
         del self._live[process.pid]
         process.set_status(status)
 
@@ -238,7 +238,7 @@ class ZygoteSpawner:
 
     async def _watch_zygote(self, pid: int, pidfd: int, exited: trio.Event) -> None:
         with trio.CancelScope(shield=True):
-            await _wait_pidfd(pid, pidfd)
+            await reap_child(pid, pidfd)
         exited.set()
 
     async def _read_reports(self, control: trio.socket.SocketType) -> None:

@@ -167,6 +167,7 @@ class SessionStore:
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.execute("PRAGMA foreign_keys = ON")
+        self._next_seq: dict[tuple[str, str], int] = {}
         self._create_schema()
 
     def _create_schema(self) -> None:
@@ -362,25 +363,34 @@ class SessionStore:
         return [EventRow(seq, name, json.loads(data), ts) for seq, name, data, ts in rows]
 
     def _append(self, table: str, columns: str, session_id: str, values: tuple[object, ...]) -> int:
+        # The next seq per (table, session) is kept in memory: this process is
+        # the only writer of its sessions, so one INSERT (one commit) per
+        # append suffices. Another writer on the same session would collide
+        # on the (session_id, seq) key; the counter is then re-read and the
+        # insert retried.
         placeholders = ", ".join("?" * (len(values) + 2))
-        with self._write():
-            row = self._db.execute(
-                f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            seq = int(row[0])
+        key = (table, session_id)
+        for _ in range(3):
+            seq = self._next_seq.get(key)
+            if seq is None:
+                row = self._db.execute(
+                    f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+                seq = int(row[0])
             try:
                 self._db.execute(
                     f"INSERT INTO {table} (session_id, seq, {columns}) VALUES ({placeholders})",
                     (session_id, seq, *values),
                 )
             except sqlite3.IntegrityError as error:
-                raise _unknown_session(session_id) from error
-            self._db.execute(
-                "UPDATE sessions SET updated_at = ? WHERE session_id = ?",
-                (time.time(), session_id),
-            )
-        return seq
+                self._next_seq.pop(key, None)
+                if "FOREIGN KEY" in str(error).upper():
+                    raise _unknown_session(session_id) from error
+                continue
+            self._next_seq[key] = seq + 1
+            return seq
+        raise StoreError(f"could not append to {table} of session {session_id}: seq contention")
 
     # -- tasks ------------------------------------------------------------
 

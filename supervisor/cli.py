@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["build_parser", "main"]
 
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except (ConfigError, NestedSupervisorError) as exc:
-        Console(stderr=True).print(f"[red]{exc}[/]")
+        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
         return 2
     return code
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from protocol import ToolCall
 from supervisor import RootSession
 from tests.support.delegation import agent_call, subvisor, write_scenario
 
@@ -333,3 +334,40 @@ async def test_running_out_of_scripted_turns_fails_the_child_naming_the_key(tmp_
         outcome = await root.run("go")
     assert "failed" in outcome.text and "'short'" in outcome.text
     assert (tmp_path / "home" / "subvisor.db").is_file()
+
+
+async def test_background_bash_shares_the_task_registry(tmp_path: Path) -> None:
+    """S-RUN-6: background shell commands and agents: one list, output and stop interface."""
+    bash = {"name": "Bash", "input": {"command": "echo started; sleep 0.2; echo finished"}}
+    bash["input"]["run_in_background"] = True  # type: ignore[index]
+    forever = {"name": "Bash", "input": {"command": "sleep 60", "run_in_background": True}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [bash, forever]},
+                {"text": "launched: {{tool_result}}"},
+                {"text": "noted"},
+            ]
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        bash_specs = [s for s in root.loop._tools.specs if s.name == "Bash"]
+        await root.ask("go")
+        shell, sleeper = host.registry.list(root.session_id)
+        assert shell.kind == sleeper.kind == "local_bash"
+        await host.registry.wait(shell.task_id)
+        stopped = await root.loop._tools.call(
+            ToolCall(id="c1", name="TaskStop", input={"task_id": sleeper.task_id})
+        )
+        output = await root.loop._tools.call(
+            ToolCall(id="c2", name="TaskOutput", input={"task_id": shell.task_id})
+        )
+        commands = root.queue.take()
+    assert len(bash_specs) == 1 and "run_in_background" in str(bash_specs[0].input_schema)
+    assert "killed" in stopped.text
+    assert "status: completed" in output.text and "finished" in output.text
+    texts = [c.text for c in commands]
+    assert sum("<status>completed</status>" in t for t in texts) == 1
+    assert sum("<status>killed</status>" in t for t in texts) == 1

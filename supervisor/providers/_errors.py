@@ -37,7 +37,8 @@ class UnknownProviderError(ModelError, LookupError):
         self.known = known
         super().__init__(
             f"unknown model provider {provider!r}: known providers are "
-            f"{', '.join(known)}; configure it under providers in the gateway config"
+            f"{', '.join(known)}; to add one, put [gateway.providers.{provider}] with "
+            "api = 'openai' (or 'anthropic') and base_url in subvisor.toml"
         )
 
 

@@ -50,7 +50,10 @@ class Toolbox:
         for tool in host_tools:
             for name in (tool.spec.name, *tool.aliases):
                 self._host[name] = tool
-        self._specs = (*local.specs, *(tool.spec for tool in host_tools))
+        # A host tool may replace a local one of the same name (the root's
+        # Bash adds run_in_background); the model sees it once.
+        local_specs = (spec for spec in local.specs if spec.name not in self._host)
+        self._specs = (*local_specs, *(tool.spec for tool in host_tools))
 
     @property
     def specs(self) -> Sequence[ToolSpec]:

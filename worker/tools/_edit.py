@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
 from pydantic import Field
 
 from ._base import LocalTool, ToolContext, ToolInput, ToolOutput, resolve_path
 from ._errors import ToolError
 from ._read import MAX_LINE_CHARS
 from ._textfile import read_text_file
+from ._threads import inline_size, run_blocking
 from ._write import write_text_file
 
 __all__ = ["EDIT_TOOL", "EditInput", "apply_edit"]
@@ -98,7 +98,8 @@ def _edit_file(path: Path, params: EditInput) -> str:
 async def _edit(params: EditInput, ctx: ToolContext) -> ToolOutput:
     path = resolve_path(ctx, params.file_path)
     # Not abandoned on cancel: a half-done write must not race a later call.
-    return ToolOutput(await trio.to_thread.run_sync(_edit_file, path, params))
+    small = inline_size(path) is not None
+    return ToolOutput(await run_blocking(small, _edit_file, path, params))
 
 
 EDIT_TOOL: LocalTool[EditInput] = LocalTool(

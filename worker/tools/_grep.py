@@ -19,7 +19,7 @@ from ._errors import ToolError
 from ._pathmatch import GlobMatcher, walk_files
 from ._read import MAX_LINE_CHARS
 from ._textfile import SNIFF_BYTES, check_regular_file, looks_binary
-from ._threads import run_stoppable
+from ._threads import inline_size, run_stoppable
 
 __all__ = ["GREP_TOOL", "MAX_GREP_FILES", "MAX_GREP_LINES", "GrepInput", "GrepOutputMode"]
 
@@ -177,7 +177,8 @@ def _grep(params: GrepInput, target: Path, stop: threading.Event) -> str:
 
 async def _run_grep(params: GrepInput, ctx: ToolContext) -> ToolOutput:
     target = resolve_path(ctx, params.path or ".")
-    return ToolOutput(await run_stoppable(partial(_grep, params, target)))
+    inline = inline_size(target) is not None
+    return ToolOutput(await run_stoppable(partial(_grep, params, target), inline=inline))
 
 
 GREP_TOOL: LocalTool[GrepInput] = LocalTool(

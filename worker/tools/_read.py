@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import trio
 from pydantic import Field
 
 from ._base import LocalTool, ToolContext, ToolInput, ToolOutput, resolve_path
 from ._errors import BinaryFileError
 from ._textfile import SNIFF_BYTES, check_regular_file, looks_binary
+from ._threads import inline_size, run_blocking
 from ._truncate import complete_utf8_prefix_length, encode_for_model
 
 __all__ = ["DEFAULT_READ_LIMIT", "MAX_LINE_CHARS", "READ_TOOL", "ReadInput"]
@@ -124,8 +124,14 @@ def _read_numbered(path: Path, offset: int, limit: int, budget: int) -> ToolOutp
 async def _read(params: ReadInput, ctx: ToolContext) -> ToolOutput:
     path = resolve_path(ctx, params.file_path)
     budget = ctx.max_output_bytes - _NOTE_RESERVE_BYTES
-    return await trio.to_thread.run_sync(
-        _read_numbered, path, params.offset, params.limit, budget, abandon_on_cancel=True
+    return await run_blocking(
+        inline_size(path) is not None,
+        _read_numbered,
+        path,
+        params.offset,
+        params.limit,
+        budget,
+        abandon_on_cancel=True,
     )
 
 

@@ -48,6 +48,9 @@ LOCAL_TOOL_ALIASES: Mapping[str, str] = {
     "ls": "LS",
 }
 _TOOLS_BY_NAME: Mapping[str, LocalTool[Any]] = {tool.name: tool for tool in LOCAL_TOOLS}
+# Built once at import, which in a worker happens in the zygote before any
+# fork: generating JSON schemas costs milliseconds, too much per model call.
+_SPECS: Mapping[str, ToolSpec] = {tool.name: tool.spec for tool in LOCAL_TOOLS}
 
 
 def resolve_tool_name(name: str) -> str | None:
@@ -103,7 +106,7 @@ class LocalToolSet:
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
         """What to offer the model."""
-        return tuple(tool.spec for tool in self._tools.values())
+        return tuple(_SPECS[name] for name in self._tools)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and resolve_tool_name(name) in self._tools

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
 from pydantic import Field
 
 from ._base import LocalTool, ToolContext, ToolInput, ToolOutput, resolve_path
+from ._threads import INLINE_BYTES, run_blocking
 
 __all__ = ["WRITE_TOOL", "WriteInput", "write_text_file"]
 
@@ -36,7 +36,8 @@ def write_text_file(path: Path, content: str) -> bool:
 async def _write(params: WriteInput, ctx: ToolContext) -> ToolOutput:
     path = resolve_path(ctx, params.file_path)
     # Not abandoned on cancel: a half-done write must not race a later call.
-    existed = await trio.to_thread.run_sync(write_text_file, path, params.content)
+    small = len(params.content) <= INLINE_BYTES
+    existed = await run_blocking(small, write_text_file, path, params.content)
     if existed:
         return ToolOutput(f"The file {path} has been overwritten.")
     return ToolOutput(f"File created successfully at: {path}")

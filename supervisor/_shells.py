@@ -1,0 +1,243 @@
+"""Background shell commands of a root session, in the shared task registry (S-RUN-6).
+
+``Bash`` with ``run_in_background`` starts the command in its own process
+group, its output going straight to the task's ``task.output``; the call
+returns the task id at once. The command is a ``local_bash`` task beside the
+subagents: ``TaskOutput`` reads it, ``TaskStop`` (and ``subvisor stop``)
+stops it, and when it ends the parent gets one ``<task-notification>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocol import ToolCall, ToolSpec
+from worker.tools import BashInput, ToolContext, ToolOutput, get_local_tool, run_tool
+from worker.tools._bash import shell_argv
+from worker.tools._process import with_parent_death_signal
+
+from ._notifications import Command, build_task_notification
+from ._spawner import reap_child
+from ._tasks import TaskError, TaskRecord, TaskUsage, new_task_id
+
+if TYPE_CHECKING:
+    from ._host import Subvisor
+
+__all__ = ["BashWithBackground", "TaskOutputTool", "TaskStopTool"]
+
+_TERM_GRACE_S = 2.0
+
+
+class BashWithBackground:
+    """The root's ``Bash``: the local tool, plus ``run_in_background``."""
+
+    aliases: tuple[str, ...] = ("bash",)
+    concurrency_safe = False
+
+    def __init__(self, host: Subvisor, session_id: str, context: ToolContext) -> None:
+        self._host = host
+        self._session_id = session_id
+        self._context = context
+        local = get_local_tool("Bash")
+        assert local is not None
+        schema = dict(local.spec.input_schema)
+        schema["properties"] = {
+            **schema.get("properties", {}),
+            "run_in_background": {
+                "type": "boolean",
+                "description": "Run the command in the background and return at once with "
+                "its task id; you are notified when it ends. Read its output with "
+                "TaskOutput, stop it with TaskStop.",
+            },
+        }
+        self.spec = ToolSpec(name="Bash", description=local.spec.description, input_schema=schema)
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Run in the foreground (the local tool) or start a background task."""
+        raw = dict(call.input)
+        background = raw.pop("run_in_background", False)
+        if background is not True:
+            return await run_tool("Bash", raw, self._context)
+        try:
+            params = BashInput.model_validate(raw)
+        except ValueError as exc:
+            return ToolOutput(f"Error: invalid Bash input: {exc}", is_error=True)
+        record = await self._start(params.command, params.description, call.id)
+        return ToolOutput(
+            f"Command running in the background with task id {record.task_id}. Its output "
+            f"goes to {record.log_file}; read it with TaskOutput, stop it with TaskStop. You "
+            "will be notified when it ends."
+        )
+
+    async def _start(self, command: str, description: str | None, tool_use_id: str) -> TaskRecord:
+        registry = self._host.registry
+        record = registry.register(
+            TaskRecord(
+                task_id=new_task_id("local_bash"),
+                kind="local_bash",
+                parent_session_id=self._session_id,
+                child_session_id=None,
+                description=description or command[:80],
+                subagent_type=None,
+                prompt=command,
+                model=None,
+                status="pending",
+                background=True,
+                tool_use_id=tool_use_id,
+                result=None,
+                error=None,
+                usage=TaskUsage(),
+                generation=self._host.command_queue(self._session_id).generation,
+                created_at=time.time(),
+                ended_at=None,
+            )
+        )
+        with open(record.log_file, "ab") as log:
+            # From the event loop's thread, so the parent-death signal is tied
+            # to a thread that lives as long as the supervisor (see
+            # worker.tools._process).
+            process = subprocess.Popen(
+                with_parent_death_signal(shell_argv(command)),
+                cwd=self._context.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        pidfd = os.pidfd_open(process.pid)
+        registry.update(record.task_id, status="running")
+        stopped: list[str] = []
+
+        async def stop() -> None:
+            stopped.append("stopped by request")
+            _signal_group(process.pid, signal.SIGTERM)
+            with trio.move_on_after(_TERM_GRACE_S):
+                await registry.wait(record.task_id)
+            _signal_group(process.pid, signal.SIGKILL)
+
+        registry.set_stopper(record.task_id, stop)
+        self._host.spawn_background(self._watch, record, process, pidfd, stopped)
+        return record
+
+    async def _watch(
+        self, record: TaskRecord, process: subprocess.Popen[bytes], pidfd: int, stopped: list[str]
+    ) -> None:
+        status = await reap_child(process.pid, pidfd)
+        process.returncode = -1  # reaped here; keep Popen from waiting on it again
+        # Whatever the command left in its group goes with it.
+        _signal_group(process.pid, signal.SIGKILL)
+        usage = TaskUsage(cpu_seconds=status.cpu_seconds, peak_rss_bytes=status.max_rss_bytes)
+        registry = self._host.registry
+        if stopped:
+            final = registry.finish(record.task_id, "killed", error=stopped[0], usage=usage)
+        elif status.exit_code == 0:
+            final = registry.finish(
+                record.task_id, "completed", result=_tail(record.log_file), usage=usage
+            )
+        else:
+            why = (
+                f"exit code {status.exit_code}"
+                if status.exit_code is not None
+                else f"killed by signal {status.signal}"
+            )
+            final = registry.finish(
+                record.task_id, "failed", error=f"{why}\n{_tail(record.log_file)}", usage=usage
+            )
+        if registry.mark_notified(final.task_id):
+            self._host.command_queue(self._session_id).enqueue(
+                Command(
+                    kind="task-notification",
+                    priority="next",
+                    text=build_task_notification(final),
+                    generation=final.generation,
+                    task_id=final.task_id,
+                )
+            )
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _tail(path: str, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text if size <= limit else f"[... {size - limit} bytes before]\n{text}"
+
+
+class _TaskIdTool:
+    """Base of the tools that take one ``task_id``."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = True
+    name = ""
+    description = ""
+
+    def __init__(self, host: Subvisor) -> None:
+        self._host = host
+        self.spec = ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema={
+                "type": "object",
+                "properties": {"task_id": {"type": "string", "description": "The task id."}},
+                "required": ["task_id"],
+                "additionalProperties": False,
+            },
+        )
+
+    def _task_id(self, call: ToolCall) -> str | None:
+        value: Any = call.input.get("task_id")
+        return value if isinstance(value, str) and value else None
+
+
+class TaskOutputTool(_TaskIdTool):
+    """Read a background task's output so far (agents and shell commands alike)."""
+
+    name = "TaskOutput"
+    description = (
+        "Read the output of a background task (an agent or a shell command) by its id: "
+        "the final result if it has ended, else what it has written so far."
+    )
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Return the task's status and output."""
+        task_id = self._task_id(call)
+        record = self._host.registry.get(task_id) if task_id else None
+        if record is None:
+            return ToolOutput(f"Error: no task {task_id!r}.", is_error=True)
+        output = self._host.registry.read_output(record.task_id)
+        return ToolOutput(f"status: {record.status}\n{output[-30_000:]}")
+
+
+class TaskStopTool(_TaskIdTool):
+    """Stop a background task (an agent or a shell command)."""
+
+    name = "TaskStop"
+    description = "Stop a running background task (an agent or a shell command) by its id."
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Stop the task; report how it ended."""
+        task_id = self._task_id(call)
+        if task_id is None:
+            return ToolOutput("Error: task_id is required.", is_error=True)
+        try:
+            record = await self._host.registry.stop(task_id)
+        except TaskError as exc:
+            return ToolOutput(f"Error: {exc}", is_error=True)
+        return ToolOutput(f"task {record.task_id} {record.status}")

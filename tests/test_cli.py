@@ -1,0 +1,150 @@
+"""The command line as a user runs it: real processes, a temporary SUBVISOR_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.delegation import agent_call, write_scenario
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    env["SUBVISOR_HOME"] = str(home)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _subvisor(
+    home: Path, *args: str, cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", *args],
+        cwd=cwd,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "app.py").write_text("def main():\n    return 1\n\nclass Thing:\n    pass\n")
+    (root / "README.md").write_text("# demo project\n")
+    return root
+
+
+def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: Path) -> None:
+    """`subvisor demo`: parallel Explore agents, a background notification, an isolated segfault."""
+    home = tmp_path / "home"
+    demo = _subvisor(home, "demo", cwd=project)
+    assert demo.returncode == 0, demo.stderr
+    out = demo.stdout
+    assert "app.py" in out  # real Glob/Grep/LS results travelled back through the pipes
+    assert '[notification] Agent "background inventory" completed' in out
+    assert "killed by signal SIGSEGV" in out
+    ps = _subvisor(home, "ps", "--json", cwd=project)
+    assert ps.returncode == 0, ps.stderr
+    tasks = json.loads(ps.stdout)["tasks"]
+    statuses = sorted(t["status"] for t in tasks)
+    assert statuses == ["completed"] * 4 + ["failed"]
+    explore = next(t for t in tasks if t["description"] == "find definitions")
+    logs = _subvisor(home, "logs", explore["task_id"][:14], cwd=project)
+    assert logs.returncode == 0, logs.stderr
+    assert "Find which files define functions or classes." in logs.stdout
+    assert "app.py:2" in logs.stdout
+
+
+def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) -> None:
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("peek", "look")]},
+                {"text": "root says {{tool_result}}"},
+            ],
+            "peek": [
+                {"tool_calls": [{"name": "Read", "input": {"file_path": "README.md"}}]},
+                {"text": "it is {{tool_result}}"},
+            ],
+        },
+    )
+    run = _subvisor(
+        tmp_path / "home", "run", "--json", "--model", model, "look around", cwd=project
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert "# demo project" in report["answer"]
+    assert report["tasks"][0]["status"] == "completed"
+    assert report["usage"]["subagents"]["model_calls"] == 2
+    assert report["usage"]["total_tokens"] > 0
+
+
+def test_run_without_a_model_says_how_to_choose_one(tmp_path: Path, project: Path) -> None:
+    run = _subvisor(tmp_path / "home", "run", "hello", cwd=project)
+    assert run.returncode == 2
+    assert "no model configured" in run.stderr and "--model" in run.stderr
+
+
+def test_run_with_an_unknown_provider_is_a_clear_error(tmp_path: Path, project: Path) -> None:
+    run = _subvisor(tmp_path / "home", "run", "--model", "nosuch:model", "hello", cwd=project)
+    assert run.returncode == 1
+    assert "nosuch" in run.stderr and "openai" in run.stderr
+
+
+def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None:
+    """`subvisor stop ID` stops a background agent of a live `subvisor run`."""
+    home = tmp_path / "home"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("slow", "wait", run_in_background=True)]},
+                {"text": "waiting"},
+                {"text": "the slow one ended"},
+            ],
+            "slow": [{"text": "never", "latency_ms": 60000}],
+        },
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+        cwd=project,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        task_id = None
+        while task_id is None and time.monotonic() < deadline:
+            ps = _subvisor(home, "ps", "--json", cwd=project)
+            if ps.returncode == 0:
+                running = [t for t in json.loads(ps.stdout)["tasks"] if t["status"] == "running"]
+                task_id = running[0]["task_id"] if running else None
+            time.sleep(0.1)
+        assert task_id is not None, "the background agent never showed up as running"
+        stop = _subvisor(home, "stop", task_id, cwd=project)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        out, err = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, err
+    report = json.loads(out)
+    assert report["tasks"][0]["status"] == "killed"
+    assert report["answer"] == "the slow one ended"
+
+
+def test_doctor_passes_here(tmp_path: Path) -> None:
+    doctor = _subvisor(tmp_path / "home", "doctor", cwd=tmp_path)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "all checks passed" in doctor.stdout
