@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -99,18 +100,7 @@ class BashWithBackground:
                 ended_at=None,
             )
         )
-        with open(record.log_file, "ab") as log:
-            # From the event loop's thread, so the parent-death signal is tied
-            # to a thread that lives as long as the supervisor (see
-            # worker.tools._process).
-            process = subprocess.Popen(
-                with_parent_death_signal(shell_argv(command)),
-                cwd=self._context.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = _start_in_own_group(command, self._context.cwd, record.log_file)
         pidfd = os.pidfd_open(process.pid)
         registry.update(record.task_id, status="running")
         stopped: list[str] = []
@@ -160,6 +150,21 @@ class BashWithBackground:
                     task_id=final.task_id,
                 )
             )
+
+
+def _start_in_own_group(command: str, cwd: Path, log_file: str) -> subprocess.Popen[bytes]:
+    # Synchronous, from the event loop's thread, so the parent-death signal is
+    # tied to a thread that lives as long as the supervisor (see
+    # worker.tools._process for why not a trio worker thread).
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(
+            with_parent_death_signal(shell_argv(command)),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _signal_group(pgid: int, sig: int) -> None:
