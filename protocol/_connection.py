@@ -45,7 +45,7 @@ from ._messages import (
 __all__ = ["Connection", "ConnectionClosed", "ConnectionState", "Role"]
 
 
-class Role(enum.Enum):
+class Role(enum.StrEnum):
     """Which end of the pipe pair a connection is."""
 
     SUPERVISOR = "supervisor"
@@ -56,7 +56,7 @@ class Role(enum.Enum):
         return Role.WORKER if self is Role.SUPERVISOR else Role.SUPERVISOR
 
 
-class ConnectionState(enum.Enum):
+class ConnectionState(enum.StrEnum):
     """Shared state of the conversation; both ends track it identically."""
 
     AWAIT_HELLO = "await_hello"

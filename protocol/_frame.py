@@ -26,6 +26,17 @@ from ._errors import ProtocolError
 __all__ = ["FrameDecoder", "FrameLimits", "encode_frame"]
 
 _HEADER = struct.Struct(">I")
+# Every msgpack map or array starts with one of these bytes (fixmap, fixarray,
+# array16/32, map16/32). Their count in a body bounds its nesting from above,
+# which lets most frames skip the Python walk.
+_CONTAINER_BYTES = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+_NOT_CONTAINER_BYTES = bytes(b for b in range(256) if b not in _CONTAINER_BYTES)
+
+
+def _may_nest_deeper_than(body: bytes, max_nesting: int) -> bool:
+    return len(body.translate(None, _NOT_CONTAINER_BYTES)) > max_nesting
+
+
 _MSGPACK_LIMIT = re.compile(r"max_(str|bin|array|map|ext)_len")
 
 
@@ -44,11 +55,15 @@ class FrameLimits:
 def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     """Encode ``obj`` as one frame; refuse to produce a frame the peer would reject."""
     limits = limits or FrameLimits()
-    _check_object(obj, limits, lengths=True)
     try:
         body: bytes = msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"cannot encode frame: {exc}") from exc
+    smallest = min(
+        limits.max_str_len, limits.max_bin_len, limits.max_array_len, 2 * limits.max_map_len
+    )
+    if len(body) > smallest or _may_nest_deeper_than(body, limits.max_nesting):
+        _check_object(obj, limits, encoded_size=len(body))
     max_size = limits.max_frame_size
     if len(body) > max_size:
         raise ProtocolError(
@@ -58,39 +73,50 @@ def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def _check_object(obj: Any, limits: FrameLimits, *, lengths: bool) -> None:
-    """Check nesting (and, for outgoing objects, container and string sizes).
+def _check_object(obj: Any, limits: FrameLimits, *, encoded_size: int | None = None) -> None:
+    """Check an object's nesting and, before encoding, its container and string sizes.
 
-    Iterative: the object is bounded by the frame size already, and
-    recursion would let a deep frame hit Python's recursion limit. Incoming
-    sizes were checked by msgpack while decoding, so ``lengths`` is only set
-    for objects about to be encoded.
+    Iterative (a deep frame must not hit Python's recursion limit) and as
+    cheap as the body allows: a str, bin or array can be no longer than the
+    body holding it, and a map needs two bytes per entry, so with
+    ``encoded_size`` the size checks that cannot fail are skipped. Incoming
+    sizes were already checked by msgpack while decoding (``encoded_size``
+    is then None and only nesting is checked).
     """
-    stack: list[tuple[Any, int]] = [(obj, 1)]
+    size = encoded_size or 0
+    check_str = size > limits.max_str_len
+    check_bin = size > limits.max_bin_len
+    check_array = size > limits.max_array_len
+    check_map = size > 2 * limits.max_map_len
+    check_scalars = check_str or check_bin
+    max_nesting = limits.max_nesting
+    stack: list[tuple[Any, int]] = [(obj, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            if lengths and len(item) > limits.max_map_len:
+            if check_map and len(item) > limits.max_map_len:
                 raise _length_error("map", len(item), limits.max_map_len)
-            children: Any = (*item.keys(), *item.values()) if lengths else item.values()
+            children: Any = (*item.keys(), *item.values()) if check_scalars else item.values()
         elif isinstance(item, list | tuple):
-            if lengths and len(item) > limits.max_array_len:
+            if check_array and len(item) > limits.max_array_len:
                 raise _length_error("array", len(item), limits.max_array_len)
             children = item
         else:
-            if lengths:
-                if isinstance(item, str) and len(item) > limits.max_str_len:
-                    # Characters bound UTF-8 bytes from below; exact check below.
-                    if len(item.encode("utf-8", "surrogatepass")) > limits.max_str_len:
-                        raise _length_error("str", len(item), limits.max_str_len)
-                elif isinstance(item, bytes | bytearray) and len(item) > limits.max_bin_len:
+            if check_str and isinstance(item, str):
+                if len(item.encode("utf-8", "surrogatepass")) > limits.max_str_len:
+                    raise _length_error("str", len(item), limits.max_str_len)
+            elif check_bin and isinstance(item, bytes | bytearray):
+                if len(item) > limits.max_bin_len:
                     raise _length_error("bin", len(item), limits.max_bin_len)
             continue
-        if depth > limits.max_nesting:
+        depth += 1
+        if depth > max_nesting:
             raise ProtocolError(
-                f"frame nesting exceeds max_nesting ({limits.max_nesting})", limit="max_nesting"
+                f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting"
             )
-        stack.extend((child, depth + 1) for child in children)
+        for child in children:
+            if check_scalars or isinstance(child, dict | list | tuple):
+                stack.append((child, depth))
 
 
 def _length_error(kind: str, size: int, limit: int) -> ProtocolError:
@@ -171,5 +197,6 @@ class FrameDecoder:
             match = _MSGPACK_LIMIT.search(str(exc))
             limit = match.group(0) if match else None
             raise ProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
-        _check_object(obj, limits, lengths=False)
+        if _may_nest_deeper_than(body, limits.max_nesting):
+            _check_object(obj, limits)
         return obj

@@ -81,7 +81,10 @@ class Hello(_Frozen):
     pid: int
     pgid: int
     spawn_mode: Literal["zygote", "exec"]
-    rlimits: dict[str, list[int]] = Field(default_factory=dict)
+    #: ``{"RLIMIT_CPU": [soft, hard], ...}``
+    rlimits: dict[str, Annotated[list[int], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict
+    )
 
 
 class WorkerRequest(_Frozen):

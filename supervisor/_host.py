@@ -157,6 +157,7 @@ class Subvisor:
         call = asked.model_copy(
             update={
                 "model": run.launch.model,
+                "tools": run.tool_specs,
                 "agent_keys": run.launch.agent_keys,
                 "call_index": run.next_call_index,
             }

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from protocol import AgentOutcome, AgentRunSpec, ChatMessage, ResourceLimits, Usage
+from worker.tools import LocalToolSet
 
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._handle import WorkerHandle
@@ -96,6 +97,8 @@ class SubagentRun:
         self.usage = Usage()
         self.record: TaskRecord | None = None
         self.launch_error: str | None = None
+        #: What the model is offered: exactly the tools this run was given.
+        self.tool_specs = LocalToolSet(launch.tools).specs
         self._cancel_scope = trio.CancelScope()
         self._stop_reason: str | None = None
         self._process_groups: set[int] = set()

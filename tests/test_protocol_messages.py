@@ -492,15 +492,6 @@ def test_m3_lax_coercions_are_rejected(sender: Role, raw: dict[str, Any]) -> Non
     _assert_rejected(cls, sender, raw, next(k for k in raw if k != "type"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE"
-    reason=(
-        "BUG (regression of the strict-mode fix): Hello.rlimits is now "
-        "dict[str, list[int]], so a limit that is not a (soft, hard) pair, e.g. "
-        "{'RLIMIT_NOFILE': []} or [1, 2, 3], is accepted; it was tuple[int, int]"
-    ),
-)
 @pytest.mark.parametrize("pair", [[], [1024], [1, 2, 3]], ids=["empty", "one", "three"])
 def test_m3_hello_rlimits_are_soft_hard_pairs(pair: list[int]) -> None:
     """M3: each rlimit a worker reports is exactly ``[soft, hard]``."""

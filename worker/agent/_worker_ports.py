@@ -20,7 +20,10 @@ class PipeModelPort:
 
     async def call(self, request: ModelRequest) -> ModelResult:
         """Ask the supervisor's gateway; commit the fault a scripted turn orders."""
-        raw = await self._link.request("model.call", request.model_dump(mode="python"))
+        # The supervisor offers the model the tools it gave this agent; the
+        # specs need not cross the pipe on every call.
+        slim = request.model_copy(update={"tools": ()})
+        raw = await self._link.request("model.call", slim.model_dump(mode="python"))
         result = ModelResult.model_validate(raw)
         if result.fault is not None:
             commit_fault(result.fault)
