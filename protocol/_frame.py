@@ -105,9 +105,10 @@ def _check_object(obj: Any, limits: FrameLimits, *, encoded_size: int | None = N
             if check_str and isinstance(item, str):
                 if len(item.encode("utf-8", "surrogatepass")) > limits.max_str_len:
                     raise _length_error("str", len(item), limits.max_str_len)
-            elif check_bin and isinstance(item, bytes | bytearray):
-                if len(item) > limits.max_bin_len:
-                    raise _length_error("bin", len(item), limits.max_bin_len)
+            elif (
+                check_bin and isinstance(item, bytes | bytearray) and len(item) > limits.max_bin_len
+            ):
+                raise _length_error("bin", len(item), limits.max_bin_len)
             continue
         depth += 1
         if depth > max_nesting:
