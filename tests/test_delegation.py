@@ -371,3 +371,34 @@ async def test_background_bash_shares_the_task_registry(tmp_path: Path) -> None:
     texts = [c.text for c in commands]
     assert sum("<status>completed</status>" in t for t in texts) == 1
     assert sum("<status>killed</status>" in t for t in texts) == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("exit", "exited with code 1"),
+        ("oom", "memory cap exceeded"),
+        ("hang", "idle watchdog"),
+    ],
+)
+async def test_scripted_faults_really_happen_and_are_named(
+    tmp_path: Path, fault: str, reason: str
+) -> None:
+    """A scripted fault crashes the real worker; the parent gets a failure naming why."""
+    from protocol import ResourceLimits
+
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("victim", "x")]}, {"text": "{{tool_result}}"}],
+            "victim": [{"fault": fault}],
+        },
+    )
+    limits = ResourceLimits(memory_mb=200, idle_timeout_s=0.5)
+    async with subvisor(tmp_path / "home", subagent_limits=limits) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+    assert record.status == "failed"
+    assert reason in (record.worker_exit or "")
+    assert reason in outcome.text
