@@ -93,6 +93,12 @@ def _python_launch(module: str, args: list[str], env: dict[str, str], inherit: l
             sys.executable,
             [sys.executable, "-m", module, *args],
             env,
+            # No stdin, and stdout goes to stderr: whatever a worker prints
+            # must not mix into the supervisor's output (``run --json``).
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, 2, 1),
+            ],
             setpgroup=0,
             setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
         )
