@@ -135,6 +135,8 @@ class Connection:
         # Ids of requests each side sent and the other has not yet answered.
         self._pending: dict[Role, set[int]] = {_S: set(), _W: set()}
         self._next_id = 0
+        #: The worker's id, from its hello (None before the handshake).
+        self.worker_id: str | None = None
 
     # -- public API -------------------------------------------------------------
 
@@ -221,8 +223,16 @@ class Connection:
             raise ProtocolError(
                 f"{sender.value} may not send {kind!r} while the connection is {self.state.value}"
             )
-        if isinstance(message, Hello | Welcome):
+        if isinstance(message, Hello):
             self._check_version(sender, message.protocol_version)
+            self.worker_id = message.worker_id
+        elif isinstance(message, Welcome):
+            self._check_version(sender, message.protocol_version)
+            if message.worker_id != self.worker_id:
+                raise ProtocolError(
+                    f"welcome for worker {message.worker_id!r} answers the hello of "
+                    f"{self.worker_id!r}"
+                )
         elif isinstance(message, WorkerRequest | SupervisorRequest):
             self._open_request(sender, message.id)
         elif isinstance(message, Response | ErrorReply):

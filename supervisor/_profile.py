@@ -4,7 +4,9 @@ Field names are Python's; each also validates under its frontmatter name
 (``disallowedTools``, ``permissionMode``, ``maxTurns``, ``mcpServers``), so a
 profile file's YAML frontmatter can be validated as it is, and list fields
 accept the comma-separated strings profile files often use
-(``tools: Read, Grep, Glob``).
+(``tools: Read, Grep, Glob``). ``mode``, ``model_temperature``, ``permission``
+and ``disabled`` carry what opencode agent files say; ``warnings`` what the
+loader noticed but accepted.
 """
 
 from __future__ import annotations
@@ -22,11 +24,23 @@ __all__ = [
     "NEVER_INHERITED_TOOLS",
     "SKILL_TOOL_NAME",
     "AgentProfile",
+    "MemoryScope",
+    "PermissionAction",
+    "PermissionRules",
+    "ProfileMode",
     "ProfileScope",
     "canonical_tool_name",
 ]
 
 ProfileScope = Literal["built-in", "user", "project", "plugin"]
+#: opencode's agent modes: only ``subagent`` and ``all`` can be launched as a subagent.
+ProfileMode = Literal["subagent", "primary", "all"]
+#: Where a profile's persistent memory lives (S-PROF-8).
+MemoryScope = Literal["user", "project", "local"]
+PermissionAction = Literal["allow", "ask", "deny"]
+#: opencode permission rules as written: a permission (``bash``, ``edit``, ...)
+#: maps to one action or to ``{pattern: action}`` in order (S-POL-2).
+PermissionRules = dict[str, PermissionAction | dict[str, PermissionAction]]
 
 #: Tools no subagent ever gets: delegation is one level (S-POL-4), and a child
 #: has no plan-approval surface, so ExitPlanMode would hang the parent (S-POL-1).
@@ -76,10 +90,22 @@ class AgentProfile(BaseModel):
     permission_mode: str | None = None
     max_turns: int | None = Field(default=None, ge=1)
     background: bool = False
-    memory: str | None = None
+    memory: MemoryScope | None = None
     mcp_servers: tuple[str, ...] = ()
+    mode: ProfileMode | None = None
+    # opencode's ``temperature``; the file loader maps it here. Not called
+    # ``temperature`` so that a stray ``temperature`` key given to this model
+    # directly is still rejected as unknown.
+    model_temperature: float | None = Field(default=None, allow_inf_nan=False)
+    permission: PermissionRules | None = None
+    disabled: bool = False
     source: str = "built-in"
     scope: ProfileScope = "built-in"
+    warnings: tuple[str, ...] = ()
+
+    def __hash__(self) -> int:
+        # ``permission`` is a dict, so the generated field-wise hash would fail.
+        return hash((self.name, self.source, self.scope, self.prompt))
 
     @field_validator("name", "description", mode="after")
     @classmethod
@@ -111,6 +137,11 @@ class AgentProfile(BaseModel):
                 "permissionMode; move it to a user-level profile if you trust it"
             )
         return self
+
+    @property
+    def is_subagent(self) -> bool:
+        """False for an opencode ``mode: primary`` agent or a ``disable: true`` one."""
+        return self.mode != "primary" and not self.disabled
 
     @property
     def lists_tools(self) -> bool:

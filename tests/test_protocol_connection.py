@@ -674,3 +674,11 @@ def test_c6_unhashable_type_tag_is_a_protocol_error(role: Role, tag: Any) -> Non
     conn = _pair(OPEN)[role]
     with pytest.raises(ProtocolError):
         conn.receive_data(_frame({"type": tag}))
+
+
+def test_c1_welcome_must_answer_the_hello_it_follows() -> None:
+    """C1: a welcome naming another worker than the hello did is a violation."""
+    supervisor, worker = Connection(S), Connection(W)
+    assert supervisor.receive_data(worker.send(_hello())) == [_hello()]
+    with pytest.raises(ProtocolError, match="answers the hello of 'w-1'"):
+        worker.receive_data(_frame(Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w-2")))

@@ -302,19 +302,23 @@ _FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
     Heartbeat: {"seq": "id"},
 }
 
-# Wrong values. Values pydantic's lax mode coerces ("7", 7.0, True for an int;
-# bytes for a str) are left out here: test_m3_lax_coercions_are_rejected
-# documents that they are (wrongly) accepted.
+# Wrong values, including those a lax validator would coerce ("7", 7.0, True for
+# an int; msgpack bin for a str): validation is strict (see also
+# test_m3_lax_coercions_are_rejected).
 _not_int = st.one_of(
     st.none(),
+    st.booleans(),
     st.text(string.ascii_letters, min_size=1, max_size=8),
-    st.floats().filter(lambda f: not f.is_integer()),
+    _ints.map(str),
+    st.floats(),
+    st.binary(max_size=8),
     st.lists(_ints, max_size=3),
     st.dictionaries(st.text(max_size=4), _ints, max_size=3),
 )
 _not_str = st.one_of(
     st.none(),
     st.booleans(),
+    st.binary(max_size=8),
     _ints,
     st.floats(),
     st.lists(_texts, max_size=3),

@@ -212,6 +212,49 @@ def test_z3_specific_garbage_reports(datagram: bytes) -> None:
         decode_spawn_request(datagram)
 
 
+_REQUIRED = [
+    (cls, name)
+    for cls in (*_REPORT_TYPES, SpawnWorker)
+    for name, field in cls.model_fields.items()
+    if field.is_required()
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "field"), _REQUIRED, ids=[f"{c.__name__}-{f}" for c, f in _REQUIRED]
+)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_z3_every_required_field_is_required_on_the_wire(
+    cls: type[BaseModel], field: str, data: st.DataObject
+) -> None:
+    """Z3: a datagram missing any required field is refused (no silent default)."""
+    strategy = spawn_requests if cls is SpawnWorker else _REPORTS[cls]
+    raw = data.draw(strategy).model_dump()
+    del raw[field]
+    decode = decode_spawn_request if cls is SpawnWorker else decode_zygote_report
+    with pytest.raises(ProtocolError, match=r"invalid (zygote report|spawn request)"):
+        decode(msgpack.packb(raw))
+
+
+def test_z3_the_required_fields_are_these() -> None:
+    """Z3: what a zygote report must carry (so a worker's exit is never half-reported)."""
+    assert {(c.__name__, f) for c, f in _REQUIRED} == {
+        ("ZygoteReady", "pid"),
+        ("WorkerSpawned", "worker_id"),
+        ("WorkerSpawned", "pid"),
+        ("SpawnFailed", "worker_id"),
+        ("SpawnFailed", "error"),
+        ("WorkerExited", "worker_id"),
+        ("WorkerExited", "pid"),
+        ("WorkerExited", "exit_code"),
+        ("WorkerExited", "signal"),
+        ("WorkerExited", "cpu_seconds"),
+        ("WorkerExited", "max_rss_kb"),
+        ("SpawnWorker", "worker_id"),
+    }
+
+
 @pytest.mark.parametrize(
     "raw",
     [
