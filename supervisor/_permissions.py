@@ -451,7 +451,9 @@ def tools_map_to_rules(tools: object) -> Ruleset:
     after these rules so that it wins, as in opencode.
     """
     if not isinstance(tools, Mapping):
-        raise PermissionConfigError(f"tools: expected a mapping of tool name to bool, got {tools!r}")
+        raise PermissionConfigError(
+            f"tools: expected a mapping of tool name to bool, got {tools!r}"
+        )
     rules: list[PermissionRule] = []
     for raw_name, enabled in tools.items():
         name = _key(raw_name, f"tools key {raw_name!r}")
@@ -512,6 +514,8 @@ def _tool_checks(
     tool_name: str, tool_input: Mapping[str, object], project_dir: str | None
 ) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
     """The external_directory checks and the tool's own checks of one call."""
+    if project_dir is not None and not posixpath.isabs(project_dir):
+        raise ValueError(f"project_dir must be an absolute path, got {project_dir!r}")
     permission = permission_name(tool_name)
     if permission in ("read", "edit"):
         raw = _text(tool_input, "file_path", "filePath", "notebook_path", "path")
@@ -594,13 +598,46 @@ _WRAPPER_VALUE_FLAGS: Final[Mapping[str, frozenset[str]]] = {
     "stdbuf": frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}),
     "watch": frozenset({"-n", "--interval", "-d", "--differences", "-q", "--equexit"}),
     "sudo": frozenset(
-        {"-u", "--user", "-g", "--group", "-h", "--host", "-p", "--prompt", "-C", "-D",
-         "--chdir", "-r", "--role", "-t", "--type", "-U", "--other-user", "-T"}
+        {
+            "-u",
+            "--user",
+            "-g",
+            "--group",
+            "-h",
+            "--host",
+            "-p",
+            "--prompt",
+            "-C",
+            "-D",
+            "--chdir",
+            "-r",
+            "--role",
+            "-t",
+            "--type",
+            "-U",
+            "--other-user",
+            "-T",
+        }
     ),
     "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
     "xargs": frozenset(
-        {"-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a", "--max-args", "--max-procs",
-         "--max-lines", "--delimiter", "--eof", "--arg-file", "--replace"}
+        {
+            "-I",
+            "-n",
+            "-P",
+            "-L",
+            "-d",
+            "-E",
+            "-s",
+            "-a",
+            "--max-args",
+            "--max-procs",
+            "--max-lines",
+            "--delimiter",
+            "--eof",
+            "--arg-file",
+            "--replace",
+        }
     ),
 }
 _FIND_EXEC: Final[frozenset[str]] = frozenset({"-exec", "-execdir", "-ok", "-okdir"})

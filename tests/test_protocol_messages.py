@@ -161,9 +161,14 @@ def _deliver(
         assert pair[S].pending_requests(role) == pair[W].pending_requests(role)
 
 
+def _answering(pair: dict[Role, Connection], welcome: Welcome) -> Welcome:
+    """``welcome`` addressed to the worker whose hello the supervisor received."""
+    return welcome.model_copy(update={"worker_id": pair[S].worker_id})
+
+
 def _handshake(data: st.DataObject, pair: dict[Role, Connection]) -> None:
     _transmit(data, pair, W, [data.draw(hellos, label="hello")])
-    _transmit(data, pair, S, [data.draw(welcomes, label="welcome")])
+    _transmit(data, pair, S, [_answering(pair, data.draw(welcomes, label="welcome"))])
     assert pair[S].state is ConnectionState.OPEN
 
 
@@ -197,10 +202,10 @@ def test_m1_every_message_type_round_trips_in_any_chunking(
         return
     _transmit(data, pair, W, [data.draw(hellos)])
     if kind == "welcome":
-        _transmit(data, pair, S, [data.draw(welcomes)])
+        _transmit(data, pair, S, [_answering(pair, data.draw(welcomes))])
         assert pair[W].state is ConnectionState.OPEN
         return
-    _transmit(data, pair, S, [data.draw(welcomes)])
+    _transmit(data, pair, S, [_answering(pair, data.draw(welcomes))])
     if kind == "request":
         message = data.draw(requests(sender, data.draw(_ids)))
     elif kind in ("response", "error", "progress"):
