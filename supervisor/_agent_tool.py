@@ -29,6 +29,9 @@ from ._agent_tool_schema import (
 )
 from ._errors import SubvisorError
 from ._names import resolve_agent_name
+from ._permission_derivation import child_permission_mode, derive_child_rules, launchable_agents
+from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
+from ._policy import ToolPolicy
 from ._profile import AgentProfile
 from ._subagents import SubagentLaunch, SubagentRun
 from .providers import ModelError, parse_model_string
@@ -63,14 +66,25 @@ class AgentTool:
         profiles: Mapping[str, AgentProfile],
         current_model: Callable[[], str],
         cwd: Path,
+        parent_policy: ToolPolicy,
     ) -> None:
         self._host = host
         self._parent_session_id = parent_session_id
         self._parent_tools = tuple(parent_tools)
-        self._profiles = dict(profiles)
         self._current_model = current_model
         self._cwd = cwd
+        self._parent_policy = parent_policy
+        # S-TOOL-4: agents whose `task` permission is deny are neither listed
+        # nor launchable.
+        launchable = set(launchable_agents(self._inherited_rules, list(profiles)))
+        self._profiles = {name: p for name, p in profiles.items() if name in launchable}
+        self._hidden = {name for name in profiles if name not in launchable}
         self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
+
+    @property
+    def _inherited_rules(self) -> Ruleset:
+        # A plan-mode parent's restrictions become rules, so they reach children.
+        return apply_mode(self._parent_policy.mode, self._parent_policy.rules)
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run one Agent (or Task) call from the model."""
@@ -125,6 +139,11 @@ class AgentTool:
                 )
             history = tuple(self._host.store.messages(previous.child_session_id))
             subagent_type = previous.subagent_type or subagent_type
+        if subagent_type in self._hidden:
+            raise SubvisorError(
+                f"subagent_type {subagent_type!r} is denied by the task permission of this "
+                "session; pick another type or change the [permission] task rules"
+            )
         name = resolve_agent_name(subagent_type, self._profiles)
         profile = self._profiles[name]
         model = self._model_for(profile)
@@ -141,9 +160,26 @@ class AgentTool:
             background=request.run_in_background or profile.background,
             cwd=cwd,
             limits=self._host.settings.subagent_limits,
+            policy=self._child_policy(profile),
             tool_use_id=tool_use_id,
             history=history,
             generation=self._host.command_queue(self._parent_session_id).generation,
+        )
+
+    def _child_policy(self, profile: AgentProfile) -> ToolPolicy:
+        # S-POL-2: the child's own rules (the configured ones every agent
+        # starts from, as opencode merges its config into each agent, then its
+        # profile's), then what it inherits from the parent (external
+        # directories and every deny), then todowrite/task denied by default.
+        own = (
+            self._host.settings.rules
+            + rules_from_config(profile.permission or {})
+            + tools_map_to_rules(profile.tool_switches or {})
+        )
+        return ToolPolicy(
+            rules=derive_child_rules(self._inherited_rules, own),
+            mode=child_permission_mode(self._parent_policy.mode, profile.permission_mode),
+            project_dir=str(self._cwd),
         )
 
     def _model_for(self, profile: AgentProfile) -> str:

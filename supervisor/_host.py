@@ -143,11 +143,15 @@ class Subvisor:
         self._by_worker.pop(worker_id, None)
 
     async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        if request.method != "model.call":
+        if request.method not in ("model.call", "permission.check"):
             return await default_request_handler(handle, request)
         run = self._by_worker.get(handle.worker_id)
         if run is None:
-            raise RequestRefused("no_task", "this worker runs no subagent; model calls refused")
+            raise RequestRefused(
+                "no_task", f"this worker runs no subagent; {request.method} refused"
+            )
+        if request.method == "permission.check":
+            return self._check_permission(run, request.params)
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
@@ -168,3 +172,16 @@ class Subvisor:
             raise RequestRefused("model_error", str(exc)) from None
         run.count_model_call(result.usage)
         return result.model_dump(mode="python")
+
+    def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
+        tool, tool_input = params.get("tool"), params.get("input")
+        if not isinstance(tool, str) or not isinstance(tool_input, dict):
+            raise RequestRefused("bad_request", "permission.check needs a tool name and its input")
+        decision = run.launch.policy.authorize_headless(tool, tool_input)
+        if decision.action != "allow":
+            self.store.append_event(
+                run.launch.child_session_id,
+                "PermissionDenied",
+                {"tool": tool, "reason": decision.reason},
+            )
+        return {"allowed": decision.action == "allow", "reason": decision.reason}

@@ -559,9 +559,9 @@ def permission_for_tool(
     :func:`permission_checks` adds, and a Bash command is really checked per
     simple command (:func:`bash_commands`).
     """
-    _external, own = _tool_checks(tool_name, tool_input, project_dir)
     if permission_name(tool_name) == "bash":
         return "bash", (_text(tool_input, "command") or "").strip()
+    _external, own = _tool_checks(tool_name, tool_input, project_dir)
     return own[0].permission, own[0].subject
 
 
@@ -906,12 +906,12 @@ def _simple_commands(command: str) -> list[list[str]]:
 
 
 def bash_commands(command: str) -> tuple[str, ...]:
-    """The subjects a Bash command is checked on, one per simple command, in order.
+    """The subjects a Bash command is checked on: one per simple command, as in opencode.
 
-    Like opencode, which checks each command its shell parser finds:
     ``git status && rm -rf build`` gives ``git status`` and ``rm -rf build``,
-    so ``"git *": "allow"`` cannot let the ``rm`` through. Commands inside
-    ``$(...)``, backticks and subshells count; words are joined by one space
+    so ``"git *": "allow"`` cannot let the ``rm`` through. Commands come in
+    the order they end (a substitution before the command containing it).
+    Commands inside ``$(...)``, backticks and subshells count; words are joined by one space
     and kept as written (quotes included); leading variable assignments,
     redirections, here-document bodies and comments are left out. A command
     run through a wrapper (``sudo``, ``timeout``, ``env``, ``xargs``,

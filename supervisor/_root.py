@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult
+from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall
 from worker.agent import AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 
@@ -15,6 +15,8 @@ from ._agent_tool import AgentTool
 from ._builtin_profiles import BUILTIN_PROFILES
 from ._errors import SubvisorError
 from ._notifications import format_command_turn
+from ._permission_derivation import agent_tool_enabled
+from ._policy import ToolPolicy
 from ._profile import AgentProfile
 from ._shells import BashWithBackground, TaskOutputTool, TaskStopTool
 from ._store import SessionStore
@@ -50,6 +52,18 @@ class DirectModelPort:
                 "for subagents only (the root runs inside the supervisor)"
             )
         return result
+
+
+class PolicyApprovals:
+    """The root's approval port: its own rules, checked in this process."""
+
+    def __init__(self, policy: ToolPolicy) -> None:
+        self._policy = policy
+
+    async def authorize(self, call: ToolCall) -> str | None:
+        """``None`` when the rules allow the call, else why not."""
+        decision = self._policy.authorize_headless(call.name, call.input)
+        return None if decision.action == "allow" else decision.reason
 
 
 class StoreEventSink:
@@ -99,6 +113,8 @@ class RootSession:
         self.queue = host.command_queue(self.session_id)
         local = LocalToolSet(tools)
         context = ToolContext(cwd=cwd)
+        settings = host.settings
+        self.policy = ToolPolicy(rules=settings.rules, mode=settings.mode, project_dir=str(cwd))
         self.agent_tool = AgentTool(
             host,
             parent_session_id=self.session_id,
@@ -106,13 +122,17 @@ class RootSession:
             profiles=profiles,
             current_model=lambda: self.model,
             cwd=cwd,
+            parent_policy=self.policy,
         )
-        host_tools: list[HostTool] = [self.agent_tool, TaskOutputTool(host), TaskStopTool(host)]
+        host_tools: list[HostTool] = [TaskOutputTool(host), TaskStopTool(host)]
+        # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
+        if agent_tool_enabled(settings.subagent_depth, 0):
+            host_tools.insert(0, self.agent_tool)
         if "Bash" in local:
             host_tools.append(BashWithBackground(host, self.session_id, context))
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
-            tools=Toolbox(local, context, host_tools),
+            tools=Toolbox(local, context, host_tools, approvals=PolicyApprovals(self.policy)),
             events=StoreEventSink(host.store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol import ResourceLimits
 
 from ._paths import subvisor_home
+from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
 from .providers import GatewayConfig
 
 __all__ = ["SubvisorSettings"]
@@ -33,4 +34,36 @@ class SubvisorSettings(BaseModel):
     max_concurrent_subagents: int = Field(default=20, ge=1)
     #: Result text style of the Agent tool: Claude Code's or opencode's (S-TOOL-6).
     result_style: Literal["claude", "opencode"] = "claude"
+    #: Levels of delegation (S-POL-4): 0 disables the Agent tool, 1 lets the
+    #: root delegate and no child. More is refused: a worker cannot start a
+    #: supervisor, so a second level could never be honoured.
+    subagent_depth: int = Field(default=1, ge=0, le=1)
+    #: The session's permission rules, in opencode's config shapes (S-POL-2):
+    #: ``{"*": "allow", "bash": {"rm *": "ask"}, "edit": "deny"}``.
+    permission: dict[str, Any] | list[Any] = Field(default_factory=lambda: {"*": "allow"})
+    #: default, acceptEdits, plan or bypassPermissions (S-POL-3).
+    permission_mode: str = "default"
+    #: Directories of Claude Code plugins whose agents to load (S-PROF-3).
+    plugin_dirs: tuple[Path, ...] = ()
     gateway: GatewayConfig = GatewayConfig()
+
+    @field_validator("permission")
+    @classmethod
+    def _rules_parse(cls, value: dict[str, Any] | list[Any]) -> dict[str, Any] | list[Any]:
+        rules_from_config(value)
+        return value
+
+    @field_validator("permission_mode")
+    @classmethod
+    def _mode_parses(cls, value: str) -> str:
+        return parse_permission_mode(value)
+
+    @property
+    def rules(self) -> Ruleset:
+        """The session's permission rules."""
+        return rules_from_config(self.permission)
+
+    @property
+    def mode(self) -> PermissionMode:
+        """The session's permission mode."""
+        return parse_permission_mode(self.permission_mode)

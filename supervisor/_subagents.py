@@ -32,6 +32,7 @@ from worker.tools import LocalToolSet
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._handle import WorkerHandle
 from ._notifications import Command, build_task_notification
+from ._policy import ToolPolicy
 from ._tasks import TaskRecord, TaskUsage
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class SubagentLaunch:
     background: bool
     cwd: str
     limits: ResourceLimits
+    policy: ToolPolicy
     tool_use_id: str | None = None
     agent_id: str = field(default_factory=new_agent_id)
     history: tuple[ChatMessage, ...] = ()

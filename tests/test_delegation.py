@@ -221,7 +221,9 @@ async def test_children_never_get_the_agent_tool(tmp_path: Path) -> None:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         records = host.registry.list()
-    assert "tool 'Agent' is not available to this agent" in outcome.text
+    # Refused twice over: the derived rules deny `task` (S-POL-2), and a
+    # worker has no Agent tool to run anyway (S-RUN-7).
+    assert "permission denied: task 'general-purpose' is denied by the rule task" in outcome.text
     assert [r.description for r in records] == ["child"]
 
 
@@ -402,3 +404,80 @@ async def test_scripted_faults_really_happen_and_are_named(
     assert record.status == "failed"
     assert reason in (record.worker_exit or "")
     assert reason in outcome.text
+
+
+async def test_session_rules_reach_the_root_and_its_children(tmp_path: Path) -> None:
+    """S-POL-2: a configured deny holds in the root and, inherited, in every child."""
+    rm = {"name": "Bash", "input": {"command": "rm -f important.txt"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [rm, agent_call("cleaner", "clean up")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "cleaner": [{"tool_calls": [rm]}, {"text": "child: {{tool_result}}"}],
+        },
+    )
+    (tmp_path / "important.txt").write_text("keep me")
+    rules = {"*": "allow", "bash": {"*": "allow", "rm *": "deny"}}
+    async with subvisor(tmp_path / "home", permission=rules) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [child] = host.registry.list(root.session_id)
+        denied = [
+            e
+            for e in host.store.events(child.child_session_id or "")
+            if e.name == "PermissionDenied"
+        ]
+    assert (tmp_path / "important.txt").read_text() == "keep me"
+    assert outcome.text.count("permission denied: bash 'rm -f important.txt' is denied") == 2
+    assert len(denied) == 1
+
+
+async def test_task_deny_hides_an_agent_type(tmp_path: Path) -> None:
+    """S-TOOL-4: an agent whose task permission is deny is not listed and cannot launch."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("look", "x", subagent_type="Explore")]},
+                {"text": "{{tool_result}}"},
+            ]
+        },
+    )
+    rules = {"*": "allow", "task": {"*": "allow", "Explore": "deny"}}
+    async with subvisor(tmp_path / "home", permission=rules) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        description = root.agent_tool.spec.description
+        outcome = await root.run("go")
+        launched = host.registry.list(root.session_id)
+    assert "- Explore:" not in description and "- general-purpose:" in description
+    assert "permission denied: task 'Explore' is denied" in outcome.text
+    assert launched == []
+
+
+async def test_subagent_depth_zero_removes_the_agent_tool(tmp_path: Path) -> None:
+    """S-POL-4: subagent_depth = 0 disables delegation."""
+    model = write_scenario(tmp_path / "s.yaml", {"root": [{"text": "alone"}]})
+    async with subvisor(tmp_path / "home", subagent_depth=0) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        names = [spec.name for spec in root.loop._tools.specs]
+    assert "Agent" not in names and "Read" in names
+
+
+async def test_plan_mode_parent_keeps_children_read_only(tmp_path: Path) -> None:
+    """S-POL-3: a plan-mode session's children cannot write either."""
+    write = {"name": "Write", "input": {"file_path": "new.txt", "content": "x"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("writer", "write")]}, {"text": "{{tool_result}}"}],
+            "writer": [{"tool_calls": [write]}, {"text": "child: {{tool_result}}"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", permission_mode="plan") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+    assert not (tmp_path / "new.txt").exists()
+    assert "permission denied: edit 'new.txt'" in outcome.text

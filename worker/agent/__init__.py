@@ -3,13 +3,14 @@
 from ._command import AGENT_COMMANDS
 from ._faults import EXIT_FAULT_CODE, commit_fault
 from ._loop import AgentLoop
-from ._ports import EventSink, ModelPort, ToolPort
+from ._ports import ApprovalPort, EventSink, ModelPort, ToolPort
 from ._toolbox import HostTool, Toolbox
 
 __all__ = [
     "AGENT_COMMANDS",
     "EXIT_FAULT_CODE",
     "AgentLoop",
+    "ApprovalPort",
     "EventSink",
     "HostTool",
     "ModelPort",

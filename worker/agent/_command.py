@@ -14,7 +14,7 @@ from .._commands import CommandContext, CommandError, CommandHandler
 from ..tools import LocalToolSet, ToolContext
 from ._loop import AgentLoop
 from ._toolbox import Toolbox
-from ._worker_ports import PipeEventSink, PipeModelPort
+from ._worker_ports import PipeApprovalPort, PipeEventSink, PipeModelPort
 
 __all__ = ["AGENT_COMMANDS"]
 
@@ -38,7 +38,7 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
     )
     loop = AgentLoop(
         model=PipeModelPort(ctx.link),
-        tools=Toolbox(LocalToolSet(spec.tools), context),
+        tools=Toolbox(LocalToolSet(spec.tools), context, approvals=PipeApprovalPort(ctx.link)),
         events=events,
         system=spec.system,
         model_name=spec.model,

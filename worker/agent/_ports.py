@@ -13,7 +13,7 @@ from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
 
 from ..tools import ToolOutput
 
-__all__ = ["EventSink", "ModelPort", "ToolPort"]
+__all__ = ["ApprovalPort", "EventSink", "ModelPort", "ToolPort"]
 
 
 class ModelPort(Protocol):
@@ -46,4 +46,12 @@ class EventSink(Protocol):
 
     async def emit(self, name: str, data: dict[str, Any]) -> None:
         """Record one event."""
+        ...
+
+
+class ApprovalPort(Protocol):
+    """Decides whether a tool call may run (permission rules, approvals)."""
+
+    async def authorize(self, call: ToolCall) -> str | None:
+        """``None`` to run the call, else why it may not."""
         ...

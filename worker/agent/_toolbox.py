@@ -8,6 +8,7 @@ from typing import Protocol
 from protocol import ToolCall, ToolSpec
 
 from ..tools import LocalToolSet, ToolContext, ToolOutput
+from ._ports import ApprovalPort
 
 __all__ = ["HostTool", "Toolbox"]
 
@@ -42,9 +43,14 @@ class Toolbox:
     """Dispatches tool calls to local tools or host tools by name."""
 
     def __init__(
-        self, local: LocalToolSet, context: ToolContext, host_tools: Sequence[HostTool] = ()
+        self,
+        local: LocalToolSet,
+        context: ToolContext,
+        host_tools: Sequence[HostTool] = (),
+        approvals: ApprovalPort | None = None,
     ) -> None:
         self._local = local
+        self._approvals = approvals
         self._context = context
         self._host: dict[str, HostTool] = {}
         for tool in host_tools:
@@ -73,7 +79,11 @@ class Toolbox:
         return name in _CONCURRENCY_SAFE_LOCAL
 
     async def call(self, call: ToolCall) -> ToolOutput:
-        """Run ``call`` with whichever tool answers to its name."""
+        """Run ``call`` with whichever tool answers to its name, if it is allowed to run."""
+        if self._approvals is not None:
+            refusal = await self._approvals.authorize(call)
+            if refusal is not None:
+                return ToolOutput(f"Error: permission denied: {refusal}", is_error=True)
         host = self._host.get(call.name)
         if host is not None:
             return await host(call)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import ModelRequest, ModelResult
+from protocol import ModelRequest, ModelResult, ToolCall
 
 from .._channel import SupervisorLink
 from ._faults import commit_fault
 
-__all__ = ["PipeEventSink", "PipeModelPort"]
+__all__ = ["PipeApprovalPort", "PipeEventSink", "PipeModelPort"]
 
 
 class PipeModelPort:
@@ -39,3 +39,20 @@ class PipeEventSink:
     async def emit(self, name: str, data: dict[str, Any]) -> None:
         """Send one event frame."""
         await self._link.emit(name, data)
+
+
+class PipeApprovalPort:
+    """Each tool call is checked by the supervisor, which holds the rules."""
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def authorize(self, call: ToolCall) -> str | None:
+        """Ask the supervisor; ``None`` when the call may run."""
+        answer = await self._link.request(
+            "permission.check", {"tool": call.name, "input": call.input}
+        )
+        if isinstance(answer, dict) and answer.get("allowed") is True:
+            return None
+        reason = answer.get("reason") if isinstance(answer, dict) else None
+        return str(reason or "the supervisor refused this tool call")

