@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from protocol import ChatMessage, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
+from ._agent_memory import apply_memory
 from ._agent_tool_schema import (
     AGENT_TOOL_NAME,
     HIDDEN_ALIASES,
@@ -28,11 +29,11 @@ from ._agent_tool_schema import (
     format_task_result,
 )
 from ._errors import SubvisorError
-from ._names import resolve_agent_name
 from ._permission_derivation import child_permission_mode, derive_child_rules, launchable_agents
 from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
 from ._policy import ToolPolicy
 from ._profile import AgentProfile
+from ._profile_catalog import ProfileCatalog
 from ._subagents import SubagentLaunch, SubagentRun
 from .providers import ModelError, parse_model_string
 
@@ -63,7 +64,7 @@ class AgentTool:
         *,
         parent_session_id: str,
         parent_tools: Sequence[str],
-        profiles: Mapping[str, AgentProfile],
+        catalog: ProfileCatalog,
         current_model: Callable[[], str],
         cwd: Path,
         parent_policy: ToolPolicy,
@@ -74,11 +75,11 @@ class AgentTool:
         self._current_model = current_model
         self._cwd = cwd
         self._parent_policy = parent_policy
+        self._catalog = catalog
         # S-TOOL-4: agents whose `task` permission is deny are neither listed
         # nor launchable.
-        launchable = set(launchable_agents(self._inherited_rules, list(profiles)))
-        self._profiles = {name: p for name, p in profiles.items() if name in launchable}
-        self._hidden = {name for name in profiles if name not in launchable}
+        launchable = set(launchable_agents(self._inherited_rules, list(catalog.profiles)))
+        self._profiles = {n: p for n, p in catalog.profiles.items() if n in launchable}
         self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
 
     @property
@@ -139,13 +140,16 @@ class AgentTool:
                 )
             history = tuple(self._host.store.messages(previous.child_session_id))
             subagent_type = previous.subagent_type or subagent_type
-        if subagent_type in self._hidden:
+        found = self._catalog.resolve(subagent_type)
+        if found.name not in self._profiles:
             raise SubvisorError(
-                f"subagent_type {subagent_type!r} is denied by the task permission of this "
-                "session; pick another type or change the [permission] task rules"
+                f"subagent_type {found.name!r} is denied by the task permission of this "
+                f"session; pick one of {', '.join(sorted(self._profiles))} or change the "
+                "[permission] task rules"
             )
-        name = resolve_agent_name(subagent_type, self._profiles)
-        profile = self._profiles[name]
+        name = found.name
+        # S-PROF-8: persistent memory joins the prompt (and its tools the set).
+        profile = apply_memory(found, home=self._host.home, project_dir=self._cwd)
         model = self._model_for(profile)
         cwd = str(self._cwd)
         return SubagentLaunch(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,12 +12,11 @@ from worker.agent import AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 
 from ._agent_tool import AgentTool
-from ._builtin_profiles import BUILTIN_PROFILES
 from ._errors import SubvisorError
 from ._notifications import format_command_turn
 from ._permission_derivation import agent_tool_enabled
 from ._policy import ToolPolicy
-from ._profile import AgentProfile
+from ._profile_catalog import ProfileCatalog
 from ._shells import BashWithBackground, TaskOutputTool, TaskStopTool
 from ._store import SessionStore
 from .providers import ModelGateway
@@ -98,7 +97,7 @@ class RootSession:
         model: str,
         cwd: Path,
         tools: Sequence[str] = LOCAL_TOOL_NAMES,
-        profiles: Mapping[str, AgentProfile] = BUILTIN_PROFILES,
+        catalog: ProfileCatalog | None = None,
         session_id: str | None = None,
         observer: EventObserver | None = None,
     ) -> None:
@@ -119,7 +118,8 @@ class RootSession:
             host,
             parent_session_id=self.session_id,
             parent_tools=(*local.names, "Agent"),
-            profiles=profiles,
+            catalog=catalog
+            or ProfileCatalog.discover(cwd, home=host.home, plugin_dirs=settings.plugin_dirs),
             current_model=lambda: self.model,
             cwd=cwd,
             parent_policy=self.policy,

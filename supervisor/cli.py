@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--timeout", type=float, help="stop everything after this many seconds")
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 
+    agents = commands.add_parser("agents", help="list the agent profiles this project sees")
+    agents.add_argument("--json", action="store_true")
+    agents.add_argument("--cwd", default=".", help="project directory")
+    agents.set_defaults(handler=_agents)
+
     ps = commands.add_parser("ps", help="list the tasks of the latest (or a given) session")
     ps.add_argument("session", nargs="?", help="session id (default: the latest root session)")
     ps.add_argument("--json", action="store_true")
@@ -105,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("task_id", help="agentId (a unique prefix is enough)")
     stop.set_defaults(handler=lambda a: _tasks("stop", a))
     return parser
+
+
+def _agents(args: argparse.Namespace) -> int:
+    from ._cli_agents import agents_command
+
+    return agents_command(Path(args.cwd).resolve(), args.json)
 
 
 def _tasks(command: str, args: argparse.Namespace) -> int:

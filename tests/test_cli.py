@@ -148,3 +148,17 @@ def test_doctor_passes_here(tmp_path: Path) -> None:
     doctor = _subvisor(tmp_path / "home", "doctor", cwd=tmp_path)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "all checks passed" in doctor.stdout
+
+
+def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -> None:
+    """`subvisor agents --json`: every profile with source, scope and errors (S-PROF-3)."""
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "reviewer.md").write_text("---\nname: reviewer\ndescription: Reviews\n---\nReview.\n")
+    (agents / "broken.md").write_text("---\nname: broken\ndescription: [oops\n---\nx\n")
+    listing = _subvisor(tmp_path / "home", "agents", "--json", cwd=project)
+    assert listing.returncode == 1  # one profile is broken
+    entries = {e["name"]: e for e in json.loads(listing.stdout)["profiles"]}
+    assert entries["reviewer"]["scope"] == "project" and entries["reviewer"]["launchable"]
+    assert entries["broken"]["error"]["line"] == 3
+    assert {"general-purpose", "Explore"} <= set(entries)

@@ -481,3 +481,47 @@ async def test_plan_mode_parent_keeps_children_read_only(tmp_path: Path) -> None
         outcome = await root.run("go")
     assert not (tmp_path / "new.txt").exists()
     assert "permission denied: edit 'new.txt'" in outcome.text
+
+
+async def test_project_profiles_shape_the_child(tmp_path: Path) -> None:
+    """S-PROF-2/3/5/8: a Claude Code project profile sets the child's prompt, tools and memory;
+    a broken profile fails only when asked for, with its parse error."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "auditor.md").write_text(
+        "---\nname: auditor\ndescription: Audits code\ntools: Read, Grep\n"
+        "model: sonnet\nmemory: project\n---\nYou audit code carefully.\n"
+    )
+    (agents / "broken.md").write_text("---\nname: broken\ndescription: [oops\n---\nx\n")
+    memory = tmp_path / ".subvisor" / "agent-memory" / "auditor"
+    memory.mkdir(parents=True)
+    (memory / "MEMORY.md").write_text("- [style](style.md): prefer small functions\n")
+    write = {"name": "Write", "input": {"file_path": "x.txt", "content": "x"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("audit", "audit it", subagent_type="Auditor"),
+                        agent_call("fix", "fix it", subagent_type="broken"),
+                    ]
+                },
+                {"text": "{{tool_result}}"},
+            ],
+            "audit": [{"tool_calls": [write]}, {"text": "auditor: {{tool_result}}"}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [run] = host.runs.values()
+    assert run.launch.subagent_type == "auditor"
+    # Listed tools, plus Write and Edit for its memory (S-PROF-8)...
+    assert set(run.launch.tools) == {"Read", "Grep", "Write", "Edit"}
+    assert "You audit code carefully." in run.launch.system
+    assert "prefer small functions" in run.launch.system
+    # ...and "sonnet" means: inherit the parent's model (S-PROF-6).
+    assert run.launch.model == root.model
+    assert (tmp_path / "x.txt").read_text() == "x"
+    assert "broken" in outcome.text and "invalid YAML" in outcome.text
