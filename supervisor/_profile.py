@@ -4,8 +4,8 @@ Field names are Python's; each also validates under its frontmatter name
 (``disallowedTools``, ``permissionMode``, ``maxTurns``, ``mcpServers``), so a
 profile file's YAML frontmatter can be validated as it is, and list fields
 accept the comma-separated strings profile files often use
-(``tools: Read, Grep, Glob``). ``mode``, ``model_temperature``, ``permission``
-and ``disabled`` carry what opencode agent files say; ``warnings`` what the
+(``tools: Read, Grep, Glob``). ``mode``, ``model_temperature``, ``permission``,
+``tool_switches`` and ``disabled`` carry what opencode agent files say; ``warnings`` what the
 loader noticed but accepted.
 """
 
@@ -38,9 +38,11 @@ ProfileMode = Literal["subagent", "primary", "all"]
 #: Where a profile's persistent memory lives (S-PROF-8).
 MemoryScope = Literal["user", "project", "local"]
 PermissionAction = Literal["allow", "ask", "deny"]
-#: opencode permission rules as written: a permission (``bash``, ``edit``, ...)
-#: maps to one action or to ``{pattern: action}`` in order (S-POL-2).
-PermissionRules = dict[str, PermissionAction | dict[str, PermissionAction]]
+#: opencode permission rules as written: one action for everything, or a
+#: permission (``bash``, ``edit``, ...) mapped to one action or to
+#: ``{pattern: action}`` in order (S-POL-2); ``_permissions.rules_from_config``
+#: reads them.
+PermissionRules = PermissionAction | dict[str, PermissionAction | dict[str, PermissionAction]]
 
 #: Tools no subagent ever gets: delegation is one level (S-POL-4), and a child
 #: has no plan-approval surface, so ExitPlanMode would hang the parent (S-POL-1).
@@ -98,13 +100,17 @@ class AgentProfile(BaseModel):
     # directly is still rejected as unknown.
     model_temperature: float | None = Field(default=None, allow_inf_nan=False)
     permission: PermissionRules | None = None
+    # opencode's ``tools: {write: false}`` map as written, for the permission
+    # engine (``_permissions.tools_map_to_rules``); its false entries are
+    # also in ``disallowed_tools``.
+    tool_switches: dict[str, bool] | None = None
     disabled: bool = False
     source: str = "built-in"
     scope: ProfileScope = "built-in"
     warnings: tuple[str, ...] = ()
 
     def __hash__(self) -> int:
-        # ``permission`` is a dict, so the generated field-wise hash would fail.
+        # ``permission`` and ``tool_switches`` are dicts: a field-wise hash would fail.
         return hash((self.name, self.source, self.scope, self.prompt))
 
     @field_validator("name", "description", mode="after")

@@ -3,7 +3,7 @@
 Precedence, lowest first (a later profile of the same name replaces an
 earlier one, and the entry records what it replaced):
 
-1. built-ins (S-PROF-1);
+1. built-ins (S-PROF-1), then plugins (lowest of the files, as in Claude Code);
 2. user dirs: ``~/.claude/agents`` (Claude Code), ``$XDG_CONFIG_HOME/opencode/agent``
    and ``.../agents`` (opencode), then ``$SUBVISOR_HOME/agents``;
 3. project dirs under the project root: ``.claude/agents``, ``.opencode/agent``,
@@ -19,8 +19,8 @@ Plugins (Claude Code's layout): a dir holding ``.claude-plugin/plugin.json``
 with a ``name`` and optionally ``agents`` (paths relative to the plugin; they
 add to its ``agents/`` dir, as in Claude Code). Their profiles are named
 ``<plugin>:<name>``; the bare ``<name>`` is an alias only when, after S-TOOL-2
-normalisation, it is unique among all plugin profiles and equals no
-built-in, user or project profile name.
+normalisation, it is unique among all plugin profiles and equals no other
+profile's name (built-in, user, project or plugin).
 
 A file that fails to load never stops the others: it becomes an entry with
 its error and takes no part in precedence, so a same-named profile of lower
@@ -207,12 +207,14 @@ class ProfileCatalog:
         self.entries: tuple[ProfileEntry, ...] = tuple(entries)
         #: Files that were not profiles (no frontmatter) or could not be scanned: path -> why.
         self.ignored: Mapping[str, str] = MappingProxyType(dict(ignored or {}))
-        launchable = {e.name: e for e in self.entries if e.launchable and e.profile is not None}
+        launchable = [e for e in self.entries if e.launchable and e.profile is not None]
+        #: The launchable profiles by canonical name; what the Agent tool lists (S-TOOL-4).
         self.profiles: Mapping[str, AgentProfile] = MappingProxyType(
-            {name: entry.profile for name, entry in launchable.items() if entry.profile}
+            {e.name: e.profile for e in launchable if e.profile is not None}
         )
+        #: Bare plugin names that resolve to ``<plugin>:<name>`` (S-PROF-3).
         self.aliases: Mapping[str, str] = MappingProxyType(
-            {alias: e.name for e in launchable.values() for alias in e.aliases}
+            {alias: e.name for e in launchable for alias in e.aliases}
         )
 
     @classmethod
@@ -240,10 +242,12 @@ class ProfileCatalog:
             ProfileEntry(name=name, source="built-in", scope="built-in", profile=profile)
             for name, profile in builtins.items()
         ]
-        for profile_dir in dirs:
-            found += _load_dir(profile_dir, ignored)
+        # Plugins rank lowest after the built-ins, as in Claude Code; their
+        # names are namespaced, so this only matters for odd names.
         for plugin_dir in plugin_dirs:
             found += _load_plugin(plugin_dir, ignored)
+        for profile_dir in dirs:
+            found += _load_dir(profile_dir, ignored)
         return cls(_assign_aliases(_apply_precedence(found)), ignored)
 
     def resolve(self, requested: str) -> AgentProfile:
@@ -254,16 +258,23 @@ class ProfileCatalog:
         when the name only matches profiles that cannot be launched, with
         their reasons (a broken file's parse error among them).
         """
-        names = [*self.profiles, *self.aliases]
+        # An alias normalises to no other name (see _assign_aliases), so a
+        # profile and its alias are never reported as ambiguous.
         try:
-            name = resolve_agent_name(requested, names)
-        except AmbiguousAgentTypeError as exc:
-            # A profile and its own alias are one profile, not two.
-            targets = {self.aliases.get(c, c) for c in exc.candidates}
-            if len(targets) != 1:
-                raise AmbiguousAgentTypeError(requested, sorted(targets)) from None
-            name = targets.pop()
+            name = resolve_agent_name(requested, [*self.profiles, *self.aliases])
         except UnknownAgentTypeError:
+            # A bare name that several plugins use has no alias (S-PROF-3);
+            # asking for it is ambiguous, not unknown.
+            wanted = normalize_agent_name(requested)
+            plugged = [
+                e.name
+                for e in self.entries
+                if e.launchable
+                and e.plugin is not None
+                and normalize_agent_name(_bare(e)) == wanted
+            ]
+            if len(plugged) > 1:
+                raise AmbiguousAgentTypeError(requested, plugged) from None
             unavailable = self._unavailable(requested)
             if unavailable:
                 raise ProfileUnavailableError(requested, unavailable, self.profiles) from None
@@ -488,13 +499,14 @@ def _apply_precedence(found: Sequence[ProfileEntry]) -> list[ProfileEntry]:
             loser = entries[previous]
             entries[previous] = replace(loser, overridden_by=entry.source)
             entry = replace(entry, overrides=(*loser.overrides, loser.source))
-            if loser.scope == entry.scope and loser.scope != "built-in":
+            # Across kinds of dir (Claude Code's, then ours) replacing is the
+            # design; two files of one kind naming one profile is a slip.
+            if (loser.scope, loser.dialect) == (entry.scope, entry.dialect):
                 entry = replace(
                     entry,
                     warnings=(
                         *entry.warnings,
-                        f"the name {entry.name!r} is also used by {loser.source} in the same "
-                        "scope; this file wins",
+                        f"the name {entry.name!r} is also used by {loser.source}; this file wins",
                     ),
                 )
             entries[index] = entry
@@ -519,9 +531,8 @@ def _assign_aliases(entries: list[ProfileEntry]) -> list[ProfileEntry]:
     plugin_bare: dict[str, set[str]] = {}
     taken: set[str] = set()
     for entry in entries:
-        if entry.scope != "plugin":
-            taken.add(normalize_agent_name(entry.name))
-        elif entry.plugin is not None:
+        taken.add(normalize_agent_name(entry.name))
+        if entry.plugin is not None:
             # A broken plugin file still claims its bare name, so that fixing
             # it later cannot silently move an alias to another plugin.
             plugin_bare.setdefault(normalize_agent_name(_bare(entry)), set()).add(entry.name)

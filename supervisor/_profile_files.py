@@ -10,9 +10,10 @@ The frontmatter is read with ``yaml.safe_load``; the body after the closing
   requires ``name`` and skips a file without one; we name it after the file
   stem and say so in a warning.
 - ``opencode`` (``.opencode/agent(s)``): ``mode``, ``temperature``,
-  ``steps``/``maxSteps``, ``permission``, and ``tools`` as a map of switches
-  (``{write: false}``: false entries are disallowed, true ones change
-  nothing). The name is the path below the agent dir (``subagents/coder``).
+  ``steps``/``maxSteps``, ``permission`` (kept as written for the permission
+  engine), and ``tools`` as a map of switches (``{write: false}``: kept as
+  ``tool_switches``, and its false entries are disallowed). The name is the
+  path below the agent dir (``subagents/coder``).
 
 Every field is accepted in every dialect. An unknown field is a warning kept
 on the profile; a wrong value is a :class:`ProfileError` naming the file, the
@@ -298,6 +299,8 @@ class _Parse:
             if not enabled:
                 denied.append(tool)
         del self.fields["tools"]
+        self.fields["tool_switches"] = tools
+        self.keys["tool_switches"] = "tools"
         if not denied:
             return
         listed = self.fields.get("disallowed_tools")
@@ -320,16 +323,17 @@ class _Parse:
             "(opencode reads 'permission' and ignores this one); its rules are applied as "
             "'permission'"
         )
-        for key in ("permissions", "permission"):
-            value = data.get(key)
-            if value is not None and not isinstance(value, dict):
-                raise self.fail(f"must be a map of permission rules, got {_describe(value)}", key)
-        # ``permission`` wins rule by rule where both are written.
-        self.fields["permission"] = {
-            **(data["permissions"] or {}),
-            **(data.get("permission") or {}),
-        }
-        self.keys["permission"] = "permission" if data.get("permission") else "permissions"
+        plural, singular = data["permissions"], data.get("permission")
+        if isinstance(plural, dict) and isinstance(singular, dict):
+            # ``permission`` wins rule by rule where both are written.
+            self.fields["permission"] = {**plural, **singular}
+            self.keys["permission"] = "permission"
+        elif singular is not None:
+            self.fields["permission"] = singular
+            self.keys["permission"] = "permission"
+        else:
+            self.fields["permission"] = plural
+            self.keys["permission"] = "permissions"
 
     def _check_permission_mode(self, scope: ProfileScope) -> None:
         if "permission_mode" not in self.fields:
@@ -376,7 +380,10 @@ class _Parse:
             )
 
     def _validation_error(self, exc: ValidationError) -> ProfileError:
-        problems: list[tuple[int, str, str]] = []
+        # One problem per field: a union (``permission``) reports an error per
+        # branch, and the branch that got deepest into the value is the one
+        # the author meant.
+        deepest: dict[str, tuple[int, tuple[str | int, ...], str]] = {}
         for error in exc.errors():
             loc = error["loc"]
             field = str(loc[0]) if loc else ""
@@ -385,20 +392,18 @@ class _Parse:
                 message = f"the required field '{key}' is missing"
                 if key == "description":
                     message += ": say what the profile is for; the Agent tool shows it to the model"
-                problems.append((self.front.line_of(None), key, message))
+                deepest.setdefault(key, (self.front.line_of(None), (), message))
                 continue
-            # Union branches add their type names to the location; drop them.
             path = tuple(step for step in loc[1:] if not _is_type_step(step))
+            if key in deepest and len(deepest[key][1]) >= len(path):
+                continue
             where = "".join(f"[{step!r}]" for step in path)
-            problems.append(
-                (
-                    self.front.line_of(key, *path),
-                    key,
-                    f"{error['msg']}{' at ' + key + where if where else ''}, got "
-                    f"{_describe(error.get('input'))}",
-                )
+            message = (
+                f"{error['msg']}{' at ' + key + where if where else ''}, got "
+                f"{_describe(error.get('input'))}"
             )
-        problems.sort()
+            deepest[key] = (self.front.line_of(key, *path), path, message)
+        problems = sorted((line, key, message) for key, (line, _, message) in deepest.items())
         line, key, message = problems[0]
         more = "; ".join(f"line {ln}: {k}: {m}" for ln, k, m in problems[1:])
         return ProfileError(
@@ -457,15 +462,7 @@ def _load_yaml(
                     "does. Quote the value to silence this warning"
                 )
                 continue
-            problem = exc.problem or exc.context or "invalid YAML"
-            line = mark.line + 2 if mark is not None else None
-            column = f", column {mark.column + 1}" if mark is not None else ""
-            raise ProfileError(
-                source,
-                f"invalid YAML frontmatter: {problem}{column}",
-                line=line,
-                profile_name=default_name,
-            ) from None
+            raise _yaml_error(exc, lines, source, default_name) from None
         except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
             # PyYAML raises ValueError for impossible dates (2024-13-01) and
             # others for odd constructs; none of them is a crash of ours.
@@ -498,6 +495,36 @@ def _load_yaml(
     raise AssertionError("unreachable: every retry quotes one more line")
 
 
+def _yaml_error(
+    exc: yaml.MarkedYAMLError, lines: list[str], source: str, default_name: str
+) -> ProfileError:
+    # The problem mark is where the parser gave up, often a line after the
+    # mistake (an unclosed '['); the context mark is where that construct began.
+    parts = []
+    if exc.context:
+        parts.append(exc.context + _at(exc.context_mark))
+    parts.append((exc.problem or "invalid YAML") + _at(exc.problem_mark))
+    start = exc.context_mark or exc.problem_mark
+    key = None
+    if start is not None:
+        for index in range(min(start.line, len(lines) - 1), -1, -1):
+            match = re.match(r"([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:", lines[index])
+            if match:
+                key = match[1]
+                break
+    return ProfileError(
+        source,
+        f"invalid YAML frontmatter: {'; '.join(parts)}",
+        line=start.line + 2 if start is not None else None,
+        field=key,
+        profile_name=default_name,
+    )
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return "" if mark is None else f" (line {mark.line + 2}, column {mark.column + 1})"
+
+
 def _quote_plain_value(line: str) -> tuple[str, str] | None:
     """``(key, line)`` with the value double-quoted, or None if that cannot be the fix."""
     match = _SIMPLE_LINE.fullmatch(line)
@@ -527,7 +554,14 @@ def _duplicate_keys(root: yaml.MappingNode) -> list[str]:
 
 def _key_line(root: yaml.MappingNode, key: object) -> int | None:
     for key_node, _value in root.value:
-        if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(key):
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        # A plain ``on`` is the key True: resolve the scalar as YAML does.
+        try:
+            value = key_node.value if key_node.style else yaml.safe_load(key_node.value)
+        except yaml.YAMLError:
+            continue
+        if value == key and type(value) is type(key):
             return int(key_node.start_mark.line)
     return None
 

@@ -1,0 +1,176 @@
+"""Persistent memory of a profile with ``memory`` (S-PROF-8).
+
+Each such profile has its own dir: ``user`` -> ``$SUBVISOR_HOME/agent-memory/<profile>/``,
+``project`` -> ``<project>/.subvisor/agent-memory/<profile>/``, ``local`` ->
+``<project>/.subvisor/agent-memory-local/<profile>/`` (Claude Code's third
+scope: this project, kept out of version control). The child's system prompt
+gets, after the profile body, a section that defines the four kinds of memory
+and how to keep them, then ``MEMORY.md`` from that dir: its first 200 lines,
+and at most 25000 bytes of them, as Claude Code does. A profile that lists
+its tools also gets Read, Write and Edit, so that it can keep the memory.
+
+Nothing here creates the dir: the Write tool creates parents as it writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._profile import AgentProfile
+
+__all__ = [
+    "MEMORY_INDEX",
+    "MEMORY_INDEX_MAX_BYTES",
+    "MEMORY_INDEX_MAX_LINES",
+    "MEMORY_KINDS",
+    "MEMORY_TOOLS",
+    "apply_memory",
+    "memory_dir",
+    "memory_dir_name",
+    "memory_prompt",
+    "memory_tools",
+]
+
+MEMORY_INDEX = "MEMORY.md"
+MEMORY_INDEX_MAX_LINES = 200
+MEMORY_INDEX_MAX_BYTES = 25_000
+#: The tools a memory needs: Read to consult a memory file, Write and Edit to keep them.
+MEMORY_TOOLS: tuple[str, ...] = ("Read", "Write", "Edit")
+#: The kinds of memory and what each is for (S-PROF-8).
+MEMORY_KINDS: dict[str, str] = {
+    "user": (
+        "who the user is: their role, expertise and preferences, so that you can work the "
+        "way they want"
+    ),
+    "feedback": (
+        "guidance the user gave about how to do the work: corrections, and approaches they "
+        "confirmed; note why, so that you can judge new cases"
+    ),
+    "project": (
+        "facts about the work that the code and its history do not show: goals, decisions "
+        "and their reasons, constraints, deadlines, who owns what"
+    ),
+    "reference": (
+        "where to find things outside this directory: documents, dashboards, tickets, URLs, "
+        "and what each is good for"
+    ),
+}
+_SCOPE_SENTENCES: dict[str, str] = {
+    "user": "It is yours across every project, so keep project details out of it.",
+    "project": "It belongs to this project and may be committed and shared with its team.",
+    "local": "It belongs to this project on this machine and is not for version control.",
+}
+_UNSAFE = frozenset('/\\:*?"<>|\0')
+
+
+def memory_dir_name(profile_name: str) -> str:
+    """``profile_name`` as one safe path component (``plugin:x`` -> ``plugin-x``)."""
+    name = "".join(
+        "-" if char in _UNSAFE or not char.isprintable() else char for char in profile_name
+    )
+    name = name.strip().strip(".")
+    if not name:
+        raise ValueError(f"profile name {profile_name!r} cannot name a memory dir")
+    return name
+
+
+def memory_dir(profile: AgentProfile, *, home: Path, project_dir: Path) -> Path | None:
+    """The profile's memory dir, or None when it has no ``memory`` (S-PROF-8)."""
+    if profile.memory is None:
+        return None
+    name = memory_dir_name(profile.name)
+    if profile.memory == "user":
+        return home / "agent-memory" / name
+    if profile.memory == "project":
+        return project_dir / ".subvisor" / "agent-memory" / name
+    return project_dir / ".subvisor" / "agent-memory-local" / name
+
+
+def memory_prompt(profile: AgentProfile, *, home: Path, project_dir: Path) -> str:
+    """The system prompt section for the profile's memory; empty without ``memory``."""
+    directory = memory_dir(profile, home=home, project_dir=project_dir)
+    if directory is None or profile.memory is None:
+        return ""
+    index = directory / MEMORY_INDEX
+    kinds = "\n".join(f"- {kind}: {meaning}" for kind, meaning in MEMORY_KINDS.items())
+    return f"""\
+# Persistent memory
+
+You have a persistent memory directory at {directory}. What you save there is there the next \
+time you run as {profile.name}. {_SCOPE_SENTENCES[profile.memory]} Consult it before you start \
+when the task relates to earlier work, and save what a later run should know when you finish.
+
+## Kinds of memory
+{kinds}
+
+Do not save what the code, its history or its documentation already say, nor the state of the \
+task at hand.
+
+## How to save a memory
+Write each memory to its own file in {directory} (for example feedback_test_style.md), \
+starting with this frontmatter:
+
+---
+name: a short title
+description: one line saying what it is about, to judge later whether it matters
+type: user, feedback, project or reference
+---
+
+then the memory itself. Then add one line for it to {index}: \
+`- [title](file.md): what it is about`. MEMORY.md is only the index, one line per memory and \
+no memory content; it is loaded into this prompt at every start and cut after \
+{MEMORY_INDEX_MAX_LINES} lines, so keep it short. Update a memory that changed instead of \
+writing a second one, and delete memories that turned out wrong.
+
+## MEMORY.md
+{_read_index(index)}"""
+
+
+def memory_tools(profile: AgentProfile) -> tuple[str, ...] | None:
+    """The profile's ``tools`` with what its memory needs (S-PROF-8).
+
+    A listed set gains Read, Write and Edit. ``skills`` without ``tools``
+    (only Skill, S-PROF-5) gains them too. Inheriting every tool already
+    includes them; ``disallowedTools`` still wins.
+    """
+    if profile.memory is None:
+        return profile.tools
+    if profile.lists_tools or (profile.tools is None and profile.skills):
+        return tuple(dict.fromkeys([*(profile.tools or ()), *MEMORY_TOOLS]))
+    return profile.tools
+
+
+def apply_memory(profile: AgentProfile, *, home: Path, project_dir: Path) -> AgentProfile:
+    """The profile as launched: memory section after its body, memory tools added."""
+    section = memory_prompt(profile, home=home, project_dir=project_dir)
+    if not section:
+        return profile
+    prompt = f"{profile.prompt.rstrip()}\n\n{section}" if profile.prompt.strip() else section
+    return profile.model_copy(update={"prompt": prompt, "tools": memory_tools(profile)})
+
+
+def _read_index(index: Path) -> str:
+    try:
+        with index.open("rb") as handle:
+            raw = handle.read(MEMORY_INDEX_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return "MEMORY.md does not exist yet: you have no memories. Create it with your first one."
+    except OSError as exc:
+        return f"MEMORY.md could not be read ({exc.strerror or exc}); tell the caller."
+    if not raw.strip():
+        return "MEMORY.md is empty: you have no memories yet."
+    text = raw[:MEMORY_INDEX_MAX_BYTES].decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    notes = []
+    if len(lines) > MEMORY_INDEX_MAX_LINES:
+        lines = lines[:MEMORY_INDEX_MAX_LINES]
+        notes.append(f"only its first {MEMORY_INDEX_MAX_LINES} lines are shown")
+    elif len(raw) > MEMORY_INDEX_MAX_BYTES:
+        notes.append(f"only its first {MEMORY_INDEX_MAX_BYTES} bytes are shown")
+    shown = "\n".join(lines)
+    if notes:
+        shown += (
+            f"\n\n[MEMORY.md is longer: {notes[0]}. Shorten it: one line per memory, details "
+            "in the memory files.]"
+        )
+    return shown
