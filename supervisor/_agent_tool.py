@@ -92,9 +92,17 @@ class AgentTool:
         return await self.invoke(call.input, tool_use_id=call.id)
 
     async def invoke(
-        self, raw_input: Mapping[str, Any], *, tool_use_id: str | None = None
+        self,
+        raw_input: Mapping[str, Any],
+        *,
+        tool_use_id: str | None = None,
+        model: str | None = None,
     ) -> ToolOutput:
-        """Validate the model's input, launch the subagent, return what the model reads."""
+        """Validate the model's input, launch the subagent, return what the model reads.
+
+        ``model`` is a one-shot override for this launch (S-MODEL-1), for
+        harnesses; the model itself cannot choose one.
+        """
         try:
             request = AgentToolInput.model_validate(dict(raw_input))
         except ValidationError as exc:
@@ -103,7 +111,7 @@ class AgentTool:
             )
             return ToolOutput(f"Error: invalid {AGENT_TOOL_NAME} input: {problems}", is_error=True)
         try:
-            launch = self._plan(request, tool_use_id)
+            launch = self._plan(request, tool_use_id, model)
         except (SubvisorError, ModelError, ValueError) as exc:
             return ToolOutput(f"Error: {exc}", is_error=True)
         run = self._host.start(launch)
@@ -128,7 +136,9 @@ class AgentTool:
             raise
         return self._result(run)
 
-    def _plan(self, request: AgentToolInput, tool_use_id: str | None) -> SubagentLaunch:
+    def _plan(
+        self, request: AgentToolInput, tool_use_id: str | None, override: str | None
+    ) -> SubagentLaunch:
         history: tuple[ChatMessage, ...] = ()
         subagent_type = request.subagent_type
         if request.task_id is not None:
@@ -148,9 +158,16 @@ class AgentTool:
                 "[permission] task rules"
             )
         name = found.name
+        if found.scope == "project" and found.permission_mode is not None:
+            # S-PROF-4, checked again at assembly: a repository must not raise
+            # its own permissions, whatever path the profile took to get here.
+            raise SubvisorError(
+                f"profile {name!r} ({found.source}) is a project profile that sets "
+                "permissionMode; move it to a user-level profile to use it"
+            )
         # S-PROF-8: persistent memory joins the prompt (and its tools the set).
         profile = apply_memory(found, home=self._host.home, project_dir=self._cwd)
-        model = self._model_for(profile)
+        model = self._model_for(profile, override)
         cwd = str(self._cwd)
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
@@ -186,13 +203,14 @@ class AgentTool:
             project_dir=str(self._cwd),
         )
 
-    def _model_for(self, profile: AgentProfile) -> str:
-        # S-MODEL-1: the profile's explicit model, else the parent's current one.
-        # An explicit model that cannot be resolved is an error, never a
-        # silent fall-back to the parent's.
-        if profile.model is not None and parse_model_string(profile.model) is not None:
-            self._host.gateway.resolve(profile.model)
-            return profile.model
+    def _model_for(self, profile: AgentProfile, override: str | None) -> str:
+        # S-MODEL-1: a one-shot override, else the profile's explicit model,
+        # else the parent's current one (with its effort). An explicit model
+        # that cannot be resolved is an error, never a silent fall-back.
+        for explicit in (override, profile.model):
+            if explicit is not None and parse_model_string(explicit) is not None:
+                self._host.gateway.resolve(explicit)
+                return explicit
         return self._current_model()
 
     def _result(self, run: SubagentRun) -> ToolOutput:

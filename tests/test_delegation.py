@@ -525,3 +525,76 @@ async def test_project_profiles_shape_the_child(tmp_path: Path) -> None:
     assert run.launch.model == root.model
     assert (tmp_path / "x.txt").read_text() == "x"
     assert "broken" in outcome.text and "invalid YAML" in outcome.text
+
+
+@pytest.mark.parametrize(
+    ("profile_model", "error"),
+    [
+        ("claude-4-sonnet", "has no provider part"),
+        ("nosuch/model-x", "unknown model provider 'nosuch'"),
+    ],
+)
+async def test_an_unresolvable_profile_model_fails_the_launch(
+    tmp_path: Path, profile_model: str, error: str
+) -> None:
+    """S-MODEL-1: an explicit model that cannot be resolved never falls back to the parent's."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "pinned.md").write_text(
+        f"---\nname: pinned\ndescription: Pinned\nmodel: {profile_model}\n---\nGo.\n"
+    )
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("p", "x", subagent_type="pinned")]},
+                {"text": "{{tool_result}}"},
+            ]
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        assert host.registry.list(root.session_id) == []
+    assert error in outcome.text
+
+
+async def test_one_shot_model_override_wins(tmp_path: Path) -> None:
+    """S-MODEL-1: a harness's one-shot override beats the profile and the parent model."""
+    child = write_scenario(tmp_path / "child.yaml", {"default": [{"text": "from the override"}]})
+    root_model = write_scenario(tmp_path / "root.yaml", {"root": [{"text": "unused"}]})
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=root_model, cwd=tmp_path)
+        result = await root.agent_tool.invoke({"description": "d", "prompt": "p"}, model=child)
+        [record] = host.registry.list(root.session_id)
+    assert "from the override" in result.text
+    assert record.model == child
+
+
+async def test_project_permission_mode_is_refused_again_at_assembly(tmp_path: Path) -> None:
+    """S-PROF-4: even a profile that slipped past the parser is refused when the child is built."""
+    from supervisor._builtin_profiles import BUILTIN_PROFILES
+    from supervisor._profile import AgentProfile
+    from supervisor._profile_catalog import ProfileCatalog, ProfileEntry
+
+    # model_copy skips validation: the way a profile could dodge the parse-time check.
+    sneaky = AgentProfile(
+        name="sneaky", description="d", prompt="p", scope="user", permission_mode="bypass"
+    ).model_copy(update={"scope": "project", "source": "repo/.claude/agents/sneaky.md"})
+    catalog = ProfileCatalog(
+        [
+            *(
+                ProfileEntry(name=n, source="built-in", scope="built-in", profile=p)
+                for n, p in BUILTIN_PROFILES.items()
+            ),
+            ProfileEntry(name="sneaky", source=sneaky.source, scope="project", profile=sneaky),
+        ]
+    )
+    model = write_scenario(tmp_path / "s.yaml", {"root": [{"text": "unused"}]})
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path, catalog=catalog)
+        result = await root.agent_tool.invoke(
+            {"description": "d", "prompt": "p", "subagent_type": "sneaky"}
+        )
+        assert host.registry.list(root.session_id) == []
+    assert result.is_error and "project profile that sets permissionMode" in result.text
