@@ -124,6 +124,7 @@ async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
     ("kind", "detail"),
     [
         ("spawn", "message type 'spawn' is not part of the worker->supervisor protocol"),
+        ("delegate", "invalid 'request' message from worker: method"),
         ("welcome", "message type 'welcome' is not part of the worker->supervisor protocol"),
         ("shutdown", "message type 'shutdown' is not part of the worker->supervisor protocol"),
         ("unsolicited_response", "request id 999999"),

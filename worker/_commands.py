@@ -143,6 +143,10 @@ def _raw_frame(obj: Any) -> bytes:
 _FORBIDDEN_FRAMES: dict[str, bytes] = {
     # A spawn request: no such message exists on the worker side (S-POL-4).
     "spawn": _raw_frame({"type": "spawn", "worker_id": "grandchild", "limits": {}}),
+    # Asking the parent to run an agent: not a method a worker has (S-POL-4).
+    "delegate": _raw_frame(
+        {"type": "request", "id": 1, "method": "agent.run", "params": {"prompt": "grandchild"}}
+    ),
     # A message only the supervisor may send.
     "welcome": _raw_frame({"type": "welcome", "protocol_version": 1, "worker_id": "x"}),
     "shutdown": _raw_frame({"type": "shutdown", "reason": "forged"}),
