@@ -27,6 +27,8 @@ class SupervisorConfig(BaseModel):
     spawn_timeout_s: float | None = Field(default=None, gt=0)
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     zygote_start_timeout_s: float = Field(default=30.0, gt=0)
+    #: Workers the zygote keeps forked and started, waiting for a spawn.
+    zygote_standby: int = Field(default=2, ge=0, le=64)
     #: RSS sampling period for the memory cap and peak-RSS accounting.
     sample_interval_s: float = Field(default=0.25, gt=0)
     #: Time between SIGTERM and SIGKILL when a worker is stopped.

@@ -182,8 +182,11 @@ class ZygoteSpawner:
     zygote die with it (parent-death signal) and are reported as lost.
     """
 
-    def __init__(self, env: dict[str, str], nursery: trio.Nursery, *, start_timeout: float) -> None:
+    def __init__(
+        self, env: dict[str, str], nursery: trio.Nursery, *, start_timeout: float, standby: int = 0
+    ) -> None:
         self.pid: int | None = None
+        self._standby = standby
         self.boot_ms: float | None = None
         self._env = env
         self._nursery = nursery
@@ -206,7 +209,11 @@ class ZygoteSpawner:
             try:
                 pid = _python_launch(
                     "worker.zygote",
-                    [f"--control-fd={theirs.fileno()}", f"--parent-pid={os.getpid()}"],
+                    [
+                        f"--control-fd={theirs.fileno()}",
+                        f"--parent-pid={os.getpid()}",
+                        f"--standby={self._standby}",
+                    ],
                     self._env,
                     [theirs.fileno()],
                 )

@@ -93,7 +93,12 @@ class Supervisor:
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
         self._spawners["exec"] = ExecSpawner(env, self._nursery)
-        zygote = ZygoteSpawner(env, self._nursery, start_timeout=self.config.zygote_start_timeout_s)
+        zygote = ZygoteSpawner(
+            env,
+            self._nursery,
+            start_timeout=self.config.zygote_start_timeout_s,
+            standby=self.config.zygote_standby,
+        )
         self._spawners["zygote"] = zygote
         self._nursery.start_soon(self._sample_memory)
         if self.config.spawn_mode == "zygote":

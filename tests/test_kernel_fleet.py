@@ -91,9 +91,11 @@ async def test_no_zombies_and_no_leaked_fds_after_200_spawns() -> None:
 
 async def test_leaving_the_block_stops_every_worker_and_the_zygote() -> None:
     async with Supervisor() as sup:
+        pids = {sup.zygote_pid}
         for mode in ("zygote", "exec", "zygote"):
-            await sup.spawn(mode=mode)  # type: ignore[arg-type]
-        assert len(processes_in_tree(sup.tree_id)) == 4  # zygote + 3 workers
+            pids.add((await sup.spawn(mode=mode)).pid)  # type: ignore[arg-type]
+        # ... plus the zygote's pre-forked standbys.
+        assert pids <= set(processes_in_tree(sup.tree_id))
     assert processes_in_tree(sup.tree_id) == []
 
 
@@ -135,7 +137,8 @@ def _start_supervisor_process(workers: int) -> tuple[subprocess.Popen[str], str]
     assert proc.stdout is not None
     tree_id = proc.stdout.readline().strip()
     assert tree_id.startswith("tree_"), tree_id
-    assert len(processes_in_tree(tree_id)) == workers + 1
+    # The zygote, the workers and the zygote's standbys.
+    assert len(processes_in_tree(tree_id)) >= workers + 1
     return proc, tree_id
 
 

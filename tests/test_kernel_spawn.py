@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 
 import pytest
 import trio
@@ -16,6 +17,7 @@ from supervisor import (
     WorkerRequestError,
 )
 from supervisor._environment import ENV_ALLOWLIST
+from tests.support.processes import processes_in_tree
 
 
 @pytest.mark.parametrize("mode", ["zygote", "exec"])
@@ -126,3 +128,33 @@ async def test_supervisor_raises_its_open_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     async with Supervisor(SupervisorConfig(spawn_mode="exec")):
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= min(hard, 1 << 16) or soft == hard
+
+
+@pytest.mark.parametrize("standby", [0, 3])
+async def test_spawn_with_and_without_zygote_standbys(standby: int) -> None:
+    """Standbys (pre-forked, runtime started) and plain forks serve spawns alike."""
+    async with Supervisor(SupervisorConfig(zygote_standby=standby)) as sup:
+        handles = [await sup.spawn() for _ in range(5)]
+        for i, handle in enumerate(handles):
+            assert await handle.request("echo", {"value": i}) == i
+            info = await handle.request("info")
+            assert info["pgid"] == handle.pid and info["ppid"] == sup.zygote_pid
+
+
+async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
+    async with Supervisor(SupervisorConfig(zygote_standby=2)) as sup:
+        first = await sup.spawn()
+        await trio.sleep(0.3)  # let the zygote refill its standbys
+        standbys = set(processes_in_tree(sup.tree_id)) - {sup.zygote_pid, first.pid}
+        assert len(standbys) == 2
+        for pid in standbys:
+            os.kill(pid, signal.SIGKILL)
+        # Dead and reaped, not just signalled: a process that dies while it is
+        # being assigned fails that spawn like any worker dying at start.
+        with trio.fail_after(5):
+            while standbys & set(processes_in_tree(sup.tree_id)):
+                await trio.sleep(0.01)
+        handles = [await sup.spawn() for _ in range(3)]
+        for handle in handles:
+            assert handle.pid not in standbys
+            assert await handle.request("echo", {"value": "ok"}) == "ok"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 import traceback
 from typing import Any, Literal
@@ -17,6 +18,7 @@ from typing import Any, Literal
 import trio
 
 from protocol import (
+    MAX_CONTROL_DATAGRAM,
     PROTOCOL_VERSION,
     Cancel,
     ConnectionClosed,
@@ -30,14 +32,16 @@ from protocol import (
     Shutdown,
     SupervisorRequest,
     Welcome,
+    decode_spawn_request,
 )
 
 from ._channel import SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._fdpass import FD_SIZE, received_fds
 from ._process import apply_resource_limits
 from .agent import AGENT_COMMANDS
 
-__all__ = ["run_worker", "serve"]
+__all__ = ["run_standby", "run_worker", "serve"]
 
 SpawnMode = Literal["zygote", "exec"]
 
@@ -160,6 +164,44 @@ def run_worker(
         return trio.run(serve_fds)
     except BaseException as exc:
         return _exit_code_for(exc, worker_id)
+
+
+def run_standby(assign_fd: int) -> int:
+    """A pre-forked worker: start the runtime, wait for an assignment, then serve it.
+
+    The zygote keeps a few of these so that a spawn skips both the fork and
+    the event loop's start (page faults, mostly) on its critical path. CPU
+    time spent while waiting counts toward RLIMIT_CPU; it is a few ms.
+    """
+    try:
+        return trio.run(_standby, assign_fd)
+    except BaseException as exc:
+        return _exit_code_for(exc, "standby")
+
+
+async def _standby(assign_fd: int) -> int:
+    with socket.socket(fileno=assign_fd) as sock:
+        sock.setblocking(False)
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                data, ancdata, _, _ = sock.recvmsg(
+                    MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * FD_SIZE)
+                )
+                break
+            except BlockingIOError:
+                continue
+    fds = received_fds(ancdata)
+    if not data or len(fds) != 2:
+        # The zygote let go of us (it is shutting down), or sent nonsense.
+        for fd in fds:
+            os.close(fd)
+        return EXIT_OK if not data else EXIT_PROTOCOL_ERROR
+    request = decode_spawn_request(data)
+    rlimits = apply_resource_limits(request.limits)
+    return await _serve_fds(
+        fds[0], fds[1], worker_id=request.worker_id, spawn_mode="zygote", rlimits=rlimits
+    )
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

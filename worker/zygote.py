@@ -20,7 +20,6 @@ Races handled here:
 from __future__ import annotations
 
 import argparse
-import array
 import contextlib
 import gc
 import os
@@ -48,39 +47,24 @@ from protocol import (
     encode_control,
 )
 
+from ._fdpass import FD_SIZE, close_fds_except, fds_ancillary, received_fds
 from ._process import die_with_parent
-from ._runtime import EXIT_INTERNAL_ERROR, run_worker
+from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
 
 __all__ = ["main"]
-
-_FD_SIZE = array.array("i").itemsize
-
-
-def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    fds: list[int] = []
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(data) - len(data) % _FD_SIZE
-            fds.extend(array.array("i", data[:usable]))
-    return fds
-
-
-def _close_fds_except(keep: set[int]) -> None:
-    low = 0
-    for fd in sorted(keep):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 1 << 20)
 
 
 class Zygote:
     """The fork server's state: control socket, wakeup pipe, live workers."""
 
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, *, standby: int = 0) -> None:
         self.control = control
         self.pid = os.getpid()
         self.workers: dict[int, str] = {}
+        self.standby_target = standby
+        # Pre-forked children with their runtime already started, each
+        # waiting on its end of a socket pair for a worker id and pipes.
+        self.standbys: list[tuple[int, socket.socket]] = []
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
@@ -102,15 +86,18 @@ class Zygote:
                 else:
                     self.drain_wakeups()
             self.reap()
+            # Refilled after the spawn was answered: the fork is off the
+            # spawn's critical path.
+            self.fill_standbys()
 
     def handle_control(self) -> bool:
         try:
             data, ancdata, _, _ = self.control.recvmsg(
-                MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * _FD_SIZE)
+                MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * FD_SIZE)
             )
         except ConnectionResetError:
             return False
-        fds = _received_fds(ancdata)
+        fds = received_fds(ancdata)
         if not data:
             return False
         try:
@@ -125,7 +112,54 @@ class Zygote:
         self.fork_worker(request, fds[0], fds[1])
         return True
 
+    def fill_standbys(self) -> None:
+        while len(self.standbys) < self.standby_target:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                pid = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                return  # no standby now; spawns fork directly
+            if pid == 0:
+                self.become_standby(theirs.fileno())
+            theirs.close()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.setpgid(pid, pid)
+            self.standbys.append((pid, ours))
+
+    def become_standby(self, assign_fd: int) -> None:
+        code = EXIT_INTERNAL_ERROR
+        try:
+            self.prepare_child({assign_fd})
+            code = run_standby(assign_fd)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def assign_standby(self, request: SpawnWorker, read_fd: int, write_fd: int) -> int | None:
+        """Hand the request to a waiting standby; its pid, or None if none could take it."""
+        while self.standbys:
+            pid, sock = self.standbys.pop(0)
+            try:
+                sock.sendmsg([encode_control(request)], fds_ancillary([read_fd, write_fd]))
+            except OSError:
+                # It died while waiting; the reaper will collect it.
+                continue
+            finally:
+                sock.close()
+            return pid
+        return None
+
     def fork_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
+        pid = self.assign_standby(request, read_fd, write_fd)
+        if pid is not None:
+            os.close(read_fd)
+            os.close(write_fd)
+            self.workers[pid] = request.worker_id
+            self.report(WorkerSpawned(worker_id=request.worker_id, pid=pid))
+            return
         try:
             pid = os.fork()
         except OSError as exc:
@@ -146,13 +180,7 @@ class Zygote:
     def become_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
         code = EXIT_INTERNAL_ERROR
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            # Inherit nothing of the zygote's (control socket, selector,
-            # wakeup pipe, whatever an import opened): only stdio and our pipes.
-            _close_fds_except({0, 1, 2, read_fd, write_fd})
-            os.setpgid(0, 0)
-            die_with_parent(self.pid)
+            self.prepare_child({read_fd, write_fd})
             code = run_worker(
                 read_fd,
                 write_fd,
@@ -166,6 +194,16 @@ class Zygote:
             # Never return into the zygote's loop from a child.
             os._exit(code)
 
+    def prepare_child(self, keep: set[int]) -> None:
+        """In a fresh child: shed the zygote's signal setup and fds, own group, die with it."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # Inherit nothing of the zygote's (control socket, selector, wakeup
+        # pipe, other standbys' sockets): only stdio and ``keep``.
+        close_fds_except({0, 1, 2, *keep})
+        os.setpgid(0, 0)
+        die_with_parent(self.pid)
+
     def drain_wakeups(self) -> None:
         try:
             while os.read(self.wake_r, 4096):
@@ -174,7 +212,7 @@ class Zygote:
             pass
 
     def reap(self) -> None:
-        while self.workers:
+        while self.workers or self.standbys:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
@@ -183,6 +221,8 @@ class Zygote:
                 return
             worker_id = self.workers.pop(pid, None)
             if worker_id is None:
+                # A standby that died unassigned: forget it (it is refilled).
+                self.standbys = [(p, s) for p, s in self.standbys if p != pid]
                 continue
             self.report(
                 WorkerExited(
@@ -196,6 +236,10 @@ class Zygote:
             )
 
     def kill_all(self) -> None:
+        for pid, sock in self.standbys:
+            sock.close()
+            self.workers[pid] = "standby"
+        self.standbys.clear()
         for pid in list(self.workers):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
@@ -209,13 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.zygote")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--standby", type=int, default=0, help="pre-forked workers to keep")
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
     control = socket.socket(fileno=args.control_fd)
     gc.collect()
     gc.freeze()
-    zygote = Zygote(control)
+    zygote = Zygote(control, standby=max(0, args.standby))
     zygote.report(ZygoteReady(pid=os.getpid()))
+    zygote.fill_standbys()
     try:
         zygote.serve()
     except (BrokenPipeError, ConnectionResetError):
