@@ -152,7 +152,7 @@ async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
         # Dead and reaped, not just signalled: a process that dies while it is
         # being assigned fails that spawn like any worker dying at start.
         with trio.fail_after(5):
-            while standbys & set(processes_in_tree(sup.tree_id)):
+            while standbys & set(processes_in_tree(sup.tree_id)):  # noqa: ASYNC110 (polling /proc)
                 await trio.sleep(0.01)
         handles = [await sup.spawn() for _ in range(3)]
         for handle in handles:
