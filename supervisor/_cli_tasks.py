@@ -9,6 +9,8 @@ import trio
 from rich.console import Console
 from rich.markup import escape
 
+from protocol import ChatMessage
+
 from ._cli_run import tasks_table, wide_console
 from ._control import control_socket_path, send_control_request
 from ._paths import database_path, subvisor_home
@@ -72,17 +74,27 @@ def _find(store: SessionStore, console: Console, task_id: str) -> TaskRecord | N
     return record
 
 
-def logs_command(task_id: str) -> int:
-    """Print a subagent's transcript and its output."""
-    console = wide_console()
+def _load_task(console: Console, task_id: str) -> tuple[TaskRecord, list[ChatMessage]] | None:
+    """The task ``task_id`` (a unique prefix will do) and its transcript; None after an error."""
     store = _open_store()
     if store is None:
-        return _no_state(console)
+        _no_state(console)
+        return None
     with store:
         record = _find(store, console, task_id)
         if record is None:
-            return 1
+            return None
         messages = store.messages(record.child_session_id) if record.child_session_id else []
+    return record, messages
+
+
+def logs_command(task_id: str) -> int:
+    """Print a subagent's transcript and its output."""
+    console = wide_console()
+    found = _load_task(console, task_id)
+    if found is None:
+        return 1
+    record, messages = found
     console.rule(f"{record.task_id}: {record.description} ({record.status})")
     for message in messages:
         label = {"user": "user", "assistant": "assistant", "tool": "tool result"}[message.role]
@@ -105,13 +117,10 @@ def logs_command(task_id: str) -> int:
 def stop_command(task_id: str) -> int:
     """Ask the running ``subvisor`` that owns a task to stop it."""
     console = wide_console()
-    store = _open_store()
-    if store is None:
-        return _no_state(console)
-    with store:
-        record = _find(store, console, task_id)
-    if record is None:
+    found = _load_task(console, task_id)
+    if found is None:
         return 1
+    record, _ = found
     if record.is_terminal:
         console.print(f"task {record.task_id} already ended: {record.status}")
         return 0
