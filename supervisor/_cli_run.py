@@ -7,7 +7,6 @@ import json
 import re
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -130,6 +129,22 @@ def _usage_summary(outcome: AgentOutcome | None, records: list[TaskRecord]) -> d
     }
 
 
+async def _enforce_timeout(
+    host: Subvisor, timeout_s: float, timed_out: trio.Event, run_scope: trio.CancelScope
+) -> None:
+    """After ``timeout_s``: stop every subagent (saying why), then end the root's turn.
+
+    The subagents go first, so their records say "timed out" rather than
+    "the parent turn was aborted".
+    """
+    await trio.sleep(timeout_s)
+    timed_out.set()
+    async with trio.open_nursery() as nursery:
+        for run in list(host.runs.values()):
+            nursery.start_soon(run.stop, f"the run timed out after {timeout_s:g} s")
+    run_scope.cancel()
+
+
 async def _run(
     request: RunRequest, console: Console
 ) -> tuple[int, dict[str, Any], list[TaskRecord]]:
@@ -138,24 +153,25 @@ async def _run(
     async with Subvisor(request.settings) as host:
         root = RootSession(host, model=request.model, cwd=request.cwd)
         async with serve_control(host, root.session_id):
-            deadline = trio.move_on_after(request.timeout_s) if request.timeout_s else nullcontext()
-            with deadline as scope:
-                async with trio.open_nursery() as nursery:
-                    if console.is_terminal and not request.json:
-                        nursery.start_soon(_show_progress, host, root, console)
-                    outcome = await root.run(request.prompt)
-                    nursery.cancel_scope.cancel()
-            if scope is not None and scope.cancelled_caught:
+            timed_out = trio.Event()
+            async with trio.open_nursery() as nursery:
+                if console.is_terminal and not request.json:
+                    nursery.start_soon(_show_progress, host, root, console)
+                if request.timeout_s:
+                    nursery.start_soon(
+                        _enforce_timeout, host, request.timeout_s, timed_out, nursery.cancel_scope
+                    )
+                outcome = await root.run(request.prompt)
+                nursery.cancel_scope.cancel()
+            if timed_out.is_set():
                 status = "timeout"
-                for run in list(host.runs.values()):
-                    await run.stop(f"the run timed out after {request.timeout_s:g} s")
         records = host.registry.list(root.session_id)
         narration = [
             _narrate(message) for message in root.loop.messages if _narrate(message) is not None
         ]
         report = {
             "session_id": root.session_id,
-            "status": outcome.status if outcome is not None else status,
+            "status": status if outcome is None or status == "timeout" else outcome.status,
             "answer": outcome.text if outcome is not None else None,
             "narration": narration,
             "usage": _usage_summary(outcome, records),
@@ -173,7 +189,7 @@ async def _run(
                 for r in records
             ],
         }
-    return (0 if outcome is not None else 124), report, records
+    return (124 if status == "timeout" else 0), report, records
 
 
 _NARRATION_LINES = 12
@@ -185,6 +201,17 @@ def _clip_lines(text: str) -> str:
         return text
     hidden = len(lines) - _NARRATION_LINES
     return "\n".join([*lines[:_NARRATION_LINES], f"   ... ({hidden} more lines)"])
+
+
+def _leaf(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _leaf(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 def _narrate(message: ChatMessage) -> str | None:
@@ -209,13 +236,19 @@ def run_command(request: RunRequest) -> int:
     console = wide_console(stderr=request.json)
     try:
         code, report, records = trio.run(_run, request, console)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        # trio wraps what escapes a nursery in exception groups.
+        if _leaf(exc, KeyboardInterrupt) is not None:
+            Console(stderr=True).print(
+                "[yellow]interrupted: every running subagent was stopped (killed)[/]"
+            )
+            return 130
+        model_error = _leaf(exc, ModelError)
+        if model_error is None:
+            raise
         Console(stderr=True).print(
-            "[yellow]interrupted: every running subagent was stopped (killed)[/]"
+            f"[red]model error:[/] {escape(str(model_error))}", highlight=False
         )
-        return 130
-    except ModelError as exc:
-        Console(stderr=True).print(f"[red]model error:[/] {escape(str(exc))}", highlight=False)
         return 1
     if request.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -226,7 +259,7 @@ def run_command(request: RunRequest) -> int:
             console.print()
     elif report["answer"] is not None:
         console.print(report["answer"], markup=False, highlight=False)
-    else:
+    if report["status"] == "timeout":
         console.print(f"[yellow]the run timed out after {request.timeout_s:g} s[/]")
     if records:
         console.print()

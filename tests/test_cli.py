@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -162,3 +163,66 @@ def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -
     assert entries["reviewer"]["scope"] == "project" and entries["reviewer"]["launchable"]
     assert entries["broken"]["error"]["line"] == 3
     assert {"general-purpose", "Explore"} <= set(entries)
+
+
+def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) -> None:
+    """S-RUN-8: Ctrl-C stops the background agents, recorded as killed, and nothing is left."""
+    home = tmp_path / "home"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call(f"slow {i}", "wait", run_in_background=True) for i in range(3)
+                    ]
+                },
+                {"text": "waiting"},
+            ],
+            **{f"slow {i}": [{"text": "never", "latency_ms": 60000}] for i in range(3)},
+        },
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "go"],
+        cwd=project,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        running: list[str] = []
+        while len(running) < 3 and time.monotonic() < deadline:
+            ps = _subvisor(home, "ps", "--json", cwd=project)
+            if ps.returncode == 0:
+                tasks = json.loads(ps.stdout)["tasks"]
+                running = [t["task_id"] for t in tasks if t["status"] == "running"]
+            time.sleep(0.1)
+        assert len(running) == 3
+        runner.send_signal(signal.SIGINT)
+        _, err = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 130, err
+    assert "interrupted" in err
+    tasks = json.loads(_subvisor(home, "ps", "--json", cwd=project).stdout)["tasks"]
+    assert sorted(t["status"] for t in tasks) == ["killed"] * 3
+
+
+def test_run_timeout_stops_everything_as_killed(tmp_path: Path, project: Path) -> None:
+    """S-RUN-8: a run timeout stops the subagents, reported as killed."""
+    home = tmp_path / "home"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("slow", "wait")]}, {"text": "never"}],
+            "slow": [{"text": "never", "latency_ms": 60000}],
+        },
+    )
+    run = _subvisor(home, "run", "--json", "--timeout", "1", "--model", model, "go", cwd=project)
+    assert run.returncode == 124, run.stderr
+    report = json.loads(run.stdout)
+    assert report["status"] == "timeout"
+    [task] = report["tasks"]
+    assert task["status"] == "killed" and "timed out" in task["error"]
