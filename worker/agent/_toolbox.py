@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -11,6 +12,8 @@ from ..tools import LocalToolSet, ToolContext, ToolOutput
 from ._ports import ApprovalPort
 
 __all__ = ["HostTool", "Toolbox"]
+
+log = logging.getLogger("subvisor")
 
 # Local tools that only read: several may run at once.
 _CONCURRENCY_SAFE_LOCAL = frozenset({"Read", "Glob", "Grep", "LS"})
@@ -86,7 +89,17 @@ class Toolbox:
                 return ToolOutput(f"Error: permission denied: {refusal}", is_error=True)
         host = self._host.get(call.name)
         if host is not None:
-            return await host(call)
+            try:
+                return await host(call)
+            except Exception as exc:
+                # A defect in one tool must cost the model one failed call,
+                # not the agent's whole run (and, in the root, the supervisor).
+                log.exception("tool %s failed", call.name)
+                return ToolOutput(
+                    f"Error: {call.name} failed unexpectedly ({type(exc).__name__}: {exc}); "
+                    "this is a bug in the tool, not in your input",
+                    is_error=True,
+                )
         if call.name in self._local or not self._host:
             return await self._local.run(call.name, call.input, self._context)
         available = ", ".join(self.names) or "none"
