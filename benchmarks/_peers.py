@@ -3,7 +3,8 @@
 ``python -m benchmarks._peers READ_FD WRITE_FD`` answers raw frames (a
 4-byte big-endian length, then a msgpack body) with blocking ``os.read`` /
 ``os.write``: the floor a pipe-and-msgpack protocol can reach from Python.
-``mp_pipe_echo`` is the ``multiprocessing.Pipe`` (pickle) equivalent.
+``mp_pipe_echo`` is the ``multiprocessing.Pipe`` (pickle) equivalent, and
+``--trio`` runs the same echo under trio: the floor for any trio peer.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["HEADER", "FrameReader", "mp_pipe_echo", "raw_pipe_echo", "reply_to", "write_all"]
+__all__ = [
+    "HEADER",
+    "FrameReader",
+    "mp_pipe_echo",
+    "raw_pipe_echo",
+    "reply_to",
+    "trio_pipe_echo",
+    "write_all",
+]
 
 HEADER = struct.Struct(">I")
 _READ_SIZE = 64 * 1024
@@ -76,5 +85,35 @@ def mp_pipe_echo(conn: Connection) -> None:
         conn.send(reply_to(request))
 
 
+def trio_pipe_echo(read_fd: int, write_fd: int) -> None:
+    """The raw echo with trio on this end too: the floor for a trio worker."""
+    import trio
+
+    from worker._pipe import PipeStream
+
+    async def serve() -> None:
+        pipe = PipeStream(read_fd, write_fd)
+        buffer = b""
+        while True:
+            chunk = await pipe.receive_some(_READ_SIZE)
+            if not chunk:
+                return
+            buffer += chunk
+            while len(buffer) >= HEADER.size:
+                (size,) = HEADER.unpack_from(buffer)
+                if len(buffer) < HEADER.size + size:
+                    break
+                body, buffer = (
+                    buffer[HEADER.size : HEADER.size + size],
+                    buffer[HEADER.size + size :],
+                )
+                reply: bytes = msgpack.packb(reply_to(msgpack.unpackb(body)), use_bin_type=True)
+                await pipe.send_all(HEADER.pack(len(reply)) + reply)
+
+    trio.run(serve)
+
+
 if __name__ == "__main__":
-    raw_pipe_echo(int(sys.argv[1]), int(sys.argv[2]))
+    echo = trio_pipe_echo if sys.argv[1:2] == ["--trio"] else raw_pipe_echo
+    fds = [arg for arg in sys.argv[1:] if arg != "--trio"]
+    echo(int(fds[0]), int(fds[1]))

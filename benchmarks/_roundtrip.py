@@ -33,6 +33,7 @@ import trio
 
 from protocol import SupervisorRequest, encode_frame
 from supervisor import Supervisor, SupervisorConfig, WorkerHandle
+from worker import PipeStream
 
 from . import Report
 from ._peers import HEADER, FrameReader, mp_pipe_echo, reply_to, write_all
@@ -42,7 +43,7 @@ __all__ = ["TARGETS", "add_arguments", "run"]
 
 TARGETS = {"ratio_vs_raw": ("<=", 2.0)}
 
-_METHODS = ("subvisor", "raw_pipe", "mp_pipe")
+_METHODS = ("subvisor", "raw_pipe", "mp_pipe", "trio_pipe")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,12 +83,12 @@ class _RawPeer:
 
 
 @contextlib.contextmanager
-def _raw_peer() -> Iterator[_RawPeer]:
+def _raw_peer(*flags: str) -> Iterator[_RawPeer]:
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._peers", str(down_r), str(up_w)],
+            [sys.executable, "-m", "benchmarks._peers", *flags, str(down_r), str(up_w)],
             pass_fds=(down_r, up_w),
         )
     finally:
@@ -138,8 +139,26 @@ async def _subvisor_round(handle: WorkerHandle, count: int, payload: str, out: l
         assert result == payload, result
 
 
+async def _trio_round(pipe: PipeStream, count: int, payload: str, out: list[float]) -> None:
+    for i in range(count):
+        request = _request(i, payload)
+        started = time.perf_counter_ns()
+        body: bytes = msgpack.packb(request, use_bin_type=True)
+        await pipe.send_all(HEADER.pack(len(body)) + body)
+        data = b""
+        while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack_from(data)[0]:
+            data += await pipe.receive_some(65536)
+        reply = msgpack.unpackb(data[HEADER.size :], raw=False)
+        out.append((time.perf_counter_ns() - started) / 1000)
+        assert reply == reply_to(request), reply
+
+
 async def _measure(
-    raw: _RawPeer, mp_conn: Connection, args: argparse.Namespace, payload: str
+    raw: _RawPeer,
+    mp_conn: Connection,
+    trio_peer: _RawPeer,
+    args: argparse.Namespace,
+    payload: str,
 ) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {method: [] for method in _METHODS}
 
@@ -147,12 +166,16 @@ async def _measure(
         mp_conn.send(request)
         return mp_conn.recv()
 
+    # Our end of the trio peer's pipes, driven by trio like the supervisor's.
+    trio_pipe = PipeStream(trio_peer.reader.fd, trio_peer.write_fd)
     async with Supervisor(SupervisorConfig(max_workers=2)) as sup:
         handle = await sup.spawn()
 
         async def one(method: str, count: int, out: list[float]) -> None:
             if method == "subvisor":
                 await _subvisor_round(handle, count, payload, out)
+            elif method == "trio_pipe":
+                await _trio_round(trio_pipe, count, payload, out)
             elif method == "raw_pipe":
                 _sync_round(raw.round_trip, count, payload, out)
             else:
@@ -161,7 +184,7 @@ async def _measure(
         for method in _METHODS:
             await one(method, max(0, args.warmup), [])
         for r in range(max(1, args.rounds)):
-            order = _METHODS[r % 3 :] + _METHODS[: r % 3]
+            order = _METHODS[r % len(_METHODS) :] + _METHODS[: r % len(_METHODS)]
             for method in order:
                 await one(method, max(1, args.samples), samples[method])
         await handle.kill("benchmark done")
@@ -173,12 +196,16 @@ def run(args: argparse.Namespace) -> Report:
     if args.cpus:
         # Inherited by the zygote (and so every worker) and both peers.
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
-    with _raw_peer() as raw, _mp_peer() as mp_conn:
-        samples = trio.run(_measure, raw, mp_conn, args, payload)
+    with _raw_peer() as raw, _mp_peer() as mp_conn, _raw_peer("--trio") as trio_peer:
+        samples = trio.run(_measure, raw, mp_conn, trio_peer, args, payload)
     report: Report = {}
     for method in _METHODS:
         report[f"{method}_p50_us"] = rounded(percentile(samples[method], 50), 1)
     report["ratio_vs_raw"] = rounded(report["subvisor_p50_us"] / report["raw_pipe_p50_us"], 2)
+    # The same echo with trio on both ends: what subvisor adds over trio itself.
+    report["ratio_vs_trio_pipe"] = rounded(
+        report["subvisor_p50_us"] / report["trio_pipe_p50_us"], 2
+    )
     for method in _METHODS:
         report[f"{method}_p95_us"] = rounded(percentile(samples[method], 95), 1)
     report["ratio_vs_raw_p95"] = rounded(report["subvisor_p95_us"] / report["raw_pipe_p95_us"], 2)
