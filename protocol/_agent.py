@@ -33,6 +33,8 @@ class AgentRunSpec(_Frozen):
     prompt: str
     history: tuple[ChatMessage, ...] = ()
     tools: tuple[str, ...] = ()
+    #: Tools whose every call the supervisor's rules allow: no need to ask first.
+    preapproved_tools: tuple[str, ...] = ()
     max_turns: int = Field(default=4, ge=1)
     cwd: str
     model: str = ""

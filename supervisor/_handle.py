@@ -178,6 +178,19 @@ class WorkerHandle:
             assert self.exit is not None
             raise WorkerExitedError(self.exit) from None
 
+    async def receive_event_batch(self, max_events: int = 256) -> list[Event]:
+        """The next event and any already waiting after it (at most ``max_events``).
+
+        Raises ``WorkerExitedError`` once the worker ended and all were read.
+        """
+        batch = [await self.receive_event()]
+        while len(batch) < max_events:
+            try:
+                batch.append(self._events_out.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        return batch
+
     async def events(self) -> AsyncIterator[Event]:
         """Iterate over the worker's events until it ends."""
         async for event in self._events_out:

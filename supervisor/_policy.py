@@ -20,6 +20,8 @@ from ._permissions import (
     decide,
     last_matching_rule,
     permission_checks,
+    permission_name,
+    wildcard_match,
 )
 
 __all__ = ["PolicyDecision", "ToolPolicy"]
@@ -64,6 +66,31 @@ class ToolPolicy:
             if action == "deny" and self.mode != "default":
                 return PolicyDecision(action, f"{what} is not allowed in {self.mode} mode")
         return PolicyDecision(action, f"{tool_name} needs approval (no rule allows it)")
+
+    def always_allows(self, tool_name: str) -> bool:
+        """True when every call of ``tool_name`` is allowed, whatever its input.
+
+        Then a worker need not ask before each call. That holds when every
+        rule that could apply (to the tool's permission, or to
+        ``external_directory`` for a path outside the project) allows, and
+        one of them allows every subject. Modes other than ``default`` and
+        ``bypassPermissions`` change answers per call, so they never qualify.
+        """
+        if self.mode not in ("default", "bypassPermissions"):
+            return False
+        wanted = (permission_name(tool_name), "external_directory")
+        relevant = [
+            rule
+            for rule in self.rules
+            if any(wildcard_match(rule.permission, name) for name in wanted)
+        ]
+        covers_everything = {
+            name
+            for name in wanted
+            for rule in relevant
+            if rule.pattern == "*" and wildcard_match(rule.permission, name)
+        }
+        return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)
 
     def authorize_headless(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
         """``check`` for a session with nobody to ask: an ask is refused, saying how to allow it."""

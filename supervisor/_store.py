@@ -194,7 +194,13 @@ class SessionStore:
 
     @contextmanager
     def _write(self) -> Iterator[None]:
-        """One write transaction, committed on exit, rolled back on error."""
+        """One write transaction, committed on exit, rolled back on error.
+
+        Nested uses join the outermost transaction (see ``batch``).
+        """
+        if self._db.in_transaction:
+            yield
+            return
         # IMMEDIATE takes the write lock up front, so a seq read inside the
         # transaction cannot be raced by another writer.
         self._db.execute("BEGIN IMMEDIATE")
@@ -204,6 +210,12 @@ class SessionStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make every write in the block one transaction: one commit for a burst of events."""
+        with self._write():
+            yield
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

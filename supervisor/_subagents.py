@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from protocol import AgentOutcome, AgentRunSpec, ChatMessage, ResourceLimits, Usage
+from protocol import AgentOutcome, AgentRunSpec, ChatMessage, Event, ResourceLimits, Usage
 from worker.tools import LocalToolSet
 
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
@@ -212,6 +212,7 @@ class SubagentRun:
             prompt=launch.prompt,
             history=launch.history,
             tools=launch.tools,
+            preapproved_tools=tuple(t for t in launch.tools if launch.policy.always_allows(t)),
             max_turns=launch.max_turns,
             cwd=launch.cwd,
             model=launch.model,
@@ -230,25 +231,35 @@ class SubagentRun:
         return AgentOutcome.model_validate(raw)
 
     async def _record_events(self, handle: WorkerHandle) -> None:
+        store = self.host.store
+        while True:
+            try:
+                batch = await handle.receive_event_batch()
+            except WorkerExitedError:
+                return
+            # One commit for whatever arrived together.
+            with store.batch():
+                for event in batch:
+                    self._record_event(event)
+
+    def _record_event(self, event: Event) -> None:
         store, registry = self.host.store, self.host.registry
         session = self.launch.child_session_id
-        async for event in handle.events():
-            data = event.data
-            if event.name == "message":
-                message = ChatMessage.model_validate(data.get("message"))
-                store.append_message(session, message)
-            elif event.name == "process_group":
-                pgid = data.get("pgid")
-                if isinstance(pgid, int) and pgid > 1:
-                    self._process_groups.add(pgid)
-            else:
-                store.append_event(session, event.name, data)
-                if event.name == "tool.started":
-                    registry.append_output(
-                        self.task_id, f"[tool] {data.get('name')} {_brief(data.get('input'))}\n"
-                    )
-                elif event.name == "tool.finished":
-                    self.tool_calls += 1
+        data = event.data
+        if event.name == "message":
+            store.append_message(session, ChatMessage.model_validate(data.get("message")))
+        elif event.name == "process_group":
+            pgid = data.get("pgid")
+            if isinstance(pgid, int) and pgid > 1:
+                self._process_groups.add(pgid)
+        else:
+            store.append_event(session, event.name, data)
+            if event.name == "tool.started":
+                registry.append_output(
+                    self.task_id, f"[tool] {data.get('name')} {_brief(data.get('input'))}\n"
+                )
+            elif event.name == "tool.finished":
+                self.tool_calls += 1
 
     def count_model_call(self, usage: Usage) -> None:
         """Account one model call made for this run."""

@@ -38,7 +38,11 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
     )
     loop = AgentLoop(
         model=PipeModelPort(ctx.link),
-        tools=Toolbox(LocalToolSet(spec.tools), context, approvals=PipeApprovalPort(ctx.link)),
+        tools=Toolbox(
+            LocalToolSet(spec.tools),
+            context,
+            approvals=PipeApprovalPort(ctx.link, spec.preapproved_tools),
+        ),
         events=events,
         system=spec.system,
         model_name=spec.model,

@@ -7,6 +7,7 @@ from typing import Any
 from protocol import ModelRequest, ModelResult, ToolCall
 
 from .._channel import SupervisorLink
+from ..tools import resolve_tool_name
 from ._faults import commit_fault
 
 __all__ = ["PipeApprovalPort", "PipeEventSink", "PipeModelPort"]
@@ -42,13 +43,20 @@ class PipeEventSink:
 
 
 class PipeApprovalPort:
-    """Each tool call is checked by the supervisor, which holds the rules."""
+    """Each tool call is checked by the supervisor, which holds the rules.
 
-    def __init__(self, link: SupervisorLink) -> None:
+    Tools the supervisor pre-approved (its rules allow every call of them)
+    skip the round trip.
+    """
+
+    def __init__(self, link: SupervisorLink, preapproved: tuple[str, ...] = ()) -> None:
         self._link = link
+        self._preapproved = frozenset(preapproved)
 
     async def authorize(self, call: ToolCall) -> str | None:
         """Ask the supervisor; ``None`` when the call may run."""
+        if (resolve_tool_name(call.name) or call.name) in self._preapproved:
+            return None
         answer = await self._link.request(
             "permission.check", {"tool": call.name, "input": call.input}
         )

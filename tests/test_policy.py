@@ -1,0 +1,48 @@
+"""ToolPolicy: the supervisor's answer to "may this agent make this call?" (S-POL-2, S-POL-3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor._permissions import rules_from_config
+from supervisor._policy import ToolPolicy
+
+
+def _policy(config: object, mode: str = "default") -> ToolPolicy:
+    return ToolPolicy(rules=rules_from_config(config), mode=mode, project_dir="/project")  # type: ignore[arg-type]
+
+
+def test_a_deny_names_the_rule_that_decided() -> None:
+    decision = _policy({"*": "allow", "bash": {"rm *": "deny"}}).check(
+        "Bash", {"command": "ls && rm -rf x"}
+    )
+    assert decision.action == "deny"
+    assert decision.reason == "bash 'rm -rf x' is denied by the rule bash 'rm *' -> deny"
+
+
+def test_with_nobody_to_ask_an_ask_is_refused_with_the_rule_to_allow_it() -> None:
+    decision = _policy({"*": "allow", "edit": "ask"}).authorize_headless(
+        "Write", {"file_path": "/project/a.txt", "content": ""}
+    )
+    assert decision.action == "deny"
+    assert 'edit = { "a.txt" = "allow" }' in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("config", "mode", "tool", "expected"),
+    [
+        ({"*": "allow"}, "default", "Read", True),
+        ({"*": "allow"}, "plan", "Read", False),  # modes decide per call
+        ({"*": "allow", "bash": {"rm *": "deny"}}, "default", "Bash", False),
+        ({"*": "allow", "bash": {"rm *": "deny"}}, "default", "Read", True),
+        ({"read": "allow"}, "default", "Read", False),  # external_directory would ask
+        ({"read": "allow", "external_directory": "allow"}, "default", "Read", True),
+        ({"*": "allow", "external_directory": {"/tmp/*": "deny"}}, "default", "Grep", False),
+        ({"*": "ask"}, "default", "LS", False),
+    ],
+)
+def test_preapproval_only_when_no_call_could_be_refused(
+    config: object, mode: str, tool: str, expected: bool
+) -> None:
+    """A tool skips the per-call question only if every call of it would be allowed."""
+    assert _policy(config, mode).always_allows(tool) is expected
