@@ -190,10 +190,18 @@ class SubagentRun:
             error = f"internal error: {type(exc).__name__}: {exc}"
         finally:
             with trio.CancelScope(shield=True):
-                exit = await self._release_worker()
-                if worker_exit is None and exit is not None and not exit.ok:
-                    worker_exit = exit.reason
-                self._finish(status, result, error, worker_exit, exit)
+                try:
+                    exit = await self._release_worker()
+                    if worker_exit is None and exit is not None and not exit.ok:
+                        worker_exit = exit.reason
+                    self._finish(status, result, error, worker_exit, exit)
+                except Exception:
+                    # Recording the end failed (a full disk, say): the run
+                    # still ends, and its waiters must not hang.
+                    log.exception("could not record the end of subagent %s", self.task_id)
+                finally:
+                    self.ready.set()
+                    self.done.set()
 
     async def stop(self, reason: str = "stopped by request") -> None:
         """Stop the run (S-RUN-6 stop); returns once it has ended."""
