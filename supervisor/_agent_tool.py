@@ -127,14 +127,47 @@ class AgentTool:
                     output_file=run.record.output_file,
                 )
             )
+        waited = False
         try:
-            await run.done.wait()
-        except trio.Cancelled:
-            # S-RUN-3: the parent turn's abort cancels a foreground child.
-            with trio.CancelScope(shield=True):
-                await run.stop("the parent turn was aborted")
-            raise
+            await self._wait_in_foreground(run)
+            waited = True
+        finally:
+            # S-RUN-3: the parent turn's abort (a cancellation, which trio may
+            # wrap in an exception group) cancels a foreground child.
+            if not waited and not run.background and not run.done.is_set():
+                with trio.CancelScope(shield=True):
+                    await run.stop("the parent turn was aborted")
+        if run.backgrounded.is_set():
+            # S-RUN-5: moved to the background; its end will be a notification
+            # (even if it ended just now: the parent must not get it twice).
+            assert run.record is not None
+            return ToolOutput(
+                format_async_launched(
+                    agent_id=run.task_id,
+                    description=launch.description,
+                    output_file=run.record.output_file,
+                )
+            )
         return self._result(run)
+
+    async def _wait_in_foreground(self, run: SubagentRun) -> None:
+        """Until the run ends or moves to the background (on request or after
+        ``auto_background_ms``)."""
+        auto_ms = self._host.settings.auto_background_ms
+        async with trio.open_nursery() as nursery:
+
+            async def until(event: trio.Event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            async def auto_background(delay_s: float) -> None:
+                await trio.sleep(delay_s)
+                run.move_to_background()
+
+            nursery.start_soon(until, run.done)
+            nursery.start_soon(until, run.backgrounded)
+            if auto_ms is not None:
+                nursery.start_soon(auto_background, auto_ms / 1000)
 
     def _plan(
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None

@@ -130,9 +130,14 @@ class Subvisor:
             run
             for run in self.runs.values()
             if run.launch.parent_session_id == parent_session_id
-            and run.launch.background
+            and run.background
             and not run.done.is_set()
         ]
+
+    def move_to_background(self, task_id: str) -> bool:
+        """Move a running foreground subagent to the background (S-RUN-5)."""
+        run = self.runs.get(task_id)
+        return run is not None and run.move_to_background()
 
     def bind_worker(self, worker_id: str, run: SubagentRun) -> None:
         """Route a worker's requests to the run it serves."""

@@ -32,6 +32,9 @@ class SubvisorSettings(BaseModel):
     subagent_limits: ResourceLimits = ResourceLimits(memory_mb=2048, idle_timeout_s=600)
     #: Subagent workers alive at once (further launches wait, in order).
     max_concurrent_subagents: int = Field(default=20, ge=1)
+    #: A foreground subagent still running after this long moves to the
+    #: background and its parent's turn goes on (S-RUN-5); None: never.
+    auto_background_ms: int | None = Field(default=None, ge=0)
     #: Result text style of the Agent tool: Claude Code's or opencode's (S-TOOL-6).
     result_style: Literal["claude", "opencode"] = "claude"
     #: Levels of delegation (S-POL-4): 0 disables the Agent tool, 1 lets the

@@ -101,6 +101,8 @@ class SubagentRun:
         self.launch_error: str | None = None
         #: What the model is offered: exactly the tools this run was given.
         self.tool_specs = LocalToolSet(launch.tools).specs
+        #: Set when a foreground run is moved to the background (S-RUN-5).
+        self.backgrounded = trio.Event()
         self._cancel_scope = trio.CancelScope()
         self._stop_reason: str | None = None
         self._process_groups: set[int] = set()
@@ -202,6 +204,26 @@ class SubagentRun:
                 finally:
                     self.ready.set()
                     self.done.set()
+
+    @property
+    def background(self) -> bool:
+        """Whether the run is (now) a background one."""
+        return self.launch.background or self.backgrounded.is_set()
+
+    def move_to_background(self) -> bool:
+        """Detach a running foreground run from its parent's turn (S-RUN-5).
+
+        Its parent stops waiting and gets ``async_launched``; its end becomes
+        a notification. False when it is already in the background or ended.
+        """
+        if self.background or self.done.is_set():
+            return False
+        self.host.registry.update(self.task_id, background=True)
+        self.host.store.append_event(
+            self.launch.parent_session_id, "SubagentBackgrounded", {"agentId": self.task_id}
+        )
+        self.backgrounded.set()
+        return True
 
     async def stop(self, reason: str = "stopped by request") -> None:
         """Stop the run (S-RUN-6 stop); returns once it has ended."""

@@ -598,3 +598,51 @@ async def test_project_permission_mode_is_refused_again_at_assembly(tmp_path: Pa
         )
         assert host.registry.list(root.session_id) == []
     assert result.is_error and "project profile that sets permissionMode" in result.text
+
+
+async def test_auto_background_moves_a_slow_foreground_child(tmp_path: Path) -> None:
+    """S-RUN-5: after auto_background_ms the parent's turn goes on; the end is a notification."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("slow", "x")]},
+                {"text": "moved on: {{tool_result}}"},
+                {"text": "got the notification"},
+            ],
+            "slow": [{"text": "slow answer", "latency_ms": 800}],
+        },
+    )
+    async with subvisor(tmp_path / "home", auto_background_ms=100) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        messages = [m.content for m in root.loop.messages]
+    assert outcome.text == "got the notification"
+    assert any("moved on: async_launched" in m for m in messages)
+    assert sum("<result>slow answer</result>" in m for m in messages) == 1
+    assert record.background and record.status == "completed" and record.notified
+
+
+async def test_explicit_move_to_background(tmp_path: Path) -> None:
+    """S-RUN-5: a library call moves a running foreground child; a parent abort then spares it."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("slow", "x")]}, {"text": "{{tool_result}}"}],
+            "slow": [{"text": "done late", "latency_ms": 600}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(root.ask, "go")
+            while not host.runs:
+                await trio.sleep(0.01)  # noqa: ASYNC110 (the run does not exist yet)
+            [run] = host.runs.values()
+            await run.ready.wait()
+            assert host.move_to_background(run.task_id)
+            assert not host.move_to_background(run.task_id)  # already there
+        await run.done.wait()
+        assert host.registry.get(run.task_id).status == "completed"  # type: ignore[union-attr]
+        assert "async_launched" in root.loop.messages[2].content
