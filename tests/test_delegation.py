@@ -638,7 +638,7 @@ async def test_explicit_move_to_background(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.ask, "go")
             while not host.runs:
-                await trio.sleep(0.01)  # noqa: ASYNC110 (the run does not exist yet)
+                await trio.sleep(0.01)
             [run] = host.runs.values()
             await run.ready.wait()
             assert host.move_to_background(run.task_id)
