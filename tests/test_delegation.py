@@ -637,7 +637,7 @@ async def test_explicit_move_to_background(tmp_path: Path) -> None:
         root = RootSession(host, model=model, cwd=tmp_path)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.ask, "go")
-            while not host.runs:
+            while not host.runs:  # noqa: ASYNC110 (the run does not exist yet)
                 await trio.sleep(0.01)
             [run] = host.runs.values()
             await run.ready.wait()
