@@ -32,6 +32,8 @@ class AgentRunSpec(_Frozen):
     system: str
     prompt: str
     history: tuple[ChatMessage, ...] = ()
+    #: Steering messages that arrived before the run started (S-MSG-1 ``queued``).
+    pending_messages: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     #: Tools whose every call the supervisor's rules allow: no need to ask first.
     preapproved_tools: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 
 from ._agent_tool import AgentTool
 from ._errors import SubvisorError
+from ._messaging import SendMessageTool
 from ._notifications import format_command_turn
 from ._permission_derivation import agent_tool_enabled
 from ._policy import ToolPolicy
@@ -127,7 +128,10 @@ class RootSession:
         host_tools: list[HostTool] = [TaskOutputTool(host), TaskStopTool(host)]
         # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
         if agent_tool_enabled(settings.subagent_depth, 0):
-            host_tools.insert(0, self.agent_tool)
+            host_tools[:0] = [
+                self.agent_tool,
+                SendMessageTool(host, self.session_id, self.agent_tool),
+            ]
         if "Bash" in local:
             host_tools.append(BashWithBackground(host, self.session_id, context))
         self.loop = AgentLoop(

@@ -101,6 +101,8 @@ class SubagentRun:
         self.launch_error: str | None = None
         #: What the model is offered: exactly the tools this run was given.
         self.tool_specs = LocalToolSet(launch.tools).specs
+        #: Steering messages to deliver when the agent starts (S-MSG-1 ``queued``).
+        self.pending_messages: list[str] = []
         #: Set when a foreground run is moved to the background (S-RUN-5).
         self.backgrounded = trio.Event()
         self._cancel_scope = trio.CancelScope()
@@ -225,6 +227,35 @@ class SubagentRun:
         self.backgrounded.set()
         return True
 
+    async def steer(self, text: str) -> Literal["delivered", "queued", "ended"]:
+        """Deliver a parent's message into the running agent's turn (S-MSG-1).
+
+        Not started yet: queued, and given to the agent at its first step.
+        Running: inserted between its steps; while the worker reports no
+        active turn (a turn is just starting or ending) it is retried every
+        10 ms, 21 tries in all. ``ended`` when the run is over (or ends
+        meanwhile): the caller resumes it instead.
+        """
+        if self.done.is_set():
+            return "ended"
+        handle = self.handle
+        if handle is None or not self.ready.is_set():
+            self.pending_messages.append(text)
+            return "queued"
+        for _ in range(21):
+            try:
+                answer = await handle.request("agent.steer", {"text": text})
+            except SubvisorError:
+                break
+            if isinstance(answer, dict) and answer.get("delivered") is True:
+                self.host.store.append_event(
+                    self.launch.child_session_id, "SteerDelivered", {"text": text}
+                )
+                return "delivered"
+            await trio.sleep(0.01)
+        await self.done.wait()
+        return "ended"
+
     async def stop(self, reason: str = "stopped by request") -> None:
         """Stop the run (S-RUN-6 stop); returns once it has ended."""
         if self._stop_reason is None:
@@ -241,6 +272,7 @@ class SubagentRun:
             system=launch.system,
             prompt=launch.prompt,
             history=launch.history,
+            pending_messages=tuple(self.pending_messages),
             tools=launch.tools,
             preapproved_tools=tuple(t for t in launch.tools if launch.policy.always_allows(t)),
             max_turns=launch.max_turns,

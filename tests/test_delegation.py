@@ -646,3 +646,55 @@ async def test_explicit_move_to_background(tmp_path: Path) -> None:
         await run.done.wait()
         assert host.registry.get(run.task_id).status == "completed"  # type: ignore[union-attr]
         assert "async_launched" in root.loop.messages[2].content
+
+
+async def _send(root: RootSession, to: str, message: str) -> str:
+    output = await root.loop._tools.call(
+        ToolCall(id="send", name="SendMessage", input={"to": to, "message": message})
+    )
+    assert not output.is_error, output.text
+    return output.text
+
+
+async def test_send_message_steers_queues_and_resumes(tmp_path: Path) -> None:
+    """S-MSG-1: running -> delivered into its turn; not started -> queued; finished -> resumed."""
+    sleepy = {"name": "Bash", "input": {"command": "sleep 0.5"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"text": "unused"}],
+            "busy": [{"tool_calls": [sleepy]}, {"text": "busy done"}, {"text": "busy again"}],
+            "waiting": [{"text": "waiting done"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", max_concurrent_subagents=1) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        tool = root.agent_tool
+        await tool.invoke({"description": "busy", "prompt": "work", "run_in_background": True})
+        [busy] = host.runs.values()
+        # The only worker slot is taken: the next agent waits to start.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                tool.invoke,
+                {"description": "waiting", "prompt": "wait", "run_in_background": True},
+            )
+            while len(host.runs) < 2:  # noqa: ASYNC110 (the run does not exist yet)
+                await trio.sleep(0.01)
+            waiting = next(r for r in host.runs.values() if r is not busy)
+            assert (await _send(root, waiting.task_id, "first note")).startswith("queued")
+            assert (await _send(root, busy.task_id, "also check X")).startswith("delivered")
+        await busy.done.wait()
+        await waiting.done.wait()
+        resumed = await _send(root, busy.task_id, "one more thing")
+        assert resumed.startswith("resumed_background")
+        third = next(r for r in host.runs.values() if r not in (busy, waiting))
+        await third.done.wait()
+        busy_log = host.store.messages(busy.launch.child_session_id)
+        waiting_log = host.store.messages(waiting.launch.child_session_id)
+        third_log = host.store.messages(third.launch.child_session_id)
+        notified = [c.task_id for c in root.queue.take()]
+    assert any("also check X" in m.content and "Address this" in m.content for m in busy_log)
+    assert any("first note" in m.content for m in waiting_log)
+    # The resumed agent continues its conversation with the new message.
+    assert [m.content for m in third_log][-2:] == ["one more thing", "busy again"]
+    assert third.task_id in notified

@@ -1,4 +1,6 @@
-"""The ``agent.run`` command: run one agent in this worker and return its outcome."""
+"""The ``agent.run`` and ``agent.steer`` commands: run one agent in this worker, and
+steer it while it runs (S-MSG-1).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +19,40 @@ from ._toolbox import Toolbox
 from ._worker_ports import PipeApprovalPort, PipeEventSink, PipeModelPort
 
 __all__ = ["AGENT_COMMANDS"]
+
+
+#: How a parent's steering message is put to the child (S-MSG-3, coordinator_steer).
+STEER_TEMPLATE = (
+    "<coordinator-message>\n{text}\n</coordinator-message>\n"
+    "Your coordinator sent this while you were working. Address this before completing "
+    "your current task."
+)
+
+
+class _SteeringInbox:
+    """Messages for the agent running in this worker; None between runs (no active turn)."""
+
+    def __init__(self) -> None:
+        self.pending: list[str] | None = None
+
+    async def take(self) -> list[str]:
+        if not self.pending:
+            return []
+        taken, self.pending = self.pending, []
+        return [STEER_TEMPLATE.format(text=text) for text in taken]
+
+
+_inbox = _SteeringInbox()
+
+
+async def _steer(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    text = params.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise CommandError("bad_params", "agent.steer needs a non-empty 'text'")
+    if _inbox.pending is None:
+        return {"delivered": False, "reason": "no active turn"}
+    _inbox.pending.append(text)
+    return {"delivered": True}
 
 
 async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
@@ -48,12 +84,17 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
         model_name=spec.model,
         max_turns=spec.max_turns,
         history=spec.history,
+        between_steps=_inbox.take,
     )
+    # Messages queued before the run started are delivered at its first step.
+    _inbox.pending = list(spec.pending_messages)
     try:
         outcome = await loop.run(spec.prompt)
     except SupervisorError as exc:
         raise CommandError(exc.code, exc.message) from None
+    finally:
+        _inbox.pending = None
     return outcome.model_dump(mode="python")
 
 
-AGENT_COMMANDS: dict[str, CommandHandler] = {"agent.run": _run_agent}
+AGENT_COMMANDS: dict[str, CommandHandler] = {"agent.run": _run_agent, "agent.steer": _steer}

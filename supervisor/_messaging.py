@@ -1,0 +1,85 @@
+"""``SendMessage``: the root talks to a subagent it launched (S-MSG-1).
+
+Running: the message steers its current turn. Not started yet: queued and
+given to it when it starts. Finished: it is resumed from the session store
+in a new worker for one more turn, in the background, and its end arrives
+as a notification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from protocol import ToolCall, ToolSpec
+from worker.tools import ToolOutput
+
+from ._agent_tool import AgentTool
+
+if TYPE_CHECKING:
+    from ._host import Subvisor
+
+__all__ = ["SendMessageTool"]
+
+
+class SendMessageTool:
+    """The root's SendMessage tool."""
+
+    aliases: Sequence[str] = ()
+    concurrency_safe = True
+
+    def __init__(self, host: Subvisor, session_id: str, agent_tool: AgentTool) -> None:
+        self._host = host
+        self._session_id = session_id
+        self._agent_tool = agent_tool
+        self.spec = ToolSpec(
+            name="SendMessage",
+            description=(
+                "Send a message to a subagent you launched, by its agentId. A running agent "
+                "gets it during its current task; one that has finished is resumed with its "
+                "earlier context for one more turn in the background, and you are notified "
+                "when it is done."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string", "description": "The agentId."},
+                    "message": {"type": "string", "description": "What to tell it."},
+                },
+                "required": ["to", "message"],
+                "additionalProperties": False,
+            },
+        )
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Deliver, queue, or resume."""
+        to: Any = call.input.get("to")
+        message: Any = call.input.get("message")
+        if not isinstance(to, str) or not isinstance(message, str) or not message.strip():
+            return ToolOutput("Error: SendMessage needs 'to' (an agentId) and a 'message'.", True)
+        run = self._host.runs.get(to)
+        if run is not None and run.launch.parent_session_id == self._session_id:
+            outcome = await run.steer(message)
+            if outcome == "delivered":
+                return ToolOutput(f"delivered: agent {to} got the message during its turn.")
+            if outcome == "queued":
+                return ToolOutput(
+                    f"queued: agent {to} has not started yet; it gets the message when it does."
+                )
+        record = self._host.registry.get(to) or self._host.store.find_task(to)
+        if record is None or record.parent_session_id != self._session_id:
+            return ToolOutput(f"Error: no agent {to!r} was launched in this session.", True)
+        if record.kind != "local_agent":
+            return ToolOutput(f"Error: {to} is a shell command, not an agent.", True)
+        resumed = await self._agent_tool.invoke(
+            {
+                "description": record.description,
+                "prompt": message,
+                "task_id": record.task_id,
+                "run_in_background": True,
+            },
+            tool_use_id=call.id,
+        )
+        if resumed.is_error:
+            return resumed
+        return ToolOutput(f"resumed_background: agent {to} had finished.\n{resumed.text}")
