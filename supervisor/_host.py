@@ -24,7 +24,7 @@ from protocol import ModelRequest, WorkerRequest
 
 from ._config import SupervisorConfig
 from ._handle import RequestRefused, WireTap, WorkerHandle
-from ._notifications import CommandQueue
+from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
 from ._settings import SubvisorSettings
 from ._store import SessionStore
@@ -148,7 +148,7 @@ class Subvisor:
         self._by_worker.pop(worker_id, None)
 
     async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        if request.method not in ("model.call", "permission.check"):
+        if request.method not in ("model.call", "permission.check", "coordinator.message"):
             return await default_request_handler(handle, request)
         run = self._by_worker.get(handle.worker_id)
         if run is None:
@@ -157,6 +157,8 @@ class Subvisor:
             )
         if request.method == "permission.check":
             return self._check_permission(run, request.params)
+        if request.method == "coordinator.message":
+            return self._queue_coordinator_message(run, request.params)
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
@@ -177,6 +179,16 @@ class Subvisor:
             raise RequestRefused("model_error", str(exc)) from None
         run.count_model_call(result.usage)
         return result.model_dump(mode="python")
+
+    def _queue_coordinator_message(self, run: SubagentRun, params: dict[str, Any]) -> bool:
+        # S-MSG-2: into the parent's command queue with priority `next`:
+        # between steps of its running turn, or a new turn when it is idle.
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RequestRefused("bad_request", "coordinator.message needs a non-empty text")
+        queue = self.command_queue(run.launch.parent_session_id)
+        queue.enqueue(subagent_message_command(run.task_id, text, generation=run.launch.generation))
+        return True
 
     def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
         tool, tool_input = params.get("tool"), params.get("input")

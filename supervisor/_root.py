@@ -18,7 +18,7 @@ from ._notifications import format_command_turn
 from ._permission_derivation import agent_tool_enabled
 from ._policy import ToolPolicy
 from ._profile_catalog import ProfileCatalog
-from ._shells import BashWithBackground, TaskOutputTool, TaskStopTool
+from ._shells import BashWithBackground, TaskListTool, TaskOutputTool, TaskStopTool
 from ._store import SessionStore
 from .providers import ModelGateway
 
@@ -125,7 +125,11 @@ class RootSession:
             cwd=cwd,
             parent_policy=self.policy,
         )
-        host_tools: list[HostTool] = [TaskOutputTool(host), TaskStopTool(host)]
+        host_tools: list[HostTool] = [
+            TaskListTool(host, self.session_id),
+            TaskOutputTool(host),
+            TaskStopTool(host),
+        ]
         # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
         if agent_tool_enabled(settings.subagent_depth, 0):
             host_tools[:0] = [

@@ -31,7 +31,7 @@ from ._tasks import TaskError, TaskRecord, TaskUsage, new_task_id
 if TYPE_CHECKING:
     from ._host import Subvisor
 
-__all__ = ["BashWithBackground", "TaskOutputTool", "TaskStopTool"]
+__all__ = ["BashWithBackground", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
 
 _TERM_GRACE_S = 2.0
 
@@ -246,3 +246,33 @@ class TaskStopTool(_TaskIdTool):
         except TaskError as exc:
             return ToolOutput(f"Error: {exc}", is_error=True)
         return ToolOutput(f"task {record.task_id} {record.status}")
+
+
+class TaskListTool:
+    """List this session's background work: agents and shell commands (S-RUN-6)."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = True
+
+    def __init__(self, host: Subvisor, session_id: str) -> None:
+        self._host = host
+        self._session_id = session_id
+        self.spec = ToolSpec(
+            name="TaskList",
+            description="List the tasks of this session (agents and background shell "
+            "commands) with their ids and status.",
+            input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        )
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """One line per task."""
+        records = self._host.registry.list(self._session_id)
+        if not records:
+            return ToolOutput("No tasks in this session.")
+        lines = [
+            f"{r.task_id} [{r.kind}] {r.status}"
+            + (" (background)" if r.background else "")
+            + f": {r.description}"
+            for r in records
+        ]
+        return ToolOutput("\n".join(lines))

@@ -316,6 +316,19 @@ class SubagentRun:
                 self._process_groups.add(pgid)
         else:
             store.append_event(session, event.name, data)
+            if event.name in ("tool.started", "tool.finished"):
+                # S-APR-2: the parent's timeline shows the child's tool activity
+                # (never its text), under an id that names the child.
+                store.append_event(
+                    self.launch.parent_session_id,
+                    event.name,
+                    {
+                        **data,
+                        "call_id": f"tool_subagent_{self.task_id}_{data.get('call_id')}",
+                        "source": "subagent",
+                        "agentId": self.task_id,
+                    },
+                )
             if event.name == "tool.started":
                 registry.append_output(
                     self.task_id, f"[tool] {data.get('name')} {_brief(data.get('input'))}\n"

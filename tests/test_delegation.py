@@ -698,3 +698,37 @@ async def test_send_message_steers_queues_and_resumes(tmp_path: Path) -> None:
     # The resumed agent continues its conversation with the new message.
     assert [m.content for m in third_log][-2:] == ["one more thing", "busy again"]
     assert third.task_id in notified
+
+
+async def test_respond_to_coordinator_and_mirrored_tool_events(tmp_path: Path) -> None:
+    """S-MSG-2/3: a child's message reaches the root as a subagent-message turn, framed for a
+    peer; S-APR-2: the child's tool calls show in the parent's events under its id."""
+    reply = {"name": "RespondToCoordinator", "input": {"message": "halfway: found 3 files"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("scout", "scout", run_in_background=True)]},
+                {"text": "waiting"},
+                {"text": "noted"},
+                {"text": "all done"},
+            ],
+            "scout": [
+                {"tool_calls": [reply, {"name": "LS", "input": {"path": "."}}]},
+                {"text": "scouted", "latency_ms": 300},
+            ],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        parent_events = host.store.events(root.session_id)
+        turns = [m.content for m in root.loop.messages if m.role == "user"]
+    message_turn = next(t for t in turns if "<subagent-message" in t)
+    assert f'<subagent-message from="{record.task_id}">' in message_turn
+    assert "halfway: found 3 files" in message_turn
+    assert "permission laundering" in message_turn
+    mirrored = [e for e in parent_events if e.data.get("source") == "subagent"]
+    assert {e.data["name"] for e in mirrored} == {"RespondToCoordinator", "LS"}
+    assert all(e.data["call_id"].startswith(f"tool_subagent_{record.task_id}_") for e in mirrored)

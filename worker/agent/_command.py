@@ -16,7 +16,12 @@ from .._commands import CommandContext, CommandError, CommandHandler
 from ..tools import LocalToolSet, ToolContext
 from ._loop import AgentLoop
 from ._toolbox import Toolbox
-from ._worker_ports import PipeApprovalPort, PipeEventSink, PipeModelPort
+from ._worker_ports import (
+    CoordinatorReplyTool,
+    PipeApprovalPort,
+    PipeEventSink,
+    PipeModelPort,
+)
 
 __all__ = ["AGENT_COMMANDS"]
 
@@ -77,6 +82,7 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
         tools=Toolbox(
             LocalToolSet(spec.tools),
             context,
+            [CoordinatorReplyTool(ctx.link)],
             approvals=PipeApprovalPort(ctx.link, spec.preapproved_tools),
         ),
         events=events,

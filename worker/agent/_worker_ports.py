@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import ModelRequest, ModelResult, ToolCall
+from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
 
 from .._channel import SupervisorLink
-from ..tools import resolve_tool_name
+from ..tools import ToolOutput, resolve_tool_name
 from ._faults import commit_fault
 
-__all__ = ["PipeApprovalPort", "PipeEventSink", "PipeModelPort"]
+__all__ = ["CoordinatorReplyTool", "PipeApprovalPort", "PipeEventSink", "PipeModelPort"]
 
 
 class PipeModelPort:
@@ -64,3 +64,35 @@ class PipeApprovalPort:
             return None
         reason = answer.get("reason") if isinstance(answer, dict) else None
         return str(reason or "the supervisor refused this tool call")
+
+
+class CoordinatorReplyTool:
+    """RespondToCoordinator: a child's message to the agent that launched it (S-MSG-2)."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = True
+    spec = ToolSpec(
+        name="RespondToCoordinator",
+        description=(
+            "Send a message to the agent that launched you (your coordinator) while you keep "
+            "working: progress, a question, or an early finding. Your final answer still goes "
+            "in your last message."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What to tell it."}},
+            "required": ["message"],
+            "additionalProperties": False,
+        },
+    )
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Queue the message in the coordinator's command queue."""
+        message = call.input.get("message")
+        if not isinstance(message, str) or not message.strip():
+            return ToolOutput("Error: RespondToCoordinator needs a non-empty 'message'.", True)
+        await self._link.request("coordinator.message", {"text": message})
+        return ToolOutput("Sent to your coordinator.")
