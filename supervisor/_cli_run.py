@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
 
+from ._approvals import ApprovalHandler, TerminalApprovalHandler, fixed_approval_handler
 from ._control import serve_control
 from ._host import Subvisor
 from ._root import RootSession
@@ -48,6 +49,8 @@ class RunRequest:
     timeout_s: float | None = None
     #: Print every root message of the run, not only the final answer (the demo).
     narrate: bool = False
+    #: Who answers permission asks: the person at the terminal, or a fixed answer.
+    approve: Literal["ask", "allow", "deny"] = "deny"
 
 
 def wide_console(*, stderr: bool = False) -> Console:
@@ -150,7 +153,13 @@ async def _run(
 ) -> tuple[int, dict[str, Any], list[TaskRecord]]:
     outcome: AgentOutcome | None = None
     status = "completed"
-    async with Subvisor(request.settings) as host:
+    handler: ApprovalHandler | None = None
+    if request.approve == "ask":
+        handler = TerminalApprovalHandler()
+    elif request.approve == "allow":
+        handler = fixed_approval_handler("allow")
+    # "deny": no handler; an ask is refused, naming the rule that would allow it.
+    async with Subvisor(request.settings, approval_handler=handler) as host:
         root = RootSession(host, model=request.model, cwd=request.cwd)
         async with serve_control(host, root.session_id):
             timed_out = trio.Event()

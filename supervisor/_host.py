@@ -22,10 +22,12 @@ from pydantic import ValidationError
 
 from protocol import ModelRequest, WorkerRequest
 
+from ._approvals import ApprovalHandler, ApprovalOrigin, ApprovalRequest
 from ._config import SupervisorConfig
 from ._handle import RequestRefused, WireTap, WorkerHandle
 from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
+from ._policy import PolicyDecision, PolicyHolder
 from ._settings import SubvisorSettings
 from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
@@ -50,6 +52,7 @@ class Subvisor:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         wire_tap: WireTap | None = None,
+        approval_handler: ApprovalHandler | None = None,
     ) -> None:
         self.settings = settings or SubvisorSettings()
         self.home = self.settings.home
@@ -62,6 +65,9 @@ class Subvisor:
             request_handler=self._serve_worker,
             wire_tap=wire_tap,
         )
+        #: Answers every ``ask`` of the root and its subagents (S-APR-1); None:
+        #: nobody can approve, so an ask is refused with the rule that would allow it.
+        self.approval_handler = approval_handler
         self.runs: dict[str, SubagentRun] = {}
         self._by_worker: dict[str, SubagentRun] = {}
         self._queues: dict[str, CommandQueue] = {}
@@ -156,7 +162,7 @@ class Subvisor:
                 "no_task", f"this worker runs no subagent; {request.method} refused"
             )
         if request.method == "permission.check":
-            return self._check_permission(run, request.params)
+            return await self._check_permission(run, request.params)
         if request.method == "coordinator.message":
             return self._queue_coordinator_message(run, request.params)
         try:
@@ -190,15 +196,73 @@ class Subvisor:
         queue.enqueue(subagent_message_command(run.task_id, text, generation=run.launch.generation))
         return True
 
-    def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
+    async def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
         tool, tool_input = params.get("tool"), params.get("input")
         if not isinstance(tool, str) or not isinstance(tool_input, dict):
             raise RequestRefused("bad_request", "permission.check needs a tool name and its input")
-        decision = run.launch.policy.authorize_headless(tool, tool_input)
-        if decision.action != "allow":
-            self.store.append_event(
-                run.launch.child_session_id,
-                "PermissionDenied",
-                {"tool": tool, "reason": decision.reason},
-            )
+        launch = run.launch
+        decision = await self.authorize_call(
+            run,
+            tool,
+            tool_input,
+            root_session_id=launch.parent_session_id,
+            origin=ApprovalOrigin(
+                kind="subagent",
+                agent_id=run.task_id,
+                session_id=launch.child_session_id,
+                parent_tool_call_id=launch.tool_use_id,
+            ),
+            description=launch.description,
+            event_sessions=(launch.child_session_id, launch.parent_session_id),
+        )
         return {"allowed": decision.action == "allow", "reason": decision.reason}
+
+    async def authorize_call(
+        self,
+        agent: PolicyHolder,
+        tool: str,
+        tool_input: dict[str, Any],
+        *,
+        root_session_id: str,
+        origin: ApprovalOrigin,
+        description: str,
+        event_sessions: tuple[str, ...],
+    ) -> PolicyDecision:
+        """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``.
+
+        Permission events go to ``event_sessions`` (the child's and, mirrored,
+        its parent's: S-APR-2), each naming the origin.
+        """
+        decision = agent.policy.check(tool, tool_input)
+        if decision.action == "ask" and self.approval_handler is None:
+            decision = agent.policy.authorize_headless(tool, tool_input)
+        event: dict[str, Any] = {"tool": tool, "agentId": origin.agent_id, "origin": origin.kind}
+        if decision.action == "ask":
+            assert self.approval_handler is not None
+            self._record(
+                event_sessions, "PermissionRequested", {**event, "reason": decision.reason}
+            )
+            answer = await self.approval_handler(
+                ApprovalRequest(
+                    session_id=root_session_id,
+                    origin=origin,
+                    tool=tool,
+                    tool_input=tool_input,
+                    reason=decision.reason,
+                    description=description,
+                )
+            )
+            if answer == "deny":
+                decision = PolicyDecision("deny", f"{tool} was not approved ({decision.reason})")
+            else:
+                if answer == "allow_always":
+                    agent.policy = agent.policy.remembering(tool, tool_input)
+                self._record(event_sessions, "PermissionResolved", {**event, "decision": answer})
+                return PolicyDecision("allow")
+        if decision.action == "deny":
+            self._record(event_sessions, "PermissionDenied", {**event, "reason": decision.reason})
+        return decision
+
+    def _record(self, sessions: tuple[str, ...], name: str, data: dict[str, Any]) -> None:
+        for session in sessions:
+            self.store.append_event(session, name, data)

@@ -10,12 +10,13 @@ kernel sandbox, not this check, is the boundary against a hostile worker.)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from ._permissions import (
     Action,
     PermissionMode,
+    PermissionRule,
     Ruleset,
     decide,
     last_matching_rule,
@@ -24,7 +25,7 @@ from ._permissions import (
     wildcard_match,
 )
 
-__all__ = ["PolicyDecision", "ToolPolicy"]
+__all__ = ["PolicyDecision", "PolicyHolder", "ToolPolicy"]
 
 NO_APPROVER = (
     "nobody can approve in this session; to allow it, add under [permission] in "
@@ -92,6 +93,14 @@ class ToolPolicy:
         }
         return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)
 
+    def remembering(self, tool_name: str, tool_input: Mapping[str, Any]) -> ToolPolicy:
+        """This policy plus rules allowing what this call needs ("allow always")."""
+        extra = tuple(
+            PermissionRule(check.permission, check.subject, "allow")
+            for check in permission_checks(tool_name, tool_input, self.project_dir)
+        )
+        return replace(self, rules=self.rules + extra)
+
     def authorize_headless(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
         """``check`` for a session with nobody to ask: an ask is refused, saying how to allow it."""
         decision = self.check(tool_name, tool_input)
@@ -104,3 +113,9 @@ class ToolPolicy:
             subject=last.subject if last else "*",
         )
         return PolicyDecision("deny", f"{decision.reason}; {hint}")
+
+
+class PolicyHolder(Protocol):
+    """An agent whose policy can grow ("allow always" adds rules for it)."""
+
+    policy: ToolPolicy

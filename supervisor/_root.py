@@ -12,6 +12,7 @@ from worker.agent import AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 
 from ._agent_tool import AgentTool
+from ._approvals import ApprovalOrigin
 from ._errors import SubvisorError
 from ._messaging import SendMessageTool
 from ._notifications import format_command_turn
@@ -55,14 +56,23 @@ class DirectModelPort:
 
 
 class PolicyApprovals:
-    """The root's approval port: its own rules, checked in this process."""
+    """The root's approval port: its rules, then the session's approval handler."""
 
-    def __init__(self, policy: ToolPolicy) -> None:
-        self._policy = policy
+    def __init__(self, root: RootSession) -> None:
+        self._root = root
 
     async def authorize(self, call: ToolCall) -> str | None:
-        """``None`` when the rules allow the call, else why not."""
-        decision = self._policy.authorize_headless(call.name, call.input)
+        """``None`` when the call may run, else why not."""
+        root = self._root
+        decision = await root.host.authorize_call(
+            root,
+            call.name,
+            dict(call.input),
+            root_session_id=root.session_id,
+            origin=ApprovalOrigin(kind="root", session_id=root.session_id),
+            description="main agent",
+            event_sessions=(root.session_id,),
+        )
         return None if decision.action == "allow" else decision.reason
 
 
@@ -140,7 +150,7 @@ class RootSession:
             host_tools.append(BashWithBackground(host, self.session_id, context))
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
-            tools=Toolbox(local, context, host_tools, approvals=PolicyApprovals(self.policy)),
+            tools=Toolbox(local, context, host_tools, approvals=PolicyApprovals(self)),
             events=StoreEventSink(host.store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,

@@ -101,6 +101,8 @@ class SubagentRun:
         self.launch_error: str | None = None
         #: What the model is offered: exactly the tools this run was given.
         self.tool_specs = LocalToolSet(launch.tools).specs
+        #: The rules this agent's calls are checked against; "allow always" grows them.
+        self.policy = launch.policy
         #: Steering messages to deliver when the agent starts (S-MSG-1 ``queued``).
         self.pending_messages: list[str] = []
         #: Set when a foreground run is moved to the background (S-RUN-5).

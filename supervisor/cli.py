@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
             json=args.json,
             timeout_s=args.timeout,
             narrate=demo,
+            approve=args.approve or ("ask" if sys.stdin.isatty() and not args.json else "deny"),
         )
     )
 
@@ -90,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
         sub.add_argument("--cwd", default=".", help="working directory of the agents")
         sub.add_argument("--timeout", type=float, help="stop everything after this many seconds")
+        sub.add_argument(
+            "--approve",
+            choices=("ask", "allow", "deny"),
+            help="who answers permission asks: ask at the terminal (the default on one), "
+            "allow them all, or deny them all (the default otherwise)",
+        )
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 
     agents = commands.add_parser("agents", help="list the agent profiles this project sees")

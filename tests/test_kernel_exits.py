@@ -125,6 +125,7 @@ async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
     [
         ("spawn", "message type 'spawn' is not part of the worker->supervisor protocol"),
         ("delegate", "invalid 'request' message from worker: method"),
+        ("approve", "message type 'permission_resolved' is not part of the worker->supervisor"),
         ("welcome", "message type 'welcome' is not part of the worker->supervisor protocol"),
         ("shutdown", "message type 'shutdown' is not part of the worker->supervisor protocol"),
         ("unsolicited_response", "request id 999999"),

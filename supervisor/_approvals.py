@@ -1,0 +1,96 @@
+"""Approvals: who answers when a rule says ``ask`` (S-APR-1).
+
+Every ask, from the root or from any subagent, goes to the root session's
+one approval handler, with the root session's identity and an ``origin``
+naming the innermost real requester: the child agent, its session and the
+parent tool call that launched it. A worker can never answer its own ask: it
+only ever sends ``permission.check``, and the answer comes from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import trio
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalHandler",
+    "ApprovalOrigin",
+    "ApprovalRequest",
+    "TerminalApprovalHandler",
+    "fixed_approval_handler",
+]
+
+ApprovalDecision = Literal["allow_once", "allow_always", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalOrigin:
+    """The real requester behind an ask (kept innermost when asks are relayed)."""
+
+    kind: Literal["root", "subagent"]
+    agent_id: str | None = None
+    session_id: str | None = None
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One tool call waiting for a person's (or a rule's) decision."""
+
+    session_id: str
+    origin: ApprovalOrigin
+    tool: str
+    tool_input: Mapping[str, Any]
+    reason: str
+    description: str = field(default="")
+
+
+ApprovalHandler = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
+
+
+def fixed_approval_handler(decision: Literal["allow", "deny"]) -> ApprovalHandler:
+    """A handler that answers every ask the same way (``--approve allow|deny``)."""
+    answer: ApprovalDecision = "allow_once" if decision == "allow" else "deny"
+
+    async def handler(request: ApprovalRequest) -> ApprovalDecision:
+        return answer
+
+    return handler
+
+
+class TerminalApprovalHandler:
+    """Asks the person at the terminal, one question at a time."""
+
+    def __init__(self, prompt: Callable[[str], str] = input) -> None:
+        self._prompt = prompt
+        self._lock = trio.Lock()
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Show who asks for what; read allow once / always / deny."""
+        who = (
+            f"subagent {request.origin.agent_id} ({request.description})"
+            if request.origin.kind == "subagent"
+            else "the main agent"
+        )
+        shown = _brief_input(request.tool_input)
+        question = (
+            f"\n{who} wants to run {request.tool} {shown}\n  ({request.reason})\n"
+            "Allow? [y]es once / [a]lways / [N]o: "
+        )
+        async with self._lock:
+            answer = await trio.to_thread.run_sync(self._prompt, question)
+        answer = answer.strip().lower()
+        if answer in ("y", "yes"):
+            return "allow_once"
+        if answer in ("a", "always"):
+            return "allow_always"
+        return "deny"
+
+
+def _brief_input(tool_input: Mapping[str, Any], limit: int = 200) -> str:
+    text = str(tool_input.get("command") or tool_input.get("file_path") or dict(tool_input))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
