@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._chat import ChatMessage, Usage
+from ._chat import ChatMessage, ToolSpec, Usage
 
 __all__ = ["PARTIAL_MARKER", "AgentOutcome", "AgentRunSpec"]
 
@@ -35,6 +35,8 @@ class AgentRunSpec(_Frozen):
     #: Steering messages that arrived before the run started (S-MSG-1 ``queued``).
     pending_messages: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
+    #: MCP tools borrowed from the supervisor's sessions (S-MCP-1).
+    mcp_tools: tuple[ToolSpec, ...] = ()
     #: Tools whose every call the supervisor's rules allow: no need to ask first.
     preapproved_tools: tuple[str, ...] = ()
     max_turns: int = Field(default=4, ge=1)

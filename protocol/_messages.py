@@ -41,7 +41,13 @@ PROTOCOL_VERSION = 1
 
 #: The only requests a worker can make of its supervisor. Everything a worker
 #: may ask the parent for is listed here; anything else fails validation.
-WorkerMethod = Literal["supervisor.echo", "model.call", "permission.check", "coordinator.message"]
+WorkerMethod = Literal[
+    "supervisor.echo",
+    "model.call",
+    "permission.check",
+    "coordinator.message",
+    "mcp.call_tool",
+]
 WORKER_REQUEST_METHODS: tuple[str, ...] = get_args(WorkerMethod)
 
 

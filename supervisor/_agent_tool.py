@@ -29,6 +29,7 @@ from ._agent_tool_schema import (
     format_task_result,
 )
 from ._errors import SubvisorError
+from ._mcp import split_mcp_tool_name
 from ._permission_derivation import child_permission_mode, derive_child_rules, launchable_agents
 from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
 from ._policy import ToolPolicy
@@ -202,13 +203,15 @@ class AgentTool:
         profile = apply_memory(found, home=self._host.home, project_dir=self._cwd)
         model = self._model_for(profile, override)
         cwd = str(self._cwd)
+        tools, mcp_tools = self._split_mcp(profile)
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
             description=request.description,
             prompt=request.prompt,
             subagent_type=name,
             system=subagent_system_prompt(profile, cwd),
-            tools=profile.resolve_tools(self._parent_tools),
+            tools=tools,
+            mcp_tools=mcp_tools,
             model=model,
             max_turns=profile.max_turns or self._host.settings.max_turns,
             background=request.run_in_background or profile.background,
@@ -219,6 +222,23 @@ class AgentTool:
             history=history,
             generation=self._host.command_queue(self._parent_session_id).generation,
         )
+
+    def _split_mcp(self, profile: AgentProfile) -> tuple[tuple[str, ...], tuple[ToolSpec, ...]]:
+        """Local tool names, and the MCP tools lent to the child (S-MCP-1, S-PROF-9)."""
+        hub = self._host.mcp
+        for server in profile.mcp_servers:
+            if server not in hub.connected:
+                raise SubvisorError(f"Required MCP server is not connected: {server}")
+        resolved = profile.resolve_tools(self._parent_tools)
+        local = tuple(name for name in resolved if split_mcp_tool_name(name) is None)
+        if profile.mcp_servers:
+            # The profile scopes its MCP servers: all their tools, none of others.
+            lent = hub.tool_specs(tuple(profile.mcp_servers), lent=True)
+        else:
+            wanted = set(resolved)
+            lent = tuple(spec for spec in hub.tool_specs(lent=True) if spec.name in wanted)
+        disallowed = set(profile.disallowed_tools)
+        return local, tuple(spec for spec in lent if spec.name not in disallowed)
 
     def _child_policy(self, profile: AgentProfile) -> ToolPolicy:
         # S-POL-2: the child's own rules (the configured ones every agent

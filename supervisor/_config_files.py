@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._errors import SubvisorError
+from ._mcp import load_mcp_json
 from ._paths import subvisor_home
 from ._settings import SubvisorSettings
 
@@ -53,6 +54,15 @@ def load_settings(project_dir: Path, **overrides: Any) -> SubvisorSettings:
     sources = [home / USER_CONFIG, project_dir / PROJECT_CONFIG]
     for path in sources:
         data = _merge(data, _read(path))
+    try:
+        from_mcp_json = load_mcp_json(project_dir)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    configured = data.get("mcp_servers", {})
+    data["mcp_servers"] = {
+        **{name: cfg.model_dump() for name, cfg in from_mcp_json.items()},
+        **(configured if isinstance(configured, dict) else {}),
+    }
     data = _merge(data, {key: value for key, value in overrides.items() if value is not None})
     try:
         return SubvisorSettings.model_validate(data)

@@ -25,6 +25,7 @@ from protocol import ModelRequest, WorkerRequest
 from ._approvals import ApprovalHandler, ApprovalOrigin, ApprovalRequest
 from ._config import SupervisorConfig
 from ._handle import RequestRefused, WireTap, WorkerHandle
+from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
 from ._policy import PolicyDecision, PolicyHolder
@@ -68,6 +69,7 @@ class Subvisor:
         #: Answers every ``ask`` of the root and its subagents (S-APR-1); None:
         #: nobody can approve, so an ask is refused with the rule that would allow it.
         self.approval_handler = approval_handler
+        self.mcp = McpHub(self.settings.mcp_servers)
         self.runs: dict[str, SubagentRun] = {}
         self._by_worker: dict[str, SubagentRun] = {}
         self._queues: dict[str, CommandQueue] = {}
@@ -79,6 +81,8 @@ class Subvisor:
             await self._stack.enter_async_context(self.gateway)
             await self._stack.enter_async_context(self.supervisor)
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            # The startup snapshot: what every agent of this supervisor may borrow.
+            await self.mcp.start(self._nursery)
         except BaseException:
             await self._stack.aclose()
             self.store.close()
@@ -97,6 +101,8 @@ class Subvisor:
                     if not run.done.is_set():
                         nursery.start_soon(run.stop, "the supervisor shut down")
         try:
+            with trio.CancelScope(shield=True):
+                await self.mcp.aclose()
             await self._stack.aclose()
         finally:
             self.store.close()
@@ -154,7 +160,12 @@ class Subvisor:
         self._by_worker.pop(worker_id, None)
 
     async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        if request.method not in ("model.call", "permission.check", "coordinator.message"):
+        if request.method not in (
+            "model.call",
+            "permission.check",
+            "coordinator.message",
+            "mcp.call_tool",
+        ):
             return await default_request_handler(handle, request)
         run = self._by_worker.get(handle.worker_id)
         if run is None:
@@ -165,6 +176,8 @@ class Subvisor:
             return await self._check_permission(run, request.params)
         if request.method == "coordinator.message":
             return self._queue_coordinator_message(run, request.params)
+        if request.method == "mcp.call_tool":
+            return await self._call_mcp(run, request.params)
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
@@ -185,6 +198,23 @@ class Subvisor:
             raise RequestRefused("model_error", str(exc)) from None
         run.count_model_call(result.usage)
         return result.model_dump(mode="python")
+
+    async def _call_mcp(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            raise RequestRefused("bad_request", "mcp.call_tool needs a tool name and arguments")
+        if name not in {spec.name for spec in run.launch.mcp_tools}:
+            raise RequestRefused("not_lent", f"{name} was not lent to this subagent")
+        session = run.launch.child_session_id
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            # Progress notifications of the parent's session become the child's events.
+            self.store.append_event(
+                session, "mcp.progress", {"tool": name, "progress": done, "total": total}
+            )
+
+        result = await self.mcp.call(name, arguments, on_progress=progress)
+        return {"text": result.text, "is_error": result.is_error}
 
     def _queue_coordinator_message(self, run: SubagentRun, params: dict[str, Any]) -> bool:
         # S-MSG-2: into the parent's command queue with priority `next`:

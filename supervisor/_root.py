@@ -14,6 +14,7 @@ from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
 from ._agent_tool import AgentTool
 from ._approvals import ApprovalOrigin
 from ._errors import SubvisorError
+from ._mcp import McpHubTool
 from ._messaging import SendMessageTool
 from ._notifications import format_command_turn
 from ._permission_derivation import agent_tool_enabled
@@ -124,11 +125,12 @@ class RootSession:
         local = LocalToolSet(tools)
         context = ToolContext(cwd=cwd)
         settings = host.settings
+        mcp_specs = host.mcp.tool_specs()
         self.policy = ToolPolicy(rules=settings.rules, mode=settings.mode, project_dir=str(cwd))
         self.agent_tool = AgentTool(
             host,
             parent_session_id=self.session_id,
-            parent_tools=(*local.names, "Agent"),
+            parent_tools=(*local.names, "Agent", *(spec.name for spec in mcp_specs)),
             catalog=catalog
             or ProfileCatalog.discover(cwd, home=host.home, plugin_dirs=settings.plugin_dirs),
             current_model=lambda: self.model,
@@ -139,6 +141,7 @@ class RootSession:
             TaskListTool(host, self.session_id),
             TaskOutputTool(host),
             TaskStopTool(host),
+            *(McpHubTool(host.mcp, spec) for spec in mcp_specs),
         ]
         # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
         if agent_tool_enabled(settings.subagent_depth, 0):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol import ResourceLimits
 
+from ._mcp import McpServerConfig
 from ._paths import subvisor_home
 from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
 from .providers import GatewayConfig
@@ -48,6 +49,9 @@ class SubvisorSettings(BaseModel):
     permission_mode: str = "default"
     #: Directories of Claude Code plugins whose agents to load (S-PROF-3).
     plugin_dirs: tuple[Path, ...] = ()
+    #: MCP servers the supervisor connects at startup (S-MCP-1); a project's
+    #: ``.mcp.json`` adds to them.
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     gateway: GatewayConfig = GatewayConfig()
 
     @field_validator("permission")

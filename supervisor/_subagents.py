@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from protocol import AgentOutcome, AgentRunSpec, ChatMessage, Event, ResourceLimits, Usage
+from protocol import (
+    AgentOutcome,
+    AgentRunSpec,
+    ChatMessage,
+    Event,
+    ResourceLimits,
+    ToolSpec,
+    Usage,
+)
+from worker.agent import CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
@@ -64,6 +73,7 @@ class SubagentLaunch:
     cwd: str
     limits: ResourceLimits
     policy: ToolPolicy
+    mcp_tools: tuple[ToolSpec, ...] = ()
     tool_use_id: str | None = None
     agent_id: str = field(default_factory=new_agent_id)
     history: tuple[ChatMessage, ...] = ()
@@ -100,7 +110,11 @@ class SubagentRun:
         self.record: TaskRecord | None = None
         self.launch_error: str | None = None
         #: What the model is offered: exactly the tools this run was given.
-        self.tool_specs = LocalToolSet(launch.tools).specs
+        self.tool_specs = (
+            *LocalToolSet(launch.tools).specs,
+            CoordinatorReplyTool.spec,
+            *launch.mcp_tools,
+        )
         #: The rules this agent's calls are checked against; "allow always" grows them.
         self.policy = launch.policy
         #: Steering messages to deliver when the agent starts (S-MSG-1 ``queued``).
@@ -276,6 +290,7 @@ class SubagentRun:
             history=launch.history,
             pending_messages=tuple(self.pending_messages),
             tools=launch.tools,
+            mcp_tools=launch.mcp_tools,
             preapproved_tools=tuple(t for t in launch.tools if launch.policy.always_allows(t)),
             max_turns=launch.max_turns,
             cwd=launch.cwd,

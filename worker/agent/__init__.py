@@ -5,14 +5,18 @@ from ._faults import EXIT_FAULT_CODE, commit_fault
 from ._loop import AgentLoop
 from ._ports import ApprovalPort, EventSink, ModelPort, ToolPort
 from ._toolbox import HostTool, Toolbox
+from ._worker_ports import BorrowedMcpTool, CoordinatorReplyTool, McpLifecycleError
 
 __all__ = [
     "AGENT_COMMANDS",
     "EXIT_FAULT_CODE",
     "AgentLoop",
     "ApprovalPort",
+    "BorrowedMcpTool",
+    "CoordinatorReplyTool",
     "EventSink",
     "HostTool",
+    "McpLifecycleError",
     "ModelPort",
     "ToolPort",
     "Toolbox",

@@ -10,7 +10,14 @@ from .._channel import SupervisorLink
 from ..tools import ToolOutput, resolve_tool_name
 from ._faults import commit_fault
 
-__all__ = ["CoordinatorReplyTool", "PipeApprovalPort", "PipeEventSink", "PipeModelPort"]
+__all__ = [
+    "BorrowedMcpTool",
+    "CoordinatorReplyTool",
+    "McpLifecycleError",
+    "PipeApprovalPort",
+    "PipeEventSink",
+    "PipeModelPort",
+]
 
 
 class PipeModelPort:
@@ -96,3 +103,42 @@ class CoordinatorReplyTool:
             return ToolOutput("Error: RespondToCoordinator needs a non-empty 'message'.", True)
         await self._link.request("coordinator.message", {"text": message})
         return ToolOutput("Sent to your coordinator.")
+
+
+class McpLifecycleError(RuntimeError):
+    """A worker tried to manage an MCP connection it only borrows."""
+
+
+class BorrowedMcpTool:
+    """An MCP tool of the supervisor's session; calls cross the pipe (S-MCP-1).
+
+    The worker holds no connection: ``connect``/``disconnect`` raise, and
+    ``close`` does nothing, since the parent owns the session.
+    """
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = False
+
+    def __init__(self, link: SupervisorLink, spec: ToolSpec) -> None:
+        self._link = link
+        self.spec = spec
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Run the tool on the parent's session."""
+        answer = await self._link.request(
+            "mcp.call_tool", {"name": self.spec.name, "arguments": dict(call.input)}
+        )
+        if not isinstance(answer, dict):
+            return ToolOutput("Error: malformed answer from the supervisor.", True)
+        return ToolOutput(str(answer.get("text", "")), bool(answer.get("is_error")))
+
+    async def connect(self) -> None:
+        """Refused: the connection belongs to the parent."""
+        raise McpLifecycleError("a subagent borrows its parent's MCP session; it cannot connect")
+
+    async def disconnect(self) -> None:
+        """Refused: the connection belongs to the parent."""
+        raise McpLifecycleError("a subagent borrows its parent's MCP session; it cannot disconnect")
+
+    async def close(self) -> None:
+        """Nothing to do: the parent closes its own sessions."""

@@ -1,0 +1,263 @@
+"""``McpHub``: the supervisor's MCP connections, borrowed by every agent (S-MCP-1).
+
+The supervisor connects to the configured servers once, at startup, and takes
+a snapshot of their tools. Agents see those tools as ``mcp__<server>__<tool>``;
+a subagent's calls cross its pipe and run on the parent's session, so a
+worker never holds an MCP connection (or its credentials). A server that
+fails to start is reported and left out; a server that dies mid-call gives
+the caller an error result, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from protocol import ToolSpec
+
+__all__ = [
+    "McpHub",
+    "McpHubTool",
+    "McpServerConfig",
+    "McpToolResult",
+    "load_mcp_json",
+    "mcp_tool_name",
+    "split_mcp_tool_name",
+]
+
+log = logging.getLogger("subvisor")
+
+_MCP_NAME = re.compile(r"^mcp__(?P<server>[^_][^\s]*?)__(?P<tool>.+)$")
+#: Servers that drive the user's screen are never lent to subagents (S-MCP-1).
+COMPUTER_USE_SERVERS = frozenset({"computer-use", "computer_use"})
+
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The name agents call an MCP tool by."""
+    return f"mcp__{server}__{tool}"
+
+
+def split_mcp_tool_name(name: str) -> tuple[str, str] | None:
+    """``(server, tool)`` of an ``mcp__server__tool`` name, else None."""
+    match = _MCP_NAME.match(name)
+    return (match["server"], match["tool"]) if match else None
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server: a command to run (stdio) or a URL (streamable HTTP)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = None
+    #: How long connecting and listing tools may take.
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    #: How long one tool call may take.
+    call_timeout_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (a stdio server) or url (HTTP)")
+        return self
+
+
+def load_mcp_json(project_dir: Path) -> dict[str, McpServerConfig]:
+    """Servers of a Claude Code ``.mcp.json`` in ``project_dir`` (none if absent)."""
+    path = project_dir / ".mcp.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    servers = document.get("mcpServers", {}) if isinstance(document, dict) else {}
+    configs: dict[str, McpServerConfig] = {}
+    for name, raw in servers.items():
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: mcpServers.{name} must be an object")
+        fields = {k: v for k, v in raw.items() if k in ("command", "args", "env", "url")}
+        try:
+            configs[name] = McpServerConfig.model_validate(fields)
+        except ValueError as exc:
+            raise ValueError(f"{path}: mcpServers.{name}: {exc}") from exc
+    return configs
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolResult:
+    """What a tool call produced, as text for the model."""
+
+    text: str
+    is_error: bool
+
+
+class _Connection:
+    """One server's live session, kept open by its own task."""
+
+    def __init__(self, name: str, config: McpServerConfig) -> None:
+        self.name = name
+        self.config = config
+        self.session: Any = None
+        self.tools: list[ToolSpec] = []
+        self.error: str | None = None
+        self.ready = trio.Event()
+        self.closed = trio.Event()
+
+    async def run(self, stop: trio.Event) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(self._transport())
+                from mcp import ClientSession
+
+                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                with trio.fail_after(self.config.startup_timeout_s):
+                    await session.initialize()
+                    listed = await session.list_tools()
+                self.tools = [
+                    ToolSpec(
+                        name=mcp_tool_name(self.name, tool.name),
+                        description=tool.description or "",
+                        input_schema=dict(tool.input_schema),
+                    )
+                    for tool in listed.tools
+                ]
+                self.session = session
+                self.ready.set()
+                await stop.wait()
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("MCP server %s is not connected: %s", self.name, self.error)
+        finally:
+            self.session = None
+            self.ready.set()
+            self.closed.set()
+
+    def _transport(self) -> Any:
+        if self.config.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+
+            return streamable_http_client(self.config.url)
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        command = self.config.command or ""
+        if shutil.which(command) is None and not Path(command).exists():
+            raise FileNotFoundError(f"command {command!r} not found")
+        return stdio_client(
+            StdioServerParameters(
+                command=command, args=list(self.config.args), env=dict(self.config.env) or None
+            )
+        )
+
+
+class McpHub:
+    """The parent's MCP sessions and their startup snapshot."""
+
+    def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
+        self._connections = {name: _Connection(name, cfg) for name, cfg in servers.items()}
+        self._stop = trio.Event()
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Connect to every server (concurrently) and take the snapshot."""
+        for connection in self._connections.values():
+            nursery.start_soon(connection.run, self._stop)
+        for connection in self._connections.values():
+            await connection.ready.wait()
+
+    async def aclose(self) -> None:
+        """Close every session."""
+        self._stop.set()
+        for connection in self._connections.values():
+            await connection.closed.wait()
+
+    @property
+    def connected(self) -> tuple[str, ...]:
+        """Servers in the snapshot (connected at startup)."""
+        return tuple(n for n, c in self._connections.items() if c.session is not None)
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Servers that could not be connected, and why."""
+        return {n: c.error for n, c in self._connections.items() if c.error is not None}
+
+    def tool_specs(
+        self, servers: tuple[str, ...] | None = None, *, lent: bool = False
+    ) -> tuple[ToolSpec, ...]:
+        """Snapshot tools of ``servers`` (default: all connected).
+
+        ``lent``: for a subagent, so computer-use servers are left out (S-MCP-1).
+        """
+        chosen = self.connected if servers is None else servers
+        return tuple(
+            spec
+            for name in chosen
+            if name in self._connections and not (lent and name in COMPUTER_USE_SERVERS)
+            for spec in self._connections[name].tools
+        )
+
+    async def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressCallback | None = None,
+    ) -> McpToolResult:
+        """Run ``mcp__server__tool`` on the parent's session; failures are error results."""
+        parts = split_mcp_tool_name(name)
+        connection = self._connections.get(parts[0]) if parts else None
+        if parts is None or connection is None:
+            return McpToolResult(f"Error: no MCP tool {name!r}.", True)
+        if connection.session is None:
+            why = connection.error or "it closed"
+            return McpToolResult(f"Error: MCP server {parts[0]!r} is not connected ({why}).", True)
+        try:
+            with trio.fail_after(connection.config.call_timeout_s):
+                result = await connection.session.call_tool(
+                    parts[1], dict(arguments), progress_callback=on_progress
+                )
+        except trio.TooSlowError:
+            return McpToolResult(
+                f"Error: {name} took longer than {connection.config.call_timeout_s:g} s.", True
+            )
+        except Exception as exc:
+            return McpToolResult(
+                f"Error: MCP server {parts[0]!r} failed during {parts[1]}: "
+                f"{type(exc).__name__}: {exc}",
+                True,
+            )
+        texts = [
+            getattr(block, "text", None) or f"[{block.type} content]" for block in result.content
+        ]
+        return McpToolResult("\n".join(texts), bool(result.is_error))
+
+
+class McpHubTool:
+    """An MCP tool of the root agent: called straight on the hub's session."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = False
+
+    def __init__(self, hub: McpHub, spec: ToolSpec) -> None:
+        self._hub = hub
+        self.spec = spec
+
+    async def __call__(self, call: Any) -> Any:
+        """Run it; failures are error results."""
+        from worker.tools import ToolOutput
+
+        result = await self._hub.call(call.name, call.input)
+        return ToolOutput(result.text, result.is_error)

@@ -1,0 +1,27 @@
+"""The real MCP server for tests (npm server-everything), installed on first use."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+MCP_DIR = Path(__file__).resolve().parent.parent / "mcp_servers"
+EVERYTHING = MCP_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+
+
+def everything_server() -> Path:
+    """The server's executable; installed from the pinned lockfile the first time."""
+    if not EVERYTHING.exists():
+        npm = shutil.which("npm")
+        if npm is None or shutil.which("node") is None:
+            pytest.skip("node and npm are needed for the real MCP server tests")
+        subprocess.run(
+            [npm, "ci", "--silent", "--no-audit", "--no-fund"],
+            cwd=MCP_DIR,
+            check=True,
+            timeout=300,
+        )
+    return EVERYTHING

@@ -1,0 +1,164 @@
+"""Borrowed MCP (S-MCP-1, S-PROF-9) against a real server from npm."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from protocol import ResourceLimits
+from supervisor import RootSession, Subvisor, SubvisorSettings
+from supervisor._mcp import McpServerConfig
+from tests.support.delegation import agent_call, write_scenario
+from tests.support.mcp import everything_server
+from worker.agent import BorrowedMcpTool, McpLifecycleError
+
+
+@pytest.fixture(scope="module")
+def everything() -> McpServerConfig:
+    return McpServerConfig(command=str(everything_server()), args=("stdio",))
+
+
+def _settings(tmp_path: Path, servers: dict[str, McpServerConfig]) -> SubvisorSettings:
+    return SubvisorSettings(
+        home=tmp_path / "home",
+        mcp_servers=servers,
+        subagent_limits=ResourceLimits(idle_timeout_s=60),
+    )
+
+
+async def test_a_background_child_borrows_the_parents_mcp_session(
+    tmp_path: Path, everything: McpServerConfig
+) -> None:
+    """S-MCP-1: the child's calls cross its pipe and run on the parent's session."""
+    add = {"name": "mcp__everything__get-sum", "input": {"a": 2, "b": 3}}
+    echo = {"name": "mcp__everything__echo", "input": {"message": "through the pipe"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("adder", "add", subagent_type="Explore", run_in_background=True)
+                    ]
+                },
+                {"text": "waiting"},
+                {"text": "root saw: {{tool_result}}"},
+            ],
+            "adder": [{"tool_calls": [add, echo]}, {"text": "child: {{tool_result}}"}],
+        },
+    )
+    broken = McpServerConfig(command=str(tmp_path / "no-such-server"))
+    async with Subvisor(_settings(tmp_path, {"everything": everything, "broken": broken})) as host:
+        assert host.mcp.connected == ("everything",)
+        assert "not found" in host.mcp.failures["broken"]
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        [run] = host.runs.values()
+        notification = next(
+            m.content for m in root.loop.messages if "<task-notification>" in m.content
+        )
+    assert record.status == "completed"
+    assert {spec.name for spec in run.launch.mcp_tools} >= {
+        "mcp__everything__echo",
+        "mcp__everything__get-sum",
+    }
+    assert "The sum of 2 and 3 is 5." in notification
+    assert "Echo: through the pipe" in notification
+
+
+async def test_root_calls_mcp_tools_directly_and_progress_reaches_the_child(
+    tmp_path: Path, everything: McpServerConfig
+) -> None:
+    slow = {
+        "name": "mcp__everything__trigger-long-running-operation",
+        "input": {"duration": 1, "steps": 3},
+    }
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        {"name": "mcp__everything__echo", "input": {"message": "root"}},
+                        agent_call("slow", "x"),
+                    ]
+                },
+                {"text": "{{tool_result}}"},
+            ],
+            "slow": [{"tool_calls": [slow]}, {"text": "slow done"}],
+        },
+    )
+    async with Subvisor(_settings(tmp_path, {"everything": everything})) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        progress = [
+            e for e in host.store.events(record.child_session_id or "") if e.name == "mcp.progress"
+        ]
+    assert "Echo: root" in outcome.text and "slow done" in outcome.text
+    assert len(progress) >= 2
+
+
+async def test_a_required_server_that_is_not_connected_fails_the_launch(
+    tmp_path: Path, everything: McpServerConfig
+) -> None:
+    """S-PROF-9."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "needs.md").write_text(
+        "---\nname: needs\ndescription: Needs github\nmcpServers: [github]\n---\nGo.\n"
+    )
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("n", "x", subagent_type="needs")]},
+                {"text": "{{tool_result}}"},
+            ]
+        },
+    )
+    async with Subvisor(_settings(tmp_path, {"everything": everything})) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+    assert "Required MCP server is not connected: github" in outcome.text
+
+
+async def test_a_server_dying_mid_call_is_an_error_not_a_hang(
+    tmp_path: Path, everything: McpServerConfig
+) -> None:
+    async with Subvisor(_settings(tmp_path, {"everything": everything})) as host:
+        server = next(
+            p
+            for p in psutil.Process(os.getpid()).children(recursive=True)
+            if "mcp-server-everything" in " ".join(p.cmdline())
+        )
+        async with trio.open_nursery() as nursery:
+
+            async def kill_soon() -> None:
+                await trio.sleep(0.5)
+                os.kill(server.pid, signal.SIGKILL)
+
+            nursery.start_soon(kill_soon)
+            with trio.fail_after(30):
+                result = await host.mcp.call(
+                    "mcp__everything__trigger-long-running-operation", {"duration": 20, "steps": 5}
+                )
+    assert result.is_error and "everything" in result.text
+
+
+async def test_borrowed_tools_cannot_manage_the_connection() -> None:
+    """S-MCP-1: lifecycle calls raise; close does nothing."""
+    from protocol import ToolSpec
+
+    tool = BorrowedMcpTool(link=None, spec=ToolSpec(name="mcp__x__y"))  # type: ignore[arg-type]
+    with pytest.raises(McpLifecycleError):
+        await tool.connect()
+    with pytest.raises(McpLifecycleError):
+        await tool.disconnect()
+    await tool.close()
