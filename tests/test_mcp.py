@@ -162,3 +162,78 @@ async def test_borrowed_tools_cannot_manage_the_connection() -> None:
     with pytest.raises(McpLifecycleError):
         await tool.disconnect()
     await tool.close()
+
+
+async def test_issue_acceptance_borrowed_mcp_approval_steer_notification(
+    tmp_path: Path, everything: McpServerConfig
+) -> None:
+    """A background Explore child borrows get-sum and echo, is denied a Bash approval by the
+    root's rule handler, is steered mid-turn, and the root gets one notification with the echo;
+    the parent's event log shows the mirrored tool calls and permission events (S-APR-2)."""
+    from protocol import ToolCall
+    from supervisor._approvals import fixed_approval_handler
+
+    add = {"name": "mcp__everything__get-sum", "input": {"a": 20, "b": 22}}
+    echo = {"name": "mcp__everything__echo", "input": {"message": "borrowed echo"}}
+    slow = {
+        "name": "mcp__everything__trigger-long-running-operation",
+        "input": {"duration": 1, "steps": 2},
+    }
+    bash = {"name": "Bash", "input": {"command": "git push origin main"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call(
+                            "survey", "survey", subagent_type="Explore", run_in_background=True
+                        )
+                    ]
+                },
+                {"text": "waiting"},
+                {"text": "final: {{tool_result}}"},
+            ],
+            "survey": [
+                {"tool_calls": [bash]},
+                {"tool_calls": [add, echo, slow]},
+                {"text": "child: {{tool_result}}"},
+            ],
+        },
+    )
+    settings = SubvisorSettings(
+        home=tmp_path / "home",
+        mcp_servers={"everything": everything},
+        permission={"*": "allow", "bash": {"*": "allow", "git push *": "ask"}},
+        subagent_limits=ResourceLimits(idle_timeout_s=60),
+    )
+    async with Subvisor(settings, approval_handler=fixed_approval_handler("deny")) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(root.run, "go")
+            while not host.runs:  # noqa: ASYNC110 (the run does not exist yet)
+                await trio.sleep(0.01)
+            [run] = host.runs.values()
+            await run.ready.wait()
+            await trio.sleep(0.3)  # inside the slow MCP call: the turn is active
+            sent = await root.loop._tools.call(
+                ToolCall(id="s", name="SendMessage", input={"to": run.task_id, "message": "hurry"})
+            )
+        child_log = host.store.messages(run.launch.child_session_id)
+        parent_events = host.store.events(root.session_id)
+        notifications = [
+            m.content for m in root.loop.messages if "<task-notification>" in m.content
+        ]
+    assert sent.text.startswith("delivered")
+    assert any("hurry" in m.content and "Address this" in m.content for m in child_log)
+    assert any("was not approved" in m.content for m in child_log if m.role == "tool")
+    assert len(notifications) == 1
+    assert "Echo: borrowed echo" in notifications[0]
+    assert "The sum of 20 and 22 is 42." in notifications[0]
+    mirrored = {e.data["name"] for e in parent_events if e.data.get("source") == "subagent"}
+    assert {"mcp__everything__get-sum", "mcp__everything__echo", "Bash"} <= mirrored
+    permission = [e for e in parent_events if e.name.startswith("Permission")]
+    assert [e.name for e in permission] == ["PermissionRequested", "PermissionDenied"]
+    assert all(
+        e.data["agentId"] == run.task_id and e.data["origin"] == "subagent" for e in permission
+    )
