@@ -47,6 +47,7 @@ WorkerMethod = Literal[
     "permission.check",
     "coordinator.message",
     "mcp.call_tool",
+    "user.question",
 ]
 WORKER_REQUEST_METHODS: tuple[str, ...] = get_args(WorkerMethod)
 

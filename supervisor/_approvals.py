@@ -20,6 +20,8 @@ __all__ = [
     "ApprovalHandler",
     "ApprovalOrigin",
     "ApprovalRequest",
+    "QuestionHandler",
+    "QuestionRequest",
     "TerminalApprovalHandler",
     "fixed_approval_handler",
 ]
@@ -52,6 +54,20 @@ class ApprovalRequest:
 ApprovalHandler = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
 
 
+@dataclass(frozen=True, slots=True)
+class QuestionRequest:
+    """An agent's question for the user (AskUserQuestion), with who asks."""
+
+    session_id: str
+    origin: ApprovalOrigin
+    question: str
+    options: tuple[str, ...] = ()
+    description: str = ""
+
+
+QuestionHandler = Callable[[QuestionRequest], Awaitable[str]]
+
+
 def fixed_approval_handler(decision: Literal["allow", "deny"]) -> ApprovalHandler:
     """A handler that answers every ask the same way (``--approve allow|deny``)."""
     answer: ApprovalDecision = "allow_once" if decision == "allow" else "deny"
@@ -69,26 +85,41 @@ class TerminalApprovalHandler:
         self._prompt = prompt
         self._lock = trio.Lock()
 
+    async def _ask(self, text: str) -> str:
+        # One question on the terminal at a time, however many agents ask.
+        async with self._lock:
+            return await trio.to_thread.run_sync(self._prompt, text)
+
+    async def answer_question(self, request: QuestionRequest) -> str:
+        """Show the question (and its options); read the answer."""
+        options = "".join(f"\n  {i}. {option}" for i, option in enumerate(request.options, 1))
+        answer = await self._ask(
+            f"\n{_who(request.origin, request.description)} asks: {request.question}{options}\n> "
+        )
+        if answer.strip().isdigit() and 1 <= int(answer) <= len(request.options):
+            return request.options[int(answer) - 1]
+        return answer.strip()
+
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         """Show who asks for what; read allow once / always / deny."""
-        who = (
-            f"subagent {request.origin.agent_id} ({request.description})"
-            if request.origin.kind == "subagent"
-            else "the main agent"
-        )
+        who = _who(request.origin, request.description)
         shown = _brief_input(request.tool_input)
         question = (
             f"\n{who} wants to run {request.tool} {shown}\n  ({request.reason})\n"
             "Allow? [y]es once / [a]lways / [N]o: "
         )
-        async with self._lock:
-            answer = await trio.to_thread.run_sync(self._prompt, question)
-        answer = answer.strip().lower()
+        answer = (await self._ask(question)).strip().lower()
         if answer in ("y", "yes"):
             return "allow_once"
         if answer in ("a", "always"):
             return "allow_always"
         return "deny"
+
+
+def _who(origin: ApprovalOrigin, description: str) -> str:
+    if origin.kind == "subagent":
+        return f"subagent {origin.agent_id} ({description})"
+    return "the main agent"
 
 
 def _brief_input(tool_input: Mapping[str, Any], limit: int = 200) -> str:

@@ -20,7 +20,12 @@ from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
 
-from ._approvals import ApprovalHandler, TerminalApprovalHandler, fixed_approval_handler
+from ._approvals import (
+    ApprovalHandler,
+    QuestionHandler,
+    TerminalApprovalHandler,
+    fixed_approval_handler,
+)
 from ._control import serve_control
 from ._host import Subvisor
 from ._root import RootSession
@@ -154,12 +159,16 @@ async def _run(
     outcome: AgentOutcome | None = None
     status = "completed"
     handler: ApprovalHandler | None = None
+    questions: QuestionHandler | None = None
     if request.approve == "ask":
-        handler = TerminalApprovalHandler()
+        terminal = TerminalApprovalHandler()
+        handler, questions = terminal, terminal.answer_question
     elif request.approve == "allow":
         handler = fixed_approval_handler("allow")
     # "deny": no handler; an ask is refused, naming the rule that would allow it.
-    async with Subvisor(request.settings, approval_handler=handler) as host:
+    async with Subvisor(
+        request.settings, approval_handler=handler, question_handler=questions
+    ) as host:
         root = RootSession(host, model=request.model, cwd=request.cwd)
         async with serve_control(host, root.session_id):
             timed_out = trio.Event()

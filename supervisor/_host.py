@@ -22,7 +22,13 @@ from pydantic import ValidationError
 
 from protocol import ModelRequest, WorkerRequest
 
-from ._approvals import ApprovalHandler, ApprovalOrigin, ApprovalRequest
+from ._approvals import (
+    ApprovalHandler,
+    ApprovalOrigin,
+    ApprovalRequest,
+    QuestionHandler,
+    QuestionRequest,
+)
 from ._config import SupervisorConfig
 from ._handle import RequestRefused, WireTap, WorkerHandle
 from ._mcp import McpHub
@@ -54,6 +60,7 @@ class Subvisor:
         transport: httpx.AsyncBaseTransport | None = None,
         wire_tap: WireTap | None = None,
         approval_handler: ApprovalHandler | None = None,
+        question_handler: QuestionHandler | None = None,
     ) -> None:
         self.settings = settings or SubvisorSettings()
         self.home = self.settings.home
@@ -69,6 +76,8 @@ class Subvisor:
         #: Answers every ``ask`` of the root and its subagents (S-APR-1); None:
         #: nobody can approve, so an ask is refused with the rule that would allow it.
         self.approval_handler = approval_handler
+        #: Answers AskUserQuestion from any agent; None: nobody can answer.
+        self.question_handler = question_handler
         self.mcp = McpHub(self.settings.mcp_servers)
         self.runs: dict[str, SubagentRun] = {}
         self._by_worker: dict[str, SubagentRun] = {}
@@ -165,6 +174,7 @@ class Subvisor:
             "permission.check",
             "coordinator.message",
             "mcp.call_tool",
+            "user.question",
         ):
             return await default_request_handler(handle, request)
         run = self._by_worker.get(handle.worker_id)
@@ -178,6 +188,20 @@ class Subvisor:
             return self._queue_coordinator_message(run, request.params)
         if request.method == "mcp.call_tool":
             return await self._call_mcp(run, request.params)
+        if request.method == "user.question":
+            launch = run.launch
+            return await self.ask_question(
+                request.params,
+                root_session_id=launch.parent_session_id,
+                origin=ApprovalOrigin(
+                    kind="subagent",
+                    agent_id=run.task_id,
+                    session_id=launch.child_session_id,
+                    parent_tool_call_id=launch.tool_use_id,
+                ),
+                description=launch.description,
+                event_sessions=(launch.child_session_id, launch.parent_session_id),
+            )
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
@@ -292,6 +316,40 @@ class Subvisor:
         if decision.action == "deny":
             self._record(event_sessions, "PermissionDenied", {**event, "reason": decision.reason})
         return decision
+
+    async def ask_question(
+        self,
+        params: dict[str, Any],
+        *,
+        root_session_id: str,
+        origin: ApprovalOrigin,
+        description: str,
+        event_sessions: tuple[str, ...],
+    ) -> dict[str, Any]:
+        """Put an agent's AskUserQuestion to the question handler (S-APR-1)."""
+        question, options = params.get("question"), params.get("options") or []
+        if not isinstance(question, str) or not question.strip():
+            return {"reason": "AskUserQuestion needs a non-empty 'question'"}
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            return {"reason": "'options' must be a list of strings"}
+        if self.question_handler is None:
+            return {
+                "reason": "nobody can answer questions in this session; decide for yourself "
+                "and say in your answer what you assumed"
+            }
+        event = {"agentId": origin.agent_id, "origin": origin.kind, "question": question}
+        self._record(event_sessions, "QuestionAsked", event)
+        answer = await self.question_handler(
+            QuestionRequest(
+                session_id=root_session_id,
+                origin=origin,
+                question=question,
+                options=tuple(options),
+                description=description,
+            )
+        )
+        self._record(event_sessions, "QuestionAnswered", {**event, "answer": answer})
+        return {"answer": answer}
 
     def _record(self, sessions: tuple[str, ...], name: str, data: dict[str, Any]) -> None:
         for session in sessions:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall
-from worker.agent import AgentLoop, HostTool, Toolbox
-from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext
+from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
+from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
 from ._agent_tool import AgentTool
 from ._approvals import ApprovalOrigin
@@ -77,6 +77,31 @@ class PolicyApprovals:
         return None if decision.action == "allow" else decision.reason
 
 
+class RootQuestionTool:
+    """The root's AskUserQuestion: the session's question handler, in this process."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = False
+    spec = ASK_USER_QUESTION_SPEC
+
+    def __init__(self, root: RootSession) -> None:
+        self._root = root
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Ask and wait for the answer."""
+        root = self._root
+        answer = await root.host.ask_question(
+            dict(call.input),
+            root_session_id=root.session_id,
+            origin=ApprovalOrigin(kind="root", session_id=root.session_id),
+            description="main agent",
+            event_sessions=(root.session_id,),
+        )
+        if "answer" in answer:
+            return ToolOutput(f"The user answered: {answer['answer']}")
+        return ToolOutput(f"Error: {answer['reason']}", is_error=True)
+
+
 class StoreEventSink:
     """Records a session's transcript and events in the store; tells an observer."""
 
@@ -141,6 +166,7 @@ class RootSession:
             TaskListTool(host, self.session_id),
             TaskOutputTool(host),
             TaskStopTool(host),
+            RootQuestionTool(self),
             *(McpHubTool(host.mcp, spec) for spec in mcp_specs),
         ]
         # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.

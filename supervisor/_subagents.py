@@ -35,7 +35,7 @@ from protocol import (
     ToolSpec,
     Usage,
 )
-from worker.agent import CoordinatorReplyTool
+from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
@@ -113,6 +113,7 @@ class SubagentRun:
         self.tool_specs = (
             *LocalToolSet(launch.tools).specs,
             CoordinatorReplyTool.spec,
+            ASK_USER_QUESTION_SPEC,
             *launch.mcp_tools,
         )
         #: The rules this agent's calls are checked against; "allow always" grows them.

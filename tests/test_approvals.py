@@ -10,6 +10,7 @@ from supervisor._approvals import (
     ApprovalDecision,
     ApprovalOrigin,
     ApprovalRequest,
+    QuestionRequest,
     TerminalApprovalHandler,
 )
 from tests.support.delegation import agent_call, write_scenario
@@ -136,3 +137,43 @@ async def test_a_child_waiting_for_approval_is_not_idle(tmp_path: Path) -> None:
         await root.run("go")
         [record] = host.registry.list(root.session_id)
     assert record.status == "completed", record.error
+
+
+async def test_ask_user_question_from_a_child_reaches_the_root_handler(tmp_path: Path) -> None:
+    """S-APR-1: AskUserQuestion from a child is asked with the root's identity and its origin."""
+    ask = {
+        "name": "AskUserQuestion",
+        "input": {"question": "Which branch?", "options": ["main", "dev"]},
+    }
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("asker", "ask")]}, {"text": "{{tool_result}}"}],
+            "asker": [{"tool_calls": [ask]}, {"text": "child heard: {{tool_result}}"}],
+        },
+    )
+    asked: list[tuple[str, str | None, tuple[str, ...]]] = []
+
+    async def answer(request: QuestionRequest) -> str:
+        asked.append((request.session_id, request.origin.agent_id, request.options))
+        return "dev"
+
+    settings = SubvisorSettings(home=tmp_path / "home")
+    async with Subvisor(settings, question_handler=answer) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        parent = [e.name for e in host.store.events(root.session_id)]
+    assert "child heard: The user answered: dev" in outcome.text
+    assert asked == [(root.session_id, record.task_id, ("main", "dev"))]
+    assert parent.count("QuestionAsked") == parent.count("QuestionAnswered") == 1
+
+
+async def test_without_anyone_to_ask_the_agent_is_told_to_decide(tmp_path: Path) -> None:
+    ask = {"name": "AskUserQuestion", "input": {"question": "Which branch?"}}
+    model = write_scenario(
+        tmp_path / "s.yaml", {"root": [{"tool_calls": [ask]}, {"text": "{{tool_result}}"}]}
+    )
+    async with Subvisor(SubvisorSettings(home=tmp_path / "home")) as host:
+        outcome = await RootSession(host, model=model, cwd=tmp_path).run("go")
+    assert "nobody can answer questions in this session" in outcome.text

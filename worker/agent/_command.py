@@ -17,6 +17,7 @@ from ..tools import LocalToolSet, ToolContext
 from ._loop import AgentLoop
 from ._toolbox import Toolbox
 from ._worker_ports import (
+    AskUserQuestionTool,
     BorrowedMcpTool,
     CoordinatorReplyTool,
     PipeApprovalPort,
@@ -85,6 +86,7 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
             context,
             [
                 CoordinatorReplyTool(ctx.link),
+                AskUserQuestionTool(ctx.link),
                 *(BorrowedMcpTool(ctx.link, mcp_spec) for mcp_spec in spec.mcp_tools),
             ],
             approvals=PipeApprovalPort(ctx.link, spec.preapproved_tools),

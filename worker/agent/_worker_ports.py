@@ -11,6 +11,8 @@ from ..tools import ToolOutput, resolve_tool_name
 from ._faults import commit_fault
 
 __all__ = [
+    "ASK_USER_QUESTION_SPEC",
+    "AskUserQuestionTool",
     "BorrowedMcpTool",
     "CoordinatorReplyTool",
     "McpLifecycleError",
@@ -142,3 +144,40 @@ class BorrowedMcpTool:
 
     async def close(self) -> None:
         """Nothing to do: the parent closes its own sessions."""
+
+
+ASK_USER_QUESTION_SPEC = ToolSpec(
+    name="AskUserQuestion",
+    description=(
+        "Ask the user a question and wait for the answer: for a choice only they can make. "
+        "Offer options when the answer is one of a few."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "question": {"type": "string"},
+            "options": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+
+class AskUserQuestionTool:
+    """AskUserQuestion in a worker: the question goes to the root's handler (S-APR-1)."""
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = False
+    spec = ASK_USER_QUESTION_SPEC
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Ask through the supervisor and wait."""
+        answer = await self._link.request("user.question", dict(call.input))
+        if isinstance(answer, dict) and isinstance(answer.get("answer"), str):
+            return ToolOutput(f"The user answered: {answer['answer']}")
+        reason = answer.get("reason") if isinstance(answer, dict) else None
+        return ToolOutput(f"Error: {reason or 'the question could not be asked'}", True)
