@@ -237,3 +237,37 @@ async def test_issue_acceptance_borrowed_mcp_approval_steer_notification(
     assert all(
         e.data["agentId"] == run.task_id and e.data["origin"] == "subagent" for e in permission
     )
+
+
+async def test_streamable_http_servers_are_borrowed_too(tmp_path: Path) -> None:
+    """S-MCP-1 over streamable HTTP: a server on loopback, reached by URL."""
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(  # noqa: ASYNC220 (starting the test's server, once)
+        [str(everything_server()), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        with trio.fail_after(20):
+            while True:  # until the server listens
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    await stream.aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.1)
+        config = McpServerConfig(url=url)
+        async with Subvisor(_settings(tmp_path, {"web": config})) as host:
+            assert host.mcp.connected == ("web",)
+            result = await host.mcp.call("mcp__web__echo", {"message": "over http"})
+    finally:
+        server.kill()
+        server.wait()
+    assert result.text == "Echo: over http" and not result.is_error
