@@ -17,7 +17,7 @@ from ._paths import database_path, subvisor_home
 from ._store import SessionStore
 from ._tasks import TaskRecord
 
-__all__ = ["logs_command", "ps_command", "stop_command"]
+__all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
 
 
 def _open_store() -> SessionStore | None:
@@ -116,6 +116,15 @@ def logs_command(task_id: str) -> int:
 
 def stop_command(task_id: str) -> int:
     """Ask the running ``subvisor`` that owns a task to stop it."""
+    return _control_command(task_id, "stop")
+
+
+def background_command(task_id: str) -> int:
+    """Ask the running ``subvisor`` to move a foreground agent to the background (S-RUN-5)."""
+    return _control_command(task_id, "background")
+
+
+def _control_command(task_id: str, op: str) -> int:
     console = wide_console()
     found = _load_task(console, task_id)
     if found is None:
@@ -123,10 +132,10 @@ def stop_command(task_id: str) -> int:
     record, _ = found
     if record.is_terminal:
         console.print(f"task {record.task_id} already ended: {record.status}")
-        return 0
+        return 0 if op == "stop" else 1
     path = control_socket_path(subvisor_home(), record.parent_session_id)
     try:
-        reply = trio.run(send_control_request, path, {"op": "stop", "task_id": record.task_id})
+        reply = trio.run(send_control_request, path, {"op": op, "task_id": record.task_id})
     except OSError:
         console.print(
             f"[red]task {record.task_id} is recorded as {record.status}, but no running subvisor "
@@ -136,5 +145,6 @@ def stop_command(task_id: str) -> int:
     if not reply.get("ok"):
         console.print(f"[red]{escape(str(reply.get('error')))}[/]")
         return 1
-    console.print(f"stopped {record.task_id}: {reply.get('status')}")
+    done = "stopped" if op == "stop" else "moved to the background:"
+    console.print(f"{done} {record.task_id} {reply.get('status') or ''}".rstrip())
     return 0

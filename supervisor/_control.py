@@ -1,7 +1,8 @@
 """A running session's control socket: other ``subvisor`` commands reach it here.
 
 ``subvisor run`` serves ``$SUBVISOR_HOME/run/<session>.sock`` while it runs;
-``subvisor stop ID`` connects and asks it to stop a task. One JSON object per
+``subvisor stop ID`` connects and asks it to stop a task, ``subvisor bg ID``
+to move a foreground agent to the background. One JSON object per
 line each way. Only this user can connect (the socket is mode 0600).
 """
 
@@ -43,10 +44,16 @@ async def _handle(host: Subvisor, stream: trio.SocketStream) -> None:
         reply: dict[str, Any]
         try:
             request = json.loads(data)
-            if request.get("op") != "stop":
-                raise ValueError(f"unknown op {request.get('op')!r}; known: stop")
-            record = await host.registry.stop(str(request["task_id"]))
-            reply = {"ok": True, "status": record.status}
+            op, task_id = request.get("op"), str(request["task_id"])
+            if op == "stop":
+                record = await host.registry.stop(task_id)
+                reply = {"ok": True, "status": record.status}
+            elif op == "background":
+                # S-RUN-5: an explicit request to move a foreground agent.
+                moved = host.move_to_background(task_id)
+                reply = {"ok": moved, "error": None if moved else "not a running foreground agent"}
+            else:
+                raise ValueError(f"unknown op {op!r}; known: stop, background")
         except (ValueError, KeyError, TaskError) as exc:
             reply = {"ok": False, "error": str(exc)}
         await stream.send_all(json.dumps(reply).encode() + b"\n")

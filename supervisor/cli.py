@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="stop a running subagent")
     stop.add_argument("task_id", help="agentId (a unique prefix is enough)")
     stop.set_defaults(handler=lambda a: _tasks("stop", a))
+
+    background = commands.add_parser(
+        "bg", help="move a running foreground subagent to the background"
+    )
+    background.add_argument("task_id", help="agentId (a unique prefix is enough)")
+    background.set_defaults(handler=lambda a: _tasks("bg", a))
     return parser
 
 
@@ -126,12 +132,14 @@ def _agents(args: argparse.Namespace) -> int:
 
 
 def _tasks(command: str, args: argparse.Namespace) -> int:
-    from ._cli_tasks import logs_command, ps_command, stop_command
+    from ._cli_tasks import background_command, logs_command, ps_command, stop_command
 
     if command == "ps":
         return ps_command(args.session, args.json)
     if command == "logs":
         return logs_command(args.task_id)
+    if command == "bg":
+        return background_command(args.task_id)
     return stop_command(args.task_id)
 
 

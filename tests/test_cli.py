@@ -226,3 +226,47 @@ def test_run_timeout_stops_everything_as_killed(tmp_path: Path, project: Path) -
     assert report["status"] == "timeout"
     [task] = report["tasks"]
     assert task["status"] == "killed" and "timed out" in task["error"]
+
+
+def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path) -> None:
+    """S-RUN-5: `subvisor bg ID` moves a running foreground agent; the run ends after its
+    notification."""
+    home = tmp_path / "home"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("slow", "wait")]},
+                {"text": "moved on: {{tool_result}}"},
+                {"text": "notified"},
+            ],
+            "slow": [{"text": "late answer", "latency_ms": 3000}],
+        },
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+        cwd=project,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        task_id = None
+        while task_id is None and time.monotonic() < deadline:
+            ps = _subvisor(home, "ps", "--json", cwd=project)
+            if ps.returncode == 0:
+                running = [t for t in json.loads(ps.stdout)["tasks"] if t["status"] == "running"]
+                task_id = running[0]["task_id"] if running else None
+            time.sleep(0.1)
+        assert task_id is not None
+        moved = _subvisor(home, "bg", task_id, cwd=project)
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        out, err = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, err
+    report = json.loads(out)
+    assert report["answer"] == "notified"
+    assert report["tasks"][0]["background"] and report["tasks"][0]["status"] == "completed"
