@@ -19,7 +19,12 @@ from ._agent_tool import AgentTool
 if TYPE_CHECKING:
     from ._host import Subvisor
 
-__all__ = ["SendMessageTool"]
+__all__ = ["COORDINATOR_INPUT", "SendMessageTool"]
+
+COORDINATOR_INPUT = (
+    "<coordinator-message>\n{text}\n</coordinator-message>\n"
+    "Your coordinator (the agent that launched you) sent this after your last answer."
+)
 
 
 class SendMessageTool:
@@ -74,7 +79,8 @@ class SendMessageTool:
         resumed = await self._agent_tool.invoke(
             {
                 "description": record.description,
-                "prompt": message,
+                # S-MSG-3 coordinator_input: a new turn, from the coordinator.
+                "prompt": COORDINATOR_INPUT.format(text=message),
                 "task_id": record.task_id,
                 "run_in_background": True,
             },

@@ -26,6 +26,7 @@ from ._tasks import TaskRecord
 
 __all__ = [
     "MAX_NOTIFICATION_CHARS",
+    "MID_TURN_NOTE",
     "NOTIFICATION_PREFIX",
     "PEER_MESSAGE_GUIDANCE",
     "Command",
@@ -240,17 +241,29 @@ class CommandQueue:
         return len(self._commands)
 
 
-def format_command_turn(commands: Sequence[Command]) -> str:
-    """One model turn for commands taken together (S-NOTE-2, S-MSG-2).
+#: Said after commands that arrive while the reader is mid-task (the ``*_steer``
+#: presentations of S-MSG-3), so it folds them in before it finishes.
+MID_TURN_NOTE = (
+    "This arrived while you were working: address it before completing your current task."
+)
 
-    User input comes first, as written. Notifications and subagent messages
-    follow under ``[SYSTEM NOTIFICATION - NOT USER INPUT]``, separated by
-    blank lines; a subagent's message is escaped and wrapped in
-    ``<subagent-message from="ID">`` so it cannot pose as markup.
+
+def format_command_turn(commands: Sequence[Command], *, mid_turn: bool = False) -> str:
+    """One model turn for commands taken together (S-NOTE-2, S-MSG-2, S-MSG-3).
+
+    User input comes first, as written (``user_steer`` when ``mid_turn``).
+    Notifications and subagent messages follow under
+    ``[SYSTEM NOTIFICATION - NOT USER INPUT]``, separated by blank lines; a
+    subagent's message is escaped and wrapped in ``<subagent-message
+    from="ID">`` so it cannot pose as markup, and framed as a peer's
+    (``subagent_reply``). ``mid_turn`` marks commands injected between the
+    steps of a running turn (the ``*_steer`` forms).
     """
     if not commands:
         raise ValueError("format_command_turn needs at least one command")
     user_parts = [command.text for command in commands if command.kind == "user"]
+    if user_parts and mid_turn:
+        user_parts = ["The user sent this while you were working:\n" + "\n\n".join(user_parts)]
     system_parts: list[str] = []
     for command in commands:
         if command.kind == "task-notification":
@@ -262,5 +275,7 @@ def format_command_turn(commands: Sequence[Command]) -> str:
                 f"</subagent-message>\n{PEER_MESSAGE_GUIDANCE}"
             )
     if system_parts:
+        if mid_turn:
+            system_parts.append(MID_TURN_NOTE)
         user_parts.append("\n\n".join([NOTIFICATION_PREFIX, *system_parts]))
     return "\n\n".join(user_parts)

@@ -16,7 +16,7 @@ from ._approvals import ApprovalOrigin
 from ._errors import SubvisorError
 from ._mcp import McpHubTool
 from ._messaging import SendMessageTool
-from ._notifications import format_command_turn
+from ._notifications import Command, format_command_turn
 from ._permission_derivation import agent_tool_enabled
 from ._policy import ToolPolicy
 from ._profile_catalog import ProfileCatalog
@@ -192,7 +192,16 @@ class RootSession:
         # S-NOTE-2: notifications that arrived during the turn are injected
         # between its steps, merged into one message.
         commands = self.queue.take()
-        return [format_command_turn(commands)] if commands else []
+        return [format_command_turn(commands, mid_turn=True)] if commands else []
+
+    def steer(self, text: str) -> None:
+        """The user's message for the root while it works (S-MSG-3 ``user_steer``).
+
+        It joins the running turn between steps, or starts the next turn.
+        """
+        self.queue.enqueue(
+            Command(kind="user", priority="next", text=text, generation=self.queue.generation)
+        )
 
     async def ask(self, prompt: str) -> AgentOutcome:
         """One user turn: run the root until it answers."""

@@ -696,7 +696,10 @@ async def test_send_message_steers_queues_and_resumes(tmp_path: Path) -> None:
     assert any("also check X" in m.content and "Address this" in m.content for m in busy_log)
     assert any("first note" in m.content for m in waiting_log)
     # The resumed agent continues its conversation with the new message.
-    assert [m.content for m in third_log][-2:] == ["one more thing", "busy again"]
+    # S-MSG-3 coordinator_input: the new turn says who sent it.
+    resumed_prompt, answer = (m.content for m in third_log[-2:])
+    assert "one more thing" in resumed_prompt and "<coordinator-message>" in resumed_prompt
+    assert answer == "busy again"
     assert third.task_id in notified
 
 
@@ -732,3 +735,24 @@ async def test_respond_to_coordinator_and_mirrored_tool_events(tmp_path: Path) -
     mirrored = [e for e in parent_events if e.data.get("source") == "subagent"]
     assert {e.data["name"] for e in mirrored} == {"RespondToCoordinator", "LS"}
     assert all(e.data["call_id"].startswith(f"tool_subagent_{record.task_id}_") for e in mirrored)
+
+
+async def test_user_steer_joins_the_running_root_turn(tmp_path: Path) -> None:
+    """S-MSG-3 user_steer: a harness's user message reaches the root between its steps."""
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": "sleep 0.3"}}]},
+                {"text": "ok"},
+            ]
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(root.run, "go")
+            await trio.sleep(0.1)
+            root.steer("use the staging branch")
+        contents = [m.content for m in root.loop.messages if m.role == "user"]
+    assert contents[1] == "The user sent this while you were working:\nuse the staging branch"

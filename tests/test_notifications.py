@@ -13,6 +13,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from supervisor._notifications import (
+    MID_TURN_NOTE,
     NOTIFICATION_PREFIX,
     PEER_MESSAGE_GUIDANCE,
     Command,
@@ -276,3 +277,13 @@ def test_each_task_notifies_once_across_registries_s_note_3(tmp_path: Path) -> N
             if registry.mark_notified("agent_1"):
                 queue.enqueue(task_notification_command(record))
     assert len(queue) == 1
+
+
+def test_mid_turn_commands_use_the_steer_presentations_s_msg_3() -> None:
+    """Injected between steps: user_steer wording, and a note to fold it in (the *_steer forms)."""
+    note = task_notification_command(ended(result="done"))
+    user = Command("user", "next", "also do Y", 0)
+    turn = format_command_turn([user, note], mid_turn=True)
+    assert turn.startswith("The user sent this while you were working:\nalso do Y")
+    assert turn.endswith(MID_TURN_NOTE)
+    assert MID_TURN_NOTE not in format_command_turn([note])
