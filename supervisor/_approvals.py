@@ -23,6 +23,7 @@ __all__ = [
     "QuestionHandler",
     "QuestionRequest",
     "TerminalApprovalHandler",
+    "describe_origin",
     "fixed_approval_handler",
 ]
 
@@ -94,7 +95,8 @@ class TerminalApprovalHandler:
         """Show the question (and its options); read the answer."""
         options = "".join(f"\n  {i}. {option}" for i, option in enumerate(request.options, 1))
         answer = await self._ask(
-            f"\n{_who(request.origin, request.description)} asks: {request.question}{options}\n> "
+            f"\n{describe_origin(request.origin, request.description)} asks: "
+            f"{request.question}{options}\n> "
         )
         if answer.strip().isdigit() and 1 <= int(answer) <= len(request.options):
             return request.options[int(answer) - 1]
@@ -102,7 +104,7 @@ class TerminalApprovalHandler:
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         """Show who asks for what; read allow once / always / deny."""
-        who = _who(request.origin, request.description)
+        who = describe_origin(request.origin, request.description)
         shown = _brief_input(request.tool_input)
         question = (
             f"\n{who} wants to run {request.tool} {shown}\n  ({request.reason})\n"
@@ -116,7 +118,8 @@ class TerminalApprovalHandler:
         return "deny"
 
 
-def _who(origin: ApprovalOrigin, description: str) -> str:
+def describe_origin(origin: ApprovalOrigin, description: str) -> str:
+    """Who asks, for a person: the main agent, or which subagent."""
     if origin.kind == "subagent":
         return f"subagent {origin.agent_id} ({description})"
     return "the main agent"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import trio
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -31,6 +31,7 @@ from ._host import Subvisor
 from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._tasks import TaskRecord
+from ._terminal import TerminalConsole
 from .providers import ModelError
 
 __all__ = [
@@ -109,11 +110,26 @@ def _live_table(host: Subvisor, session_id: str) -> Table:
     return tasks_table(records, "subagents")
 
 
-async def _show_progress(host: Subvisor, root: RootSession, console: Console) -> None:
-    with Live(_live_table(host, root.session_id), console=console, transient=True) as live:
+async def _show_progress(
+    host: Subvisor, root: RootSession, console: Console, terminal: TerminalConsole | None
+) -> None:
+    def view() -> RenderableType:
+        table = _live_table(host, root.session_id)
+        return terminal.renderable(table) if terminal is not None else table
+
+    with Live(view(), console=console, transient=True) as live:
         while True:
             await trio.sleep(0.2)
-            live.update(_live_table(host, root.session_id))
+            live.update(view())
+
+
+def _move_foreground(host: Subvisor, session_id: str) -> int:
+    """Move every running foreground subagent of the session to the background."""
+    return sum(
+        run.move_to_background()
+        for run in list(host.runs.values())
+        if run.launch.parent_session_id == session_id
+    )
 
 
 def _usage_summary(outcome: AgentOutcome | None, records: list[TaskRecord]) -> dict[str, Any]:
@@ -160,9 +176,15 @@ async def _run(
     status = "completed"
     handler: ApprovalHandler | None = None
     questions: QuestionHandler | None = None
+    keys = sys.stdin.isatty() and console.is_terminal and not request.json
+    terminal = TerminalConsole() if keys else None
     if request.approve == "ask":
-        terminal = TerminalApprovalHandler()
-        handler, questions = terminal, terminal.answer_question
+        if terminal is not None:
+            # In the live view the keyboard has one owner: prompts are answered there.
+            handler, questions = terminal.approve, terminal.answer_question
+        else:
+            prompt = TerminalApprovalHandler()
+            handler, questions = prompt, prompt.answer_question
     elif request.approve == "allow":
         handler = fixed_approval_handler("allow")
     # "deny": no handler; an ask is refused, naming the rule that would allow it.
@@ -174,7 +196,10 @@ async def _run(
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
                 if console.is_terminal and not request.json:
-                    nursery.start_soon(_show_progress, host, root, console)
+                    nursery.start_soon(_show_progress, host, root, console, terminal)
+                if terminal is not None:
+                    terminal.on_background = lambda: _move_foreground(host, root.session_id)
+                    nursery.start_soon(terminal.read_keys, sys.stdin.fileno())
                 if request.timeout_s:
                     nursery.start_soon(
                         _enforce_timeout, host, request.timeout_s, timed_out, nursery.cancel_scope
