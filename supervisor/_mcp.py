@@ -23,7 +23,8 @@ from typing import Any
 import trio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from protocol import ToolSpec
+from protocol import ToolCall, ToolSpec
+from worker.tools import ToolOutput
 
 __all__ = [
     "McpHub",
@@ -122,6 +123,8 @@ class _Connection:
         try:
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport())
+                # The SDK is imported only when a server is configured: it is
+                # heavy, and most runs have none.
                 from mcp import ClientSession
 
                 session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
@@ -255,9 +258,7 @@ class McpHubTool:
         self._hub = hub
         self.spec = spec
 
-    async def __call__(self, call: Any) -> Any:
+    async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run it; failures are error results."""
-        from worker.tools import ToolOutput
-
         result = await self._hub.call(call.name, call.input)
         return ToolOutput(result.text, result.is_error)
