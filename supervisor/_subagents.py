@@ -126,6 +126,8 @@ class SubagentRun:
         self._stop_reason: str | None = None
         self._process_groups: set[int] = set()
         self._started = time.monotonic()
+        #: When the worker was ready (monotonic), for spawn-latency figures.
+        self.ready_at: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -193,6 +195,7 @@ class SubagentRun:
                 self.handle = await self.host.supervisor.spawn(self.launch.limits)
                 self.host.bind_worker(self.handle.worker_id, self)
                 self.host.registry.update(self.task_id, status="running")
+                self.ready_at = time.monotonic()
                 self.ready.set()
                 self.outcome = await self._run_agent(self.handle)
                 status, result = "completed", self.outcome.text
@@ -223,6 +226,11 @@ class SubagentRun:
                 finally:
                     self.ready.set()
                     self.done.set()
+
+    @property
+    def started_at(self) -> float:
+        """When the run was launched (monotonic)."""
+        return self._started
 
     @property
     def background(self) -> bool:

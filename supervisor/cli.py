@@ -99,6 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 
+    stress = commands.add_parser("stress", help="delegate many scripted subagents, with faults")
+    stress.add_argument("--agents", type=int, default=100)
+    stress.add_argument("--concurrency", type=int, default=20)
+    stress.add_argument("--background-ratio", type=float, default=0.5)
+    stress.add_argument("--fault-rate", type=float, default=0.0)
+    stress.add_argument(
+        "--faults", default="segfault,exit,oom,hang", help="comma list of segfault,exit,oom,hang"
+    )
+    stress.add_argument("--turns", type=int, default=2, help="model turns per subagent")
+    stress.add_argument("--latency-ms", default="10", help="per turn: N or LOW-HIGH (uniform)")
+    stress.add_argument("--idle-timeout", type=float, default=5.0, help="seconds (catches hangs)")
+    stress.add_argument("--seed", type=int, default=0)
+    stress.add_argument("--json", action="store_true")
+    stress.set_defaults(handler=_stress)
+
     agents = commands.add_parser("agents", help="list the agent profiles this project sees")
     agents.add_argument("--json", action="store_true")
     agents.add_argument("--cwd", default=".", help="project directory")
@@ -123,6 +138,36 @@ def build_parser() -> argparse.ArgumentParser:
     background.add_argument("task_id", help="agentId (a unique prefix is enough)")
     background.set_defaults(handler=lambda a: _tasks("bg", a))
     return parser
+
+
+def _stress(args: argparse.Namespace) -> int:
+    import json
+
+    from ._stress import FAULTS, run_stress
+
+    faults = tuple(f for f in args.faults.split(",") if f)
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        Console(stderr=True).print(f"[red]unknown fault(s) {unknown}[/]: use {', '.join(FAULTS)}")
+        return 2
+    report = run_stress(
+        agents=args.agents,
+        concurrency=args.concurrency,
+        background_ratio=args.background_ratio,
+        fault_rate=args.fault_rate,
+        faults=faults,
+        turns=args.turns,
+        latency=args.latency_ms,
+        seed=args.seed,
+        idle_timeout_s=args.idle_timeout,
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        width = max(len(key) for key in report)
+        for key, value in report.items():
+            Console().print(f"{key:<{width}}  {value}", highlight=False)
+    return 1 if report["lost"] or report["duplicates"] else 0
 
 
 def _agents(args: argparse.Namespace) -> int:
