@@ -173,6 +173,16 @@ class AgentTool:
     def _plan(
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None
     ) -> SubagentLaunch:
+        cap = self._host.settings.max_subagents_per_session
+        launched = sum(
+            1 for r in self._host.registry.list(self._parent_session_id) if r.kind == "local_agent"
+        )
+        if launched >= cap:
+            raise SubvisorError(
+                f"this session already launched {launched} subagents, its "
+                "max_subagents_per_session; finish with what you have, or raise the cap in "
+                "subvisor.toml"
+            )
         history: tuple[ChatMessage, ...] = ()
         subagent_type = request.subagent_type
         if request.task_id is not None:

@@ -33,6 +33,8 @@ class SubvisorSettings(BaseModel):
     subagent_limits: ResourceLimits = ResourceLimits(memory_mb=2048, idle_timeout_s=600)
     #: Subagent workers alive at once (further launches wait, in order).
     max_concurrent_subagents: int = Field(default=20, ge=1)
+    #: Subagents one session may launch in all (further launches fail clearly).
+    max_subagents_per_session: int = Field(default=200, ge=1)
     #: A foreground subagent still running after this long moves to the
     #: background and its parent's turn goes on (S-RUN-5); None: never.
     auto_background_ms: int | None = Field(default=None, ge=0)

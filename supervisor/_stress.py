@@ -83,10 +83,13 @@ def _scenario(
     return {"agents": {"root": root, **scenario}}, planned
 
 
-async def _drive(work: Path, model: str, concurrency: int, idle_timeout_s: float) -> dict[str, Any]:
+async def _drive(
+    work: Path, model: str, agents: int, concurrency: int, idle_timeout_s: float
+) -> dict[str, Any]:
     settings = SubvisorSettings(
         home=work / "home",
         max_concurrent_subagents=concurrency,
+        max_subagents_per_session=max(agents, 1),
         subagent_limits=ResourceLimits(memory_mb=256, idle_timeout_s=idle_timeout_s),
     )
     me = psutil.Process()
@@ -165,7 +168,7 @@ def run_stress(
         (work / "scenario.yaml").write_text(yaml.safe_dump(scenario))
         cpu_before = psutil.Process().cpu_times()
         result = trio.run(
-            _drive, work, f"scripted:{work / 'scenario.yaml'}", concurrency, idle_timeout_s
+            _drive, work, f"scripted:{work / 'scenario.yaml'}", agents, concurrency, idle_timeout_s
         )
         cpu_after = psutil.Process().cpu_times()
     records = result["records"]

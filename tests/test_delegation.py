@@ -756,3 +756,22 @@ async def test_user_steer_joins_the_running_root_turn(tmp_path: Path) -> None:
             root.steer("use the staging branch")
         contents = [m.content for m in root.loop.messages if m.role == "user"]
     assert contents[1] == "The user sent this while you were working:\nuse the staging branch"
+
+
+async def test_max_subagents_per_session_fails_further_launches(tmp_path: Path) -> None:
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call(f"a{i}", "x") for i in range(3)]},
+                {"text": "{{tool_result}}"},
+            ],
+            "default": [{"text": "ok"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", max_subagents_per_session=2) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        launched = host.registry.list(root.session_id)
+    assert len(launched) == 2
+    assert "already launched 2 subagents, its max_subagents_per_session" in outcome.text
