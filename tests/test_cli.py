@@ -35,6 +35,32 @@ def _subvisor(
     )
 
 
+def _start_run(home: Path, project: Path, model: str, *flags: str) -> subprocess.Popen[str]:
+    """A live `subvisor run` in the background, as a user would start one."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", *flags, "--model", model, "go"],
+        cwd=project,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_running(home: Path, project: Path, count: int) -> list[str]:
+    """Poll `subvisor ps` until ``count`` tasks run; their ids."""
+    deadline = time.monotonic() + 60
+    running: list[str] = []
+    while len(running) < count and time.monotonic() < deadline:
+        ps = _subvisor(home, "ps", "--json", cwd=project)
+        if ps.returncode == 0:
+            tasks = json.loads(ps.stdout)["tasks"]
+            running = [t["task_id"] for t in tasks if t["status"] == "running"]
+        time.sleep(0.1)
+    assert len(running) >= count, f"only {len(running)} of {count} tasks ever ran"
+    return running
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -116,24 +142,9 @@ def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None
             "slow": [{"text": "never", "latency_ms": 60000}],
         },
     )
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
-        cwd=project,
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner = _start_run(home, project, model, "--json")
     try:
-        deadline = time.monotonic() + 60
-        task_id = None
-        while task_id is None and time.monotonic() < deadline:
-            ps = _subvisor(home, "ps", "--json", cwd=project)
-            if ps.returncode == 0:
-                running = [t for t in json.loads(ps.stdout)["tasks"] if t["status"] == "running"]
-                task_id = running[0]["task_id"] if running else None
-            time.sleep(0.1)
-        assert task_id is not None, "the background agent never showed up as running"
+        [task_id] = _wait_for_running(home, project, 1)
         stop = _subvisor(home, "stop", task_id, cwd=project)
         assert stop.returncode == 0, stop.stdout + stop.stderr
         out, err = runner.communicate(timeout=60)
@@ -182,24 +193,9 @@ def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) ->
             **{f"slow {i}": [{"text": "never", "latency_ms": 60000}] for i in range(3)},
         },
     )
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "go"],
-        cwd=project,
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner = _start_run(home, project, model)
     try:
-        deadline = time.monotonic() + 60
-        running: list[str] = []
-        while len(running) < 3 and time.monotonic() < deadline:
-            ps = _subvisor(home, "ps", "--json", cwd=project)
-            if ps.returncode == 0:
-                tasks = json.loads(ps.stdout)["tasks"]
-                running = [t["task_id"] for t in tasks if t["status"] == "running"]
-            time.sleep(0.1)
-        assert len(running) == 3
+        _wait_for_running(home, project, 3)
         runner.send_signal(signal.SIGINT)
         _, err = runner.communicate(timeout=60)
     finally:
@@ -243,24 +239,9 @@ def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path
             "slow": [{"text": "late answer", "latency_ms": 3000}],
         },
     )
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
-        cwd=project,
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner = _start_run(home, project, model, "--json")
     try:
-        deadline = time.monotonic() + 60
-        task_id = None
-        while task_id is None and time.monotonic() < deadline:
-            ps = _subvisor(home, "ps", "--json", cwd=project)
-            if ps.returncode == 0:
-                running = [t for t in json.loads(ps.stdout)["tasks"] if t["status"] == "running"]
-                task_id = running[0]["task_id"] if running else None
-            time.sleep(0.1)
-        assert task_id is not None
+        [task_id] = _wait_for_running(home, project, 1)
         moved = _subvisor(home, "bg", task_id, cwd=project)
         assert moved.returncode == 0, moved.stdout + moved.stderr
         out, err = runner.communicate(timeout=60)
