@@ -17,6 +17,7 @@ from ._base import ModelEvent
 from ._errors import ModelConnectionError, ModelProviderError, ModelResponseError
 from ._http import (
     CallOrigin,
+    complete_once,
     error_from_status,
     malformed_as_response_error,
     parse_json_object,
@@ -93,27 +94,20 @@ class AnthropicProvider:
         body = anthropic_request_body(request, model, stream=self._streaming)
         if self._streaming:
             return self._stream_sse(origin, body)
-        return self._complete(origin, body)
+        return complete_once(
+            self._client,
+            origin,
+            body,
+            headers=self._headers(),
+            timeouts=self._timeout,
+            parse=_result_from_message,
+        )
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json", "anthropic-version": ANTHROPIC_API_VERSION}
         if self._api_key is not None:
             headers["x-api-key"] = self._api_key
         return headers
-
-    async def _complete(
-        self, origin: CallOrigin, body: dict[str, Any]
-    ) -> AsyncIterator[ModelEvent]:
-        async with post_json(
-            self._client, origin, body, headers=self._headers(), timeouts=self._timeout
-        ) as response:
-            raw = (await response.aread()).decode("utf-8", errors="replace")
-        document = parse_json_object(raw, "the response", origin)
-        with malformed_as_response_error(origin, "the response"):
-            result = _result_from_message(document, origin)
-        if result.text:
-            yield ModelStreamDelta(text=result.text)
-        yield result
 
     async def _stream_sse(
         self, origin: CallOrigin, body: dict[str, Any]

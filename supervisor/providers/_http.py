@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +12,9 @@ from typing import Any
 
 import httpx
 
+from protocol._chat import ModelResult, ModelStreamDelta
+
+from ._base import ModelEvent
 from ._errors import (
     ModelAuthError,
     ModelBadRequestError,
@@ -209,3 +212,23 @@ def _shorten(text: str) -> str:
     if len(text) <= _MAX_MESSAGE_CHARS:
         return text
     return text[: _MAX_MESSAGE_CHARS - 3] + "..."
+
+
+async def complete_once(
+    client: httpx.AsyncClient,
+    origin: CallOrigin,
+    body: dict[str, Any],
+    *,
+    headers: Mapping[str, str],
+    timeouts: httpx.Timeout,
+    parse: Callable[[dict[str, Any], CallOrigin], ModelResult],
+) -> AsyncIterator[ModelEvent]:
+    """A non-streaming call: one JSON answer, parsed by ``parse``, as the stream's events."""
+    async with post_json(client, origin, body, headers=headers, timeouts=timeouts) as response:
+        raw = (await response.aread()).decode("utf-8", errors="replace")
+    document = parse_json_object(raw, "the response", origin)
+    with malformed_as_response_error(origin, "the response"):
+        result = parse(document, origin)
+    if result.text:
+        yield ModelStreamDelta(text=result.text)
+    yield result
