@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -188,6 +189,8 @@ class CommandQueue:
         self._commands: deque[Command] = deque()
         self._generation = 0
         self._arrived = trio.Event()
+        #: When each task's notification was handed to the reader (epoch seconds).
+        self.delivered_at: dict[str, float] = {}
 
     @property
     def generation(self) -> int:
@@ -227,6 +230,8 @@ class CommandQueue:
                 )
             else:
                 taken.append(command)
+                if command.kind == "task-notification" and command.task_id is not None:
+                    self.delivered_at[command.task_id] = time.time()
         self._commands = kept
         return taken
 

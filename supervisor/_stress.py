@@ -118,6 +118,12 @@ async def _drive(
             for run in host.runs.values()
             if run.ready_at is not None
         ]
+        delivered = root.queue.delivered_at
+        notify_ms = [
+            (delivered[r.task_id] - r.ended_at) * 1000
+            for r in records
+            if r.task_id in delivered and r.ended_at is not None
+        ]
         notified_ids = [
             task_id
             for message in root.loop.messages
@@ -128,6 +134,7 @@ async def _drive(
         "records": records,
         "stored": stored,
         "spawn_ms": spawn_ms,
+        "notify_ms": notify_ms,
         "notified_ids": notified_ids,
         "wall_s": wall,
         "peak_workers": peak_workers,
@@ -206,6 +213,9 @@ def run_stress(
         "launch_to_ready_p50_ms": round(_percentile(spawn, 50), 2),
         "launch_to_ready_p99_ms": round(_percentile(spawn, 99), 2),
         "launch_to_ready_mean_ms": round(statistics.fmean(spawn), 2) if spawn else 0.0,
+        # From a background agent's end to its notification reaching the root.
+        "notification_p50_ms": round(_percentile(result["notify_ms"], 50), 2),
+        "notification_p99_ms": round(_percentile(result["notify_ms"], 99), 2),
         "peak_concurrent_workers": result["peak_workers"],
         "supervisor_cpu_s": round(
             (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system), 3

@@ -19,6 +19,7 @@ def test_stress_with_every_fault_loses_nothing() -> None:
     assert report["completed"] + report["failed"] == 40
     assert report["failed"] == report["faults_planned"] > 0
     assert report["notifications"] == report["background"]
+    assert 0 <= report["notification_p50_ms"] <= report["notification_p99_ms"]
     assert report["peak_concurrent_workers"] <= 10
     assert set(report["failed_by_reason"]) <= {
         "killed by signal SIGSEGV (segmentation fault)",
