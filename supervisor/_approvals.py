@@ -22,6 +22,7 @@ __all__ = [
     "ApprovalRequest",
     "QuestionHandler",
     "QuestionRequest",
+    "Requester",
     "TerminalApprovalHandler",
     "describe_origin",
     "fixed_approval_handler",
@@ -38,6 +39,21 @@ class ApprovalOrigin:
     agent_id: str | None = None
     session_id: str | None = None
     parent_tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who puts an ask to the root's handlers, and where its events are recorded.
+
+    ``root_session_id`` is the identity the ask is made with (S-APR-1);
+    ``event_sessions`` the child's session and, mirrored, its parent's
+    (S-APR-2), or just the root's own.
+    """
+
+    root_session_id: str
+    origin: ApprovalOrigin
+    description: str
+    event_sessions: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,9 +209,7 @@ async def _run(
             if timed_out.is_set():
                 status = "timeout"
         records = host.registry.list(root.session_id)
-        narration = [
-            _narrate(message) for message in root.loop.messages if _narrate(message) is not None
-        ]
+        narration = [text for text in map(_narrate, root.loop.messages) if text is not None]
         report = {
             "session_id": root.session_id,
             "status": status if outcome is None or status == "timeout" else outcome.status,

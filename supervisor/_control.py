@@ -33,14 +33,22 @@ def control_socket_path(home: Path, session_id: str) -> Path:
     return home / "run" / f"{session_id}.sock"
 
 
+async def _read_line(stream: trio.SocketStream) -> bytes:
+    """Bytes up to a newline (included), at EOF, or at ``_MAX_LINE``."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < _MAX_LINE:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 async def _handle(host: Subvisor, stream: trio.SocketStream) -> None:
     async with stream:
-        data = b""
-        while not data.endswith(b"\n") and len(data) < _MAX_LINE:
-            chunk = await stream.receive_some(4096)
-            if not chunk:
-                return
-            data += chunk
+        data = await _read_line(stream)
+        if not data.endswith(b"\n") and len(data) < _MAX_LINE:
+            return  # the client went away before finishing its request
         reply: dict[str, Any]
         try:
             request = json.loads(data)
@@ -89,11 +97,6 @@ async def send_control_request(path: Path, request: dict[str, Any]) -> dict[str,
     stream = await trio.open_unix_socket(str(path))
     async with stream:
         await stream.send_all(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = await stream.receive_some(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = await _read_line(stream)
     reply: dict[str, Any] = json.loads(data)
     return reply

@@ -24,10 +24,10 @@ from protocol import ModelRequest, WorkerRequest
 
 from ._approvals import (
     ApprovalHandler,
-    ApprovalOrigin,
     ApprovalRequest,
     QuestionHandler,
     QuestionRequest,
+    Requester,
 )
 from ._config import SupervisorConfig
 from ._handle import RequestRefused, WireTap, WorkerHandle
@@ -189,19 +189,7 @@ class Subvisor:
         if request.method == "mcp.call_tool":
             return await self._call_mcp(run, request.params)
         if request.method == "user.question":
-            launch = run.launch
-            return await self.ask_question(
-                request.params,
-                root_session_id=launch.parent_session_id,
-                origin=ApprovalOrigin(
-                    kind="subagent",
-                    agent_id=run.task_id,
-                    session_id=launch.child_session_id,
-                    parent_tool_call_id=launch.tool_use_id,
-                ),
-                description=launch.description,
-                event_sessions=(launch.child_session_id, launch.parent_session_id),
-            )
+            return await self.ask_question(request.params, run.requester)
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
@@ -254,21 +242,7 @@ class Subvisor:
         tool, tool_input = params.get("tool"), params.get("input")
         if not isinstance(tool, str) or not isinstance(tool_input, dict):
             raise RequestRefused("bad_request", "permission.check needs a tool name and its input")
-        launch = run.launch
-        decision = await self.authorize_call(
-            run,
-            tool,
-            tool_input,
-            root_session_id=launch.parent_session_id,
-            origin=ApprovalOrigin(
-                kind="subagent",
-                agent_id=run.task_id,
-                session_id=launch.child_session_id,
-                parent_tool_call_id=launch.tool_use_id,
-            ),
-            description=launch.description,
-            event_sessions=(launch.child_session_id, launch.parent_session_id),
-        )
+        decision = await self.authorize_call(run, tool, tool_input, run.requester)
         return {"allowed": decision.action == "allow", "reason": decision.reason}
 
     async def authorize_call(
@@ -276,34 +250,36 @@ class Subvisor:
         agent: PolicyHolder,
         tool: str,
         tool_input: dict[str, Any],
-        *,
-        root_session_id: str,
-        origin: ApprovalOrigin,
-        description: str,
-        event_sessions: tuple[str, ...],
+        requester: Requester,
     ) -> PolicyDecision:
         """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``.
 
-        Permission events go to ``event_sessions`` (the child's and, mirrored,
-        its parent's: S-APR-2), each naming the origin.
+        Permission events go to the requester's event sessions (the child's
+        and, mirrored, its parent's: S-APR-2), each naming the origin.
         """
         decision = agent.policy.check(tool, tool_input)
         if decision.action == "ask" and self.approval_handler is None:
             decision = agent.policy.authorize_headless(tool, tool_input)
-        event: dict[str, Any] = {"tool": tool, "agentId": origin.agent_id, "origin": origin.kind}
+        event: dict[str, Any] = {
+            "tool": tool,
+            "agentId": requester.origin.agent_id,
+            "origin": requester.origin.kind,
+        }
         if decision.action == "ask":
             assert self.approval_handler is not None
             self._record(
-                event_sessions, "PermissionRequested", {**event, "reason": decision.reason}
+                requester.event_sessions,
+                "PermissionRequested",
+                {**event, "reason": decision.reason},
             )
             answer = await self.approval_handler(
                 ApprovalRequest(
-                    session_id=root_session_id,
-                    origin=origin,
+                    session_id=requester.root_session_id,
+                    origin=requester.origin,
                     tool=tool,
                     tool_input=tool_input,
                     reason=decision.reason,
-                    description=description,
+                    description=requester.description,
                 )
             )
             if answer == "deny":
@@ -311,21 +287,17 @@ class Subvisor:
             else:
                 if answer == "allow_always":
                     agent.policy = agent.policy.remembering(tool, tool_input)
-                self._record(event_sessions, "PermissionResolved", {**event, "decision": answer})
+                self._record(
+                    requester.event_sessions, "PermissionResolved", {**event, "decision": answer}
+                )
                 return PolicyDecision("allow")
         if decision.action == "deny":
-            self._record(event_sessions, "PermissionDenied", {**event, "reason": decision.reason})
+            self._record(
+                requester.event_sessions, "PermissionDenied", {**event, "reason": decision.reason}
+            )
         return decision
 
-    async def ask_question(
-        self,
-        params: dict[str, Any],
-        *,
-        root_session_id: str,
-        origin: ApprovalOrigin,
-        description: str,
-        event_sessions: tuple[str, ...],
-    ) -> dict[str, Any]:
+    async def ask_question(self, params: dict[str, Any], requester: Requester) -> dict[str, Any]:
         """Put an agent's AskUserQuestion to the question handler (S-APR-1)."""
         question, options = params.get("question"), params.get("options") or []
         if not isinstance(question, str) or not question.strip():
@@ -337,18 +309,22 @@ class Subvisor:
                 "reason": "nobody can answer questions in this session; decide for yourself "
                 "and say in your answer what you assumed"
             }
-        event = {"agentId": origin.agent_id, "origin": origin.kind, "question": question}
-        self._record(event_sessions, "QuestionAsked", event)
+        event = {
+            "agentId": requester.origin.agent_id,
+            "origin": requester.origin.kind,
+            "question": question,
+        }
+        self._record(requester.event_sessions, "QuestionAsked", event)
         answer = await self.question_handler(
             QuestionRequest(
-                session_id=root_session_id,
-                origin=origin,
+                session_id=requester.root_session_id,
+                origin=requester.origin,
                 question=question,
                 options=tuple(options),
-                description=description,
+                description=requester.description,
             )
         )
-        self._record(event_sessions, "QuestionAnswered", {**event, "answer": answer})
+        self._record(requester.event_sessions, "QuestionAnswered", {**event, "answer": answer})
         return {"answer": answer}
 
     def _record(self, sessions: tuple[str, ...], name: str, data: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
 from ._agent_tool import AgentTool
-from ._approvals import ApprovalOrigin
+from ._approvals import ApprovalOrigin, Requester
 from ._errors import SubvisorError
 from ._mcp import McpHubTool
 from ._messaging import SendMessageTool
@@ -65,15 +65,7 @@ class PolicyApprovals:
     async def authorize(self, call: ToolCall) -> str | None:
         """``None`` when the call may run, else why not."""
         root = self._root
-        decision = await root.host.authorize_call(
-            root,
-            call.name,
-            dict(call.input),
-            root_session_id=root.session_id,
-            origin=ApprovalOrigin(kind="root", session_id=root.session_id),
-            description="main agent",
-            event_sessions=(root.session_id,),
-        )
+        decision = await root.host.authorize_call(root, call.name, dict(call.input), root.requester)
         return None if decision.action == "allow" else decision.reason
 
 
@@ -90,13 +82,7 @@ class RootQuestionTool:
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Ask and wait for the answer."""
         root = self._root
-        answer = await root.host.ask_question(
-            dict(call.input),
-            root_session_id=root.session_id,
-            origin=ApprovalOrigin(kind="root", session_id=root.session_id),
-            description="main agent",
-            event_sessions=(root.session_id,),
-        )
+        answer = await root.host.ask_question(dict(call.input), root.requester)
         if "answer" in answer:
             return ToolOutput(f"The user answered: {answer['answer']}")
         return ToolOutput(f"Error: {answer['reason']}", is_error=True)
@@ -147,6 +133,13 @@ class RootSession:
             self.session_id, parent_id=None, task_type="root", model=model, cwd=str(cwd)
         )
         self.queue = host.command_queue(self.session_id)
+        #: The root as the asker of approvals and questions.
+        self.requester = Requester(
+            root_session_id=self.session_id,
+            origin=ApprovalOrigin(kind="root", session_id=self.session_id),
+            description="main agent",
+            event_sessions=(self.session_id,),
+        )
         local = LocalToolSet(tools)
         context = ToolContext(cwd=cwd)
         settings = host.settings

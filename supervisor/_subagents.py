@@ -38,6 +38,7 @@ from protocol import (
 from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
+from ._approvals import ApprovalOrigin, Requester
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._handle import WorkerHandle
 from ._notifications import Command, build_task_notification
@@ -228,6 +229,22 @@ class SubagentRun:
                     self.done.set()
 
     @property
+    def requester(self) -> Requester:
+        """This agent as the asker of approvals and questions (S-APR-1, S-APR-2)."""
+        launch = self.launch
+        return Requester(
+            root_session_id=launch.parent_session_id,
+            origin=ApprovalOrigin(
+                kind="subagent",
+                agent_id=self.task_id,
+                session_id=launch.child_session_id,
+                parent_tool_call_id=launch.tool_use_id,
+            ),
+            description=launch.description,
+            event_sessions=(launch.child_session_id, launch.parent_session_id),
+        )
+
+    @property
     def started_at(self) -> float:
         """When the run was launched (monotonic)."""
         return self._started
@@ -416,8 +433,6 @@ class SubagentRun:
             "SubagentStopped",
             {"agentId": self.task_id, "status": status, "error": error},
         )
-        self.ready.set()
-        self.done.set()
         if self.record.background and host.registry.mark_notified(self.task_id):
             host.command_queue(launch.parent_session_id).enqueue(
                 Command(
