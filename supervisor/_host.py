@@ -30,7 +30,8 @@ from ._approvals import (
     Requester,
 )
 from ._config import SupervisorConfig
-from ._handle import RequestRefused, WireTap, WorkerHandle
+from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
@@ -80,7 +81,11 @@ class Subvisor:
         self.question_handler = question_handler
         self.mcp = McpHub(self.settings.mcp_servers)
         self.runs: dict[str, SubagentRun] = {}
+        #: Subagent lifecycle events for live watchers (the control channel, S-OBS-1).
+        self.lifecycle = LifecycleFeed()
         self._by_worker: dict[str, SubagentRun] = {}
+        #: Workers that no SubagentRun drives (a workflow's actors) answer here.
+        self._worker_servers: dict[str, RequestHandler] = {}
         self._queues: dict[str, CommandQueue] = {}
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -168,7 +173,17 @@ class Subvisor:
         """Forget a worker that has ended."""
         self._by_worker.pop(worker_id, None)
 
+    def serve_worker_with(self, worker_id: str, server: RequestHandler | None) -> None:
+        """Route every request of a worker that runs no subagent to ``server`` (None: stop)."""
+        if server is None:
+            self._worker_servers.pop(worker_id, None)
+        else:
+            self._worker_servers[worker_id] = server
+
     async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
+        server = self._worker_servers.get(handle.worker_id)
+        if server is not None:
+            return await server(handle, request)
         if request.method not in (
             "model.call",
             "permission.check",

@@ -1,0 +1,84 @@
+"""Dynamic workflows: a script declares named actors and asks them for work (S-ACT-1..5).
+
+A subagent is hired on the spot by a parent model; an actor is a role
+written into a workflow script, run by the engine in its own worker process,
+journaled, and replayed by name when the script is amended and run again::
+
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def review(ctx, diff: str) -> Verdict:
+        writer = agent("writer", system="You write minimal, correct patches.")
+        critic = agent("critic", system="You review patches.", tools=["Read", "Grep"])
+        draft = await writer.ask(f"Draft a fix for: {diff}")
+        return await critic.ask(f"Review: {draft}", schema=Verdict)
+
+Run it with ``subvisor workflow run review.py --input diff=...``, amend it
+with ``--amend RUN_ID``, look at a run with ``subvisor workflow show RUN_ID``.
+"""
+
+from ._actor import Actor, ActorDefinition, prompt_hash
+from ._contract import (
+    ACTOR_DISALLOWED_TOOLS,
+    ACTOR_IDENTITY,
+    actor_system_prompt,
+    actor_tool_names,
+)
+from ._engine import (
+    Workflow,
+    WorkflowContext,
+    WorkflowOutcome,
+    agent,
+    load_workflow,
+    run_workflow,
+    workflow,
+)
+from ._errors import (
+    ActorAnswerInvalid,
+    ActorAskFailed,
+    ActorCrashed,
+    DuplicateActorName,
+    WorkflowActorPinnedModelError,
+    WorkflowError,
+    WorkflowFailed,
+    WorkflowScriptError,
+)
+from ._journal import ActorRecord, AskRecord, AskSource, RunRecord, RunStatus, WorkflowJournal
+from ._model import ActorModel, ModelSource, resolve_actor_model
+from ._sites import ActorSite, analyse_script
+
+__all__ = [
+    "ACTOR_DISALLOWED_TOOLS",
+    "ACTOR_IDENTITY",
+    "Actor",
+    "ActorAnswerInvalid",
+    "ActorAskFailed",
+    "ActorCrashed",
+    "ActorDefinition",
+    "ActorModel",
+    "ActorRecord",
+    "ActorSite",
+    "AskRecord",
+    "AskSource",
+    "DuplicateActorName",
+    "ModelSource",
+    "RunRecord",
+    "RunStatus",
+    "Workflow",
+    "WorkflowActorPinnedModelError",
+    "WorkflowContext",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowJournal",
+    "WorkflowOutcome",
+    "WorkflowScriptError",
+    "actor_system_prompt",
+    "actor_tool_names",
+    "agent",
+    "analyse_script",
+    "load_workflow",
+    "prompt_hash",
+    "resolve_actor_model",
+    "run_workflow",
+    "workflow",
+]

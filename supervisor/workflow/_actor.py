@@ -1,0 +1,459 @@
+"""``Actor``: one role of a workflow script, asked in order, with one conversation.
+
+Each actor owns one worker process, started at its first fresh ask and kept
+for the rest of the run. The conversation is kept here, in the supervisor:
+every ask sends the worker the conversation so far, and the worker's model
+calls show what it became (the model's last request plus its answer). So a
+conversation can start from a journal: an amended re-run replays the asks
+that did not change, without a worker or a model call, and the first fresh
+ask hands the worker the replayed conversation.
+
+Asks to one actor are serialized by a lock (S-ACT-1); actors are independent,
+so asks to different actors run at the same time. An ask that fails (a
+crash, a model error, the turn limit, an answer that does not validate)
+leaves the conversation as it was; after a crash the next ask starts a new
+worker on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import trio
+from pydantic import ValidationError
+
+from protocol import (
+    AgentOutcome,
+    AgentRunSpec,
+    ChatMessage,
+    ModelRequest,
+    ModelResult,
+    ToolSpec,
+    Usage,
+    WorkerRequest,
+)
+from worker.tools import LocalToolSet, resolve_tool_name
+
+from .._approvals import ApprovalOrigin, Requester
+from .._errors import SubvisorError, WorkerExitedError, WorkerRequestError
+from .._handle import RequestRefused, WorkerHandle
+from .._policy import ToolPolicy
+from .._supervisor import default_request_handler
+from ..providers import ModelError
+from ._errors import ActorAnswerInvalid, ActorAskFailed, ActorCrashed, WorkflowError
+from ._journal import AskRecord, WorkflowJournal
+from ._model import ActorModel
+from ._typed import AnswerSchema
+
+if TYPE_CHECKING:
+    from .._host import Subvisor
+
+__all__ = ["Actor", "ActorDefinition", "ActorEnvironment", "prompt_hash"]
+
+T = TypeVar("T")
+
+
+def prompt_hash(prompt: str, schema: AnswerSchema[Any] | None) -> str:
+    """What an ask is matched by on an amended re-run: its prompt and its answer type."""
+    document = json.dumps({"prompt": prompt, "schema": schema.json_schema if schema else None})
+    return hashlib.sha256(document.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ActorDefinition:
+    """An actor as the script declared it, with its model resolved."""
+
+    key: str
+    name: str | None
+    line: int
+    system: str
+    tools: tuple[str, ...]
+    model: ActorModel
+    max_turns: int
+
+    @property
+    def label(self) -> str:
+        """How messages name it: ``'critic'`` or ``anonymous actor of line 20``."""
+        return repr(self.name) if self.name is not None else f"(anonymous, line {self.line})"
+
+    @property
+    def definition_hash(self) -> str:
+        """Its instructions and tools: a replay needs them unchanged."""
+        document = json.dumps({"system": self.system, "tools": list(self.tools)})
+        return hashlib.sha256(document.encode()).hexdigest()
+
+    @property
+    def agent_keys(self) -> tuple[str, ...]:
+        """Scenario keys for the scripted provider: its name (or ``~N``), then fallbacks."""
+        return (self.key, "anonymous" if self.name is None else "actor", "default")
+
+
+@dataclass(slots=True)
+class ActorEnvironment:
+    """What the run lends its actors."""
+
+    host: Subvisor
+    journal: WorkflowJournal
+    run_id: str
+    cwd: str
+    nursery: trio.Nursery
+    lent_mcp: tuple[ToolSpec, ...] = ()
+
+
+@dataclass(slots=True)
+class _Round:
+    """The model calls of one ``agent.run``: what they cost, the last exchange."""
+
+    calls: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    last_request: tuple[ChatMessage, ...] = ()
+    last_result: ModelResult | None = None
+
+
+class Actor:
+    """A declared actor; ``await actor.ask(prompt)`` or ``ask(prompt, schema=Model)``."""
+
+    def __init__(
+        self,
+        env: ActorEnvironment,
+        definition: ActorDefinition,
+        replay: list[AskRecord] | None = None,
+        replayed_from: str | None = None,
+    ) -> None:
+        self._env = env
+        self.definition = definition
+        #: Rules its tool calls are checked against ("allow always" grows them).
+        self.policy = ToolPolicy(
+            rules=env.host.settings.rules, mode=env.host.settings.mode, project_dir=env.cwd
+        )
+        self.agent_id = f"actor_{uuid.uuid4().hex[:16]}"
+        self.history: list[ChatMessage] = []
+        #: Answered asks of the amended run this actor may replay, by index.
+        self._replay = {ask.ask_index: ask for ask in replay or () if ask.status == "answered"}
+        self._replayed_from = replayed_from
+        self._diverged = not self._replay
+        self._asks = 0
+        self._lock = trio.Lock()
+        self._handle: WorkerHandle | None = None
+        self._round: _Round | None = None
+        # Model calls of failed asks: not in the conversation, but the scripted
+        # provider's turn numbering must move past them.
+        self._lost_calls = 0
+        self._process_groups: set[int] = set()
+        lent = {spec.name: spec for spec in env.lent_mcp}
+        self._mcp_tools = tuple(lent[name] for name in definition.tools if name in lent)
+        local = LocalToolSet(name for name in definition.tools if name not in lent)
+        #: Exactly what the model is offered (S-ACT-4).
+        self.tool_specs: tuple[ToolSpec, ...] = (*local.specs, *self._mcp_tools)
+        self._requester = Requester(
+            root_session_id=env.run_id,
+            origin=ApprovalOrigin(kind="subagent", agent_id=self.agent_id),
+            description=f"workflow actor {definition.label}",
+            event_sessions=(),
+        )
+
+    @property
+    def name(self) -> str | None:
+        """The actor's name (None for an anonymous actor)."""
+        return self.definition.name
+
+    @overload
+    async def ask(self, prompt: str) -> str: ...
+
+    @overload
+    async def ask(self, prompt: str, schema: type[T]) -> T: ...
+
+    async def ask(self, prompt: str, schema: type[Any] | None = None) -> Any:
+        """Ask once and return the answer: text, or with ``schema`` a validated value.
+
+        Raises ``ActorCrashed`` when the worker ends during the ask,
+        ``ActorAnswerInvalid`` when a typed answer fails validation twice,
+        and ``ActorAskFailed`` for any other ask that got no answer.
+        """
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
+        answer_schema = AnswerSchema(schema) if schema is not None else None
+        async with self._lock:
+            index = self._asks
+            self._asks += 1
+            key = prompt_hash(prompt, answer_schema)
+            cached = None if self._diverged else self._replay.get(index)
+            if cached is not None and cached.prompt_hash == key:
+                return self._replay_ask(cached, answer_schema)
+            # From the first ask that differs on, this actor runs for real.
+            self._diverged = True
+            return await self._ask_fresh(index, prompt, key, answer_schema)
+
+    # -- replay ---------------------------------------------------------------------
+
+    def _replay_ask(self, cached: AskRecord, schema: AnswerSchema[Any] | None) -> Any:
+        now = time.time()
+        self.history.extend(cached.messages)
+        self._env.journal.record_ask(
+            AskRecord(
+                run_id=self._env.run_id,
+                actor_key=self.definition.key,
+                ask_index=cached.ask_index,
+                prompt_hash=cached.prompt_hash,
+                prompt=cached.prompt,
+                schema_name=cached.schema_name,
+                model=cached.model,
+                status="answered",
+                answer=cached.answer,
+                error=None,
+                messages=cached.messages,
+                source="cached",
+                replayed_from=cached.replayed_from or self._replayed_from,
+                usage=Usage(),
+                model_calls=0,
+                tool_calls=0,
+                started_at=now,
+                ended_at=now,
+            )
+        )
+        answer = cached.answer or ""
+        return schema.parse(answer) if schema is not None else answer
+
+    # -- fresh asks -----------------------------------------------------------------
+
+    async def _ask_fresh(
+        self, index: int, prompt: str, key: str, schema: AnswerSchema[Any] | None
+    ) -> Any:
+        started = time.time()
+        base = len(self.history)
+        conversation = list(self.history)
+        spent = _Round()
+        answered = False
+        answer: str | None = None
+        error: str | None = None
+        try:
+            text = prompt if schema is None else f"{prompt}\n\n{schema.instructions()}"
+            answer, conversation = await self._run_round(text, conversation, spent)
+            value: Any = answer
+            if schema is not None:
+                try:
+                    value = schema.parse(answer)
+                except ValueError as first:
+                    # One correction round, with the validation error (S-ACT-1 typed asks).
+                    answer, conversation = await self._run_round(
+                        schema.correction(str(first)), conversation, spent
+                    )
+                    try:
+                        value = schema.parse(answer)
+                    except ValueError as second:
+                        raise ActorAnswerInvalid(
+                            self.definition.label, schema.name, str(second), answer
+                        ) from None
+            answered = True
+            return value
+        except ActorAskFailed as exc:
+            error = str(exc)
+            raise
+        finally:
+            if answered:
+                self.history = conversation
+            else:
+                self._lost_calls += spent.calls
+            self._env.journal.record_ask(
+                AskRecord(
+                    run_id=self._env.run_id,
+                    actor_key=self.definition.key,
+                    ask_index=index,
+                    prompt_hash=key,
+                    prompt=prompt,
+                    schema_name=schema.name if schema is not None else None,
+                    model=self.definition.model.model,
+                    status="answered" if answered else "failed",
+                    answer=answer,
+                    error=None if answered else (error or "the ask was cancelled"),
+                    messages=tuple(conversation[base:]),
+                    source="fresh",
+                    usage=spent.usage,
+                    model_calls=spent.calls,
+                    tool_calls=spent.tool_calls,
+                    started_at=started,
+                    ended_at=time.time(),
+                )
+            )
+
+    async def _run_round(
+        self, text: str, conversation: list[ChatMessage], spent: _Round
+    ) -> tuple[str, list[ChatMessage]]:
+        """One ``agent.run`` on the worker: ``text`` after ``conversation``.
+
+        Returns the answer and the conversation it ends with.
+        """
+        definition = self.definition
+        handle = await self._worker()
+        spec = AgentRunSpec(
+            agent_id=self.agent_id,
+            system=definition.system,
+            prompt=text,
+            history=tuple(conversation),
+            tools=tuple(name for name in definition.tools if name not in self._mcp_names),
+            mcp_tools=self._mcp_tools,
+            preapproved_tools=tuple(t for t in definition.tools if self.policy.always_allows(t)),
+            max_turns=definition.max_turns,
+            cwd=self._env.cwd,
+            model=definition.model.model,
+        )
+        self._round = round_ = _Round()
+        try:
+            raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+            outcome = AgentOutcome.model_validate(raw)
+        except WorkerExitedError as exc:
+            await self._release_worker()
+            raise ActorCrashed(definition.label, exc.exit.reason) from None
+        except WorkerRequestError as exc:
+            raise ActorAskFailed(definition.label, f"{exc.code}: {exc.message}") from None
+        except ValidationError as exc:
+            raise ActorAskFailed(definition.label, f"malformed outcome: {exc}") from None
+        finally:
+            self._round = None
+            spent.calls += round_.calls
+            spent.tool_calls += round_.tool_calls
+            spent.usage = spent.usage + round_.usage
+        if outcome.status != "completed":
+            raise ActorAskFailed(
+                definition.label,
+                f"it reached its limit of {definition.max_turns} model turns without a final "
+                "answer; give it more with agent(..., max_turns=N) or ask for less at once",
+            )
+        result = round_.last_result
+        sent = round_.last_request
+        # The model's last request holds the conversation the worker ran; it
+        # must continue this actor's, or the worker is not telling the truth.
+        if result is None or list(sent[: len(conversation)]) != conversation:
+            raise ActorAskFailed(
+                definition.label, "its worker's conversation does not continue the actor's"
+            )
+        reply = ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls)
+        return outcome.text, [*sent, reply]
+
+    @property
+    def _mcp_names(self) -> frozenset[str]:
+        return frozenset(spec.name for spec in self._mcp_tools)
+
+    # -- the worker -----------------------------------------------------------------
+
+    async def _worker(self) -> WorkerHandle:
+        if self._handle is not None and self._handle.alive:
+            return self._handle
+        host = self._env.host
+        try:
+            handle = await host.supervisor.spawn(host.settings.subagent_limits)
+        except SubvisorError as exc:
+            raise ActorAskFailed(
+                self.definition.label, f"its worker could not be started: {exc}"
+            ) from None
+        host.serve_worker_with(handle.worker_id, self._serve)
+        self._handle = handle
+        self._env.nursery.start_soon(self._drain_events, handle)
+        return handle
+
+    async def _drain_events(self, handle: WorkerHandle) -> None:
+        # The conversation comes from the model calls; events only tell which
+        # process groups Bash started, to kill with the worker. They must be
+        # read anyway: an unread event channel would stall the worker's pipe.
+        while True:
+            try:
+                batch = await handle.receive_event_batch()
+            except WorkerExitedError:
+                return
+            for event in batch:
+                pgid = event.data.get("pgid") if event.name == "process_group" else None
+                if isinstance(pgid, int) and pgid > 1:
+                    self._process_groups.add(pgid)
+
+    async def _release_worker(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        with trio.CancelScope(shield=True):
+            if handle.alive:
+                await handle.shutdown(grace_s=2.0)
+            else:
+                await handle.wait()
+        for pgid in self._process_groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        self._process_groups.clear()
+        self._env.host.serve_worker_with(handle.worker_id, None)
+
+    async def close(self) -> None:
+        """Stop the worker (if any); the run calls this when it ends."""
+        await self._release_worker()
+
+    # -- what the worker asks of the supervisor -------------------------------------
+
+    async def _serve(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
+        method, params = request.method, request.params
+        if method == "model.call":
+            return await self._call_model(params)
+        if method == "permission.check":
+            tool, tool_input = params.get("tool"), params.get("input")
+            if not isinstance(tool, str) or not isinstance(tool_input, dict):
+                raise RequestRefused("bad_request", "permission.check needs a tool and its input")
+            if (resolve_tool_name(tool) or tool) not in self.definition.tools:
+                return {"allowed": False, "reason": f"{tool} is not one of this actor's tools"}
+            decision = await self._env.host.authorize_call(self, tool, tool_input, self._requester)
+            return {"allowed": decision.action == "allow", "reason": decision.reason}
+        if method == "mcp.call_tool":
+            name, arguments = params.get("name"), params.get("arguments")
+            if not isinstance(name, str) or not isinstance(arguments, dict):
+                raise RequestRefused("bad_request", "mcp.call_tool needs a tool name and arguments")
+            if name not in self._mcp_names:
+                raise RequestRefused("not_lent", f"{name} was not lent to this actor")
+            result = await self._env.host.mcp.call(name, arguments)
+            return {"text": result.text, "is_error": result.is_error}
+        if method == "user.question":
+            return {
+                "reason": "an actor cannot ask questions: a script, not a person, reads its "
+                "answers (S-ACT-4); decide for yourself and say what you assumed"
+            }
+        if method == "coordinator.message":
+            raise RequestRefused(
+                "not_available", "an actor has no coordinator; put everything in its answer"
+            )
+        return await default_request_handler(handle, request)
+
+    async def _call_model(self, params: dict[str, Any]) -> dict[str, Any]:
+        round_ = self._round
+        if round_ is None:
+            raise RequestRefused("no_ask", "this actor is not being asked anything")
+        try:
+            asked = ModelRequest.model_validate(params)
+        except ValidationError as exc:
+            raise RequestRefused("bad_request", f"invalid model request: {exc}") from None
+        definition = self.definition
+        # The worker is untrusted: model, instructions, tools and scenario
+        # position are the supervisor's, whatever the worker put there.
+        earlier = sum(1 for m in asked.messages if m.role == "assistant")
+        call = asked.model_copy(
+            update={
+                "model": definition.model.model,
+                "system": definition.system,
+                "tools": self.tool_specs,
+                "agent_keys": definition.agent_keys,
+                "call_index": earlier + self._lost_calls,
+            }
+        )
+        try:
+            result = await self._env.host.gateway.call(call)
+        except ModelError as exc:
+            raise RequestRefused("model_error", str(exc)) from None
+        round_.calls += 1
+        round_.tool_calls += len(result.tool_calls)
+        round_.usage = round_.usage + result.usage
+        round_.last_request = asked.messages
+        round_.last_result = result
+        return result.model_dump(mode="python")
