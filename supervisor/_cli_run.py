@@ -32,6 +32,7 @@ from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._tasks import TaskRecord
 from ._terminal import TerminalConsole
+from ._usage import root_usage
 from .providers import ModelError
 
 __all__ = [
@@ -132,25 +133,12 @@ def _move_foreground(host: Subvisor, session_id: str) -> int:
     )
 
 
-def _usage_summary(outcome: AgentOutcome | None, records: list[TaskRecord]) -> dict[str, Any]:
-    root = outcome.usage if outcome is not None else None
-    children = {
-        "input_tokens": sum(r.usage.input_tokens for r in records),
-        "output_tokens": sum(r.usage.output_tokens for r in records),
-        "model_calls": sum(r.usage.model_calls for r in records),
-        "tool_calls": sum(r.usage.tool_calls for r in records),
-    }
-    root_usage = {
-        "input_tokens": root.input_tokens if root else 0,
-        "output_tokens": root.output_tokens if root else 0,
-    }
-    return {
-        "root": root_usage,
-        "subagents": children,
-        "total_tokens": sum(root_usage.values())
-        + children["input_tokens"]
-        + children["output_tokens"],
-    }
+def _usage_summary(host: Subvisor, root: RootSession) -> dict[str, Any]:
+    """Store the root's own usage, then report the session's rollup (what ``ps`` shows too)."""
+    session = host.store.get_session(root.session_id)
+    created_at = session.created_at if session is not None else time.time()
+    host.store.record_usage(root.session_id, root_usage(root, created_at=created_at))
+    return host.store.usage_rollup(root.session_id).summary()
 
 
 async def _enforce_timeout(
@@ -192,7 +180,7 @@ async def _run(
         request.settings, approval_handler=handler, question_handler=questions
     ) as host:
         root = RootSession(host, model=request.model, cwd=request.cwd)
-        async with serve_control(host, root.session_id):
+        async with serve_control(host, root.session_id, root=root):
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
                 if console.is_terminal and not request.json:
@@ -215,7 +203,7 @@ async def _run(
             "status": status if outcome is None or status == "timeout" else outcome.status,
             "answer": outcome.text if outcome is not None else None,
             "narration": narration,
-            "usage": _usage_summary(outcome, records),
+            "usage": _usage_summary(host, root),
             "tasks": [
                 {
                     "agentId": r.task_id,

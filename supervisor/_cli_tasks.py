@@ -1,21 +1,26 @@
-"""``subvisor ps``, ``logs`` and ``stop``: look at and stop the tasks of a session."""
+"""``subvisor ps``, ``logs``, ``stop`` and ``bg``: look at and steer the tasks of a session.
+
+A session whose supervisor is live answers on its control socket (live usage,
+and the only way to stop a task); otherwise the SQLite store has the record.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 
-import trio
 from rich.console import Console
 from rich.markup import escape
 
 from protocol import ChatMessage
 
 from ._cli_run import tasks_table, wide_console
-from ._control import control_socket_path, send_control_request
 from ._paths import database_path, subvisor_home
 from ._store import SessionStore
 from ._tasks import TaskRecord
+from ._top_client import ControlError, LiveSession, control_request, live_sessions
+from ._usage import UsageRollup
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
 
@@ -33,33 +38,91 @@ def _no_state(console: Console) -> int:
     return 1
 
 
-def ps_command(session_id: str | None, as_json: bool) -> int:
-    """List the tasks of a session (default: the latest root session)."""
-    console = wide_console()
+@dataclass(frozen=True, slots=True)
+class _SessionTasks:
+    session_id: str
+    status: str
+    live: bool
+    records: list[TaskRecord]
+    usage: UsageRollup
+
+
+def _live_tasks(session: LiveSession) -> _SessionTasks | None:
+    try:
+        reply = control_request(session.socket_path, {"op": "tasks"})
+    except (OSError, ControlError):
+        return None  # it ended meanwhile: the store has the final state
+    return _SessionTasks(
+        session_id=reply["session_id"],
+        status=reply["status"],
+        live=True,
+        records=[TaskRecord.model_validate(t) for t in reply["tasks"]],
+        usage=UsageRollup.from_summary(reply["usage"]),
+    )
+
+
+def _stored_tasks(console: Console, session_id: str | None) -> _SessionTasks | None:
     store = _open_store()
     if store is None:
-        return _no_state(console)
+        _no_state(console)
+        return None
     with store:
         session = store.get_session(session_id) if session_id else store.latest_root_session()
         if session is None:
             console.print(f"[red]no session {session_id!r}[/]" if session_id else "no sessions yet")
+            return None
+        return _SessionTasks(
+            session_id=session.session_id,
+            status=session.status,
+            live=False,
+            records=store.tasks_for_session(session.session_id),
+            usage=store.usage_rollup(session.session_id),
+        )
+
+
+def _latest_stored_at() -> float:
+    store = _open_store()
+    if store is None:
+        return 0.0
+    with store:
+        latest = store.latest_root_session()
+    return latest.created_at if latest is not None else 0.0
+
+
+def ps_command(session_id: str | None, as_json: bool) -> int:
+    """List the tasks of a session (default: the latest one, live or stored) and its usage."""
+    console = wide_console()
+    live = live_sessions(subvisor_home())
+    found: _SessionTasks | None = None
+    if session_id:
+        target = next((s for s in live if s.session_id == session_id), None)
+    else:
+        # The latest session, whether its supervisor still runs or not.
+        target = live[0] if live and live[0].started_at >= _latest_stored_at() else None
+    if target is not None:
+        found = _live_tasks(target)
+    if found is None:
+        found = _stored_tasks(console, session_id)
+        if found is None:
             return 1
-        records = store.tasks_for_session(session.session_id)
     if as_json:
         sys.stdout.write(
             json.dumps(
                 {
-                    "session_id": session.session_id,
-                    "tasks": [r.model_dump(mode="json") for r in records],
+                    "session_id": found.session_id,
+                    "status": found.status,
+                    "live": found.live,
+                    "tasks": [r.model_dump(mode="json") for r in found.records],
+                    "usage": found.usage.summary(),
                 },
                 indent=2,
             )
             + "\n"
         )
-    else:
-        console.print(
-            tasks_table(records, f"tasks of session {session.session_id} ({session.status})")
-        )
+        return 0
+    state = "live" if found.live else found.status
+    console.print(tasks_table(found.records, f"tasks of session {found.session_id} ({state})"))
+    console.print(f"usage: {found.usage.describe()}", highlight=False)
     return 0
 
 
@@ -74,8 +137,60 @@ def _find(store: SessionStore, console: Console, task_id: str) -> TaskRecord | N
     return record
 
 
+@dataclass(frozen=True, slots=True)
+class _LiveTask:
+    session: LiveSession
+    record: TaskRecord
+
+
+def _find_live(task_id: str) -> _LiveTask | None:
+    """The task (id or unique prefix) in a live session; ``None`` when no live session has it.
+
+    Every live session is asked, so a task of a run whose state lives
+    elsewhere (``subvisor stress``) is found too. Raises ``ControlError`` for
+    an ambiguous prefix.
+    """
+    for session in live_sessions(subvisor_home()):
+        try:
+            reply = control_request(session.socket_path, {"op": "task", "task_id": task_id})
+        except OSError:
+            continue
+        except ControlError as exc:
+            if exc.code == "unknown_task":
+                continue
+            raise
+        return _LiveTask(session, TaskRecord.model_validate(reply["task"]))
+    return None
+
+
+def _live_transcript(live: _LiveTask) -> list[ChatMessage]:
+    messages: list[ChatMessage] = []
+    after = 0
+    while True:
+        reply = control_request(
+            live.session.socket_path,
+            {"op": "transcript", "task_id": live.record.task_id, "after_seq": after},
+        )
+        for item in reply["messages"]:
+            item.pop("seq", None)
+            messages.append(ChatMessage.model_validate(item))
+        if reply["after_seq"] == after:
+            return messages
+        after = reply["after_seq"]
+
+
 def _load_task(console: Console, task_id: str) -> tuple[TaskRecord, list[ChatMessage]] | None:
     """The task ``task_id`` (a unique prefix will do) and its transcript; None after an error."""
+    try:
+        live = _find_live(task_id)
+    except ControlError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return None
+    if live is not None:
+        try:
+            return live.record, _live_transcript(live)
+        except (OSError, ControlError):
+            pass  # it ended meanwhile: read the store
     store = _open_store()
     if store is None:
         _no_state(console)
@@ -126,24 +241,37 @@ def background_command(task_id: str) -> int:
 
 def _control_command(task_id: str, op: str) -> int:
     console = wide_console()
-    found = _load_task(console, task_id)
-    if found is None:
+    try:
+        live = _find_live(task_id)
+    except ControlError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
         return 1
-    record, _ = found
+    if live is None:
+        # No live session has it: the store says how it ended (or that its
+        # supervisor died without recording an end).
+        store = _open_store()
+        if store is None:
+            return _no_state(console)
+        with store:
+            record = _find(store, console, task_id)
+        if record is None:
+            return 1
+        if record.is_terminal:
+            console.print(f"task {record.task_id} already ended: {record.status}")
+            return 0 if op == "stop" else 1
+        console.print(
+            f"[red]task {record.task_id} is recorded as {record.status}, but no running "
+            f"subvisor serves its session {record.parent_session_id}[/]: its supervisor has exited"
+        )
+        return 1
+    record = live.record
     if record.is_terminal:
         console.print(f"task {record.task_id} already ended: {record.status}")
         return 0 if op == "stop" else 1
-    path = control_socket_path(subvisor_home(), record.parent_session_id)
     try:
-        reply = trio.run(send_control_request, path, {"op": op, "task_id": record.task_id})
-    except OSError:
-        console.print(
-            f"[red]task {record.task_id} is recorded as {record.status}, but no running subvisor "
-            f"serves its session ({path} is gone)[/]: its supervisor has exited"
-        )
-        return 1
-    if not reply.get("ok"):
-        console.print(f"[red]{escape(str(reply.get('error')))}[/]")
+        reply = control_request(live.session.socket_path, {"op": op, "task_id": record.task_id})
+    except (OSError, ControlError) as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
         return 1
     done = "stopped" if op == "stop" else "moved to the background:"
     console.print(f"{done} {record.task_id} {reply.get('status') or ''}".rstrip())

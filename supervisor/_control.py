@@ -1,31 +1,111 @@
-"""A running session's control socket: other ``subvisor`` commands reach it here.
+"""A live session's control channel: `subvisor top`, `ps`, `logs`, `stop`, `bg` reach it.
 
-``subvisor run`` serves ``$SUBVISOR_HOME/run/<session>.sock`` while it runs;
-``subvisor stop ID`` connects and asks it to stop a task, ``subvisor bg ID``
-to move a foreground agent to the background. One JSON object per
-line each way. Only this user can connect (the socket is mode 0600).
+``subvisor run`` and ``subvisor stress`` serve ``$SUBVISOR_HOME/run/<session>.sock``
+while they run. Only this user can connect: the directory is 0700 and the
+socket 0600. One JSON object per line each way; a connection may send any
+number of requests, and each gets one reply line::
+
+    {"op": "list", "page": 1, "page_size": 20}
+    {"ok": true, "agents": [...], "total": 42, "pages": 3, "usage": {...}, ...}
+
+========================  ==================================================
+op                        reply
+========================  ==================================================
+``session``               the session: status, counts, usage rollup
+``list``                  one page of its subagents, finished ones too
+                          (``page`` from 1, ``page_size`` 1..100, default
+                          20; S-OBS-1), with live RSS, CPU% and usage
+``tasks``                 every task record of the session (``subvisor ps``)
+``task``                  one task by id or unique id prefix
+``transcript``            a child's messages with ``seq > after_seq``
+                          (read-only, incremental; S-OBS-2)
+``subscribe``             ``{"ok": true}``, then one line per lifecycle
+                          event (``supervisor._lifecycle``) until either end
+                          closes; ``{"event": "resync"}`` when some were
+                          dropped because the client read too slowly
+``stop``                  stop a task (``task_id``)
+``background``            move a foreground agent to the background
+========================  ==================================================
+
+A bad request (not JSON, not an object, an unknown op or id, a bad
+parameter) gets ``{"ok": false, "error": "..."}`` saying what to send
+instead; the connection and the server live on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import socket
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import trio
 
-from ._tasks import TaskError
+from ._lifecycle import LIFECYCLE_EVENTS
+from ._store import MAX_PAGE_SIZE, SessionRow
+from ._tasks import TaskError, TaskRecord, TaskUsage
+from ._usage import UsageRollup, root_usage, sum_usage
 
 if TYPE_CHECKING:
     from ._host import Subvisor
+    from ._root import RootSession
+    from ._subagents import SubagentRun
 
-__all__ = ["control_socket_path", "send_control_request", "serve_control"]
+__all__ = [
+    "CONTROL_OPS",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_REQUEST_BYTES",
+    "ControlRequestError",
+    "control_socket_path",
+    "send_control_request",
+    "serve_control",
+]
 
-_MAX_LINE = 64 * 1024
+log = logging.getLogger("subvisor")
+
+#: Every op the channel answers.
+CONTROL_OPS = (
+    "session",
+    "list",
+    "tasks",
+    "task",
+    "transcript",
+    "subscribe",
+    "stop",
+    "background",
+)
+
+#: Subagents per ``list`` page unless the client asks otherwise (S-OBS-1).
+DEFAULT_PAGE_SIZE = 20
+
+#: The longest request line the server reads; longer ones end the connection.
+MAX_REQUEST_BYTES = 64 * 1024
+
+#: A ``transcript`` reply stops adding messages past this many bytes (one at least).
+_TRANSCRIPT_REPLY_BYTES = 1024 * 1024
+
+#: Longest ``sun_path`` Linux accepts, terminating NUL included.
+_SUN_PATH_MAX = 108
+
+
+class ControlRequestError(ValueError):
+    """A request the channel cannot answer; the message says what to send instead.
+
+    ``code`` tells clients the kind: ``bad_request``, ``unknown_op``,
+    ``unknown_task``, ``ambiguous_task`` or ``not_running``.
+    """
+
+    def __init__(self, message: str, code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def control_socket_path(home: Path, session_id: str) -> Path:
@@ -33,56 +113,416 @@ def control_socket_path(home: Path, session_id: str) -> Path:
     return home / "run" / f"{session_id}.sock"
 
 
-async def _read_line(stream: trio.SocketStream) -> bytes:
-    """Bytes up to a newline (included), at EOF, or at ``_MAX_LINE``."""
-    data = b""
-    while not data.endswith(b"\n") and len(data) < _MAX_LINE:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
+class _LineStream:
+    """Newline-delimited JSON over one connection, buffering what arrives past a newline."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+
+    async def receive_line(self, limit: int = MAX_REQUEST_BYTES) -> bytes | None:
+        """The next line without its newline; ``None`` at EOF.
+
+        Raises ``ControlRequestError`` for a line over ``limit`` bytes.
+        """
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                return line
+            if len(self._buffer) > limit:
+                raise ControlRequestError(
+                    f"line longer than {limit} bytes; send one JSON object per line"
+                )
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                return None  # a partial last line without its newline is not a request
+            self._buffer += chunk
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Write one JSON line."""
+        await self.stream.send_all(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
-async def _handle(host: Subvisor, stream: trio.SocketStream) -> None:
-    async with stream:
-        data = await _read_line(stream)
-        if not data.endswith(b"\n") and len(data) < _MAX_LINE:
-            return  # the client went away before finishing its request
-        reply: dict[str, Any]
+def _int_param(request: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = request.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        bounds = f"from {low} to {high}" if high < 2**62 else f">= {low}"
+        raise ControlRequestError(f"{name} must be an integer {bounds}, not {value!r}")
+    return value
+
+
+def _str_param(request: dict[str, Any], name: str) -> str:
+    value = request.get(name)
+    if not isinstance(value, str) or not value:
+        raise ControlRequestError(f"{request.get('op')} needs {name!r} (a string)")
+    return value
+
+
+class _ControlServer:
+    """Answers the requests of one session's control connections."""
+
+    def __init__(self, host: Subvisor, session_id: str, root: RootSession | None) -> None:
+        self.host = host
+        self.session_id = session_id
+        self.root = root
+        # psutil measures CPU% between two calls on the same Process object.
+        self._processes: dict[int, psutil.Process] = {}
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        conn = _LineStream(stream)
+        async with stream:
+            try:
+                while True:
+                    try:
+                        line = await conn.receive_line()
+                    except ControlRequestError as exc:
+                        await conn.send({"ok": False, "error": str(exc), "code": exc.code})
+                        return
+                    if line is None:
+                        return
+                    if not line.strip():
+                        continue
+                    request, reply = self._parse(line), None
+                    if isinstance(request, dict) and request.get("op") == "subscribe":
+                        await self._subscribe(conn)
+                        return
+                    if isinstance(request, dict):
+                        reply = await self._answer(request)
+                    else:
+                        reply = {"ok": False, "error": request, "code": "bad_request"}
+                    await conn.send(reply)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the client went away
+
+    @staticmethod
+    def _parse(line: bytes) -> dict[str, Any] | str:
+        """The request object, or the error to reply with."""
         try:
-            request = json.loads(data)
-            op, task_id = request.get("op"), str(request["task_id"])
+            request = json.loads(line)
+        except ValueError as exc:
+            return (
+                f"malformed request ({exc}): send one JSON object per line,"
+                ' such as {"op": "list"}'
+            )
+        if not isinstance(request, dict):
+            return (
+                f'a request is a JSON object such as {{"op": "list"}}, not {type(request).__name__}'
+            )
+        return request
+
+    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        try:
+            if op == "session":
+                return self._session()
+            if op == "list":
+                return self._list(request)
+            if op == "tasks":
+                return self._tasks()
+            if op == "task":
+                return {
+                    "ok": True,
+                    "task": self._find(_str_param(request, "task_id")).model_dump(mode="json"),
+                }
+            if op == "transcript":
+                return self._transcript(request)
             if op == "stop":
-                record = await host.registry.stop(task_id)
-                reply = {"ok": True, "status": record.status}
-            elif op == "background":
+                record = await self.host.registry.stop(
+                    self._find(_str_param(request, "task_id")).task_id
+                )
+                return {"ok": True, "task_id": record.task_id, "status": record.status}
+            if op == "background":
+                record = self._find(_str_param(request, "task_id"))
                 # S-RUN-5: an explicit request to move a foreground agent.
-                moved = host.move_to_background(task_id)
-                reply = {"ok": moved, "error": None if moved else "not a running foreground agent"}
-            else:
-                raise ValueError(f"unknown op {op!r}; known: stop, background")
-        except (ValueError, KeyError, TaskError) as exc:
-            reply = {"ok": False, "error": str(exc)}
-        await stream.send_all(json.dumps(reply).encode() + b"\n")
+                if not self.host.move_to_background(record.task_id):
+                    raise ControlRequestError(
+                        f"task {record.task_id} is not a running foreground agent"
+                        f" ({record.status}{', background' if record.background else ''})",
+                        "not_running",
+                    )
+                return {"ok": True, "task_id": record.task_id, "status": "running"}
+            if op is None:
+                raise ControlRequestError(
+                    f"request has no 'op'; known ops: {', '.join(CONTROL_OPS)}", "unknown_op"
+                )
+            raise ControlRequestError(
+                f"unknown op {op!r}; known ops: {', '.join(CONTROL_OPS)}", "unknown_op"
+            )
+        except ControlRequestError as exc:
+            return {"ok": False, "error": str(exc), "code": exc.code}
+        except TaskError as exc:
+            return {"ok": False, "error": str(exc), "code": "not_running"}
+
+    # -- ops ------------------------------------------------------------------------
+
+    def _session_row(self) -> SessionRow:
+        row = self.host.store.get_session(self.session_id)
+        assert row is not None, "a served session is in the store"
+        return row
+
+    def _session(self) -> dict[str, Any]:
+        row = self._session_row()
+        return {
+            "ok": True,
+            "session_id": self.session_id,
+            "status": row.status,
+            "model": row.model,
+            "cwd": row.cwd,
+            "created_at": row.created_at,
+            "pid": os.getpid(),
+            "counts": self._counts(),
+            "usage": self.rollup().summary(),
+        }
+
+    def _list(self, request: dict[str, Any]) -> dict[str, Any]:
+        page = _int_param(request, "page", 1, 1, 2**62)
+        page_size = _int_param(request, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        store = self.host.store
+        total = store.count_child_sessions(self.session_id)
+        rows = store.list_child_sessions(
+            self.session_id, offset=(page - 1) * page_size, limit=page_size
+        )
+        runs = {
+            run.launch.child_session_id: run
+            for run in self.host.runs.values()
+            if run.launch.parent_session_id == self.session_id
+        }
+        stored = store.tasks_of_child_sessions(
+            self.session_id, [row.session_id for row in rows if row.session_id not in runs]
+        )
+        agents = [
+            self._agent(row, runs.get(row.session_id), stored.get(row.session_id)) for row in rows
+        ]
+        live = {
+            run.handle.pid
+            for run in runs.values()
+            if run.handle is not None and not run.done.is_set()
+        }
+        for pid in set(self._processes) - live:
+            del self._processes[pid]
+        return {
+            "ok": True,
+            "session_id": self.session_id,
+            "session_status": self._session_row().status,
+            "page": page,
+            "page_size": page_size,
+            "total": total,
+            "pages": max(1, math.ceil(total / page_size)),
+            "agents": agents,
+            "counts": self._counts(),
+            "usage": self.rollup().summary(),
+        }
+
+    def _agent(
+        self, row: SessionRow, run: SubagentRun | None, stored: TaskRecord | None
+    ) -> dict[str, Any]:
+        record = self.host.registry.get(run.task_id) if run is not None else stored
+        live = run is not None and not run.done.is_set()
+        usage = (
+            run.live_usage()
+            if live and run is not None
+            else (record.usage if record is not None else TaskUsage())
+        )
+        pid = rss = cpu = None
+        handle = run.handle if run is not None else None
+        if live and handle is not None and handle.alive:
+            pid, rss, cpu = handle.pid, handle.sample_rss(), self._cpu_percent(handle.pid)
+        now = time.time()
+        created = record.created_at if record is not None else row.created_at
+        ended = record.ended_at if record is not None else None
+        return {
+            "agentId": record.task_id if record is not None else row.session_id,
+            "child_session_id": row.session_id,
+            "type": row.agent_type,
+            "description": row.description,
+            "status": record.status if record is not None else row.status,
+            "background": bool(record and record.background),
+            "turns": usage.model_calls,
+            "tokens": usage.total_tokens,
+            "tool_calls": usage.tool_calls,
+            # Live: the worker's RSS now; ended: its peak.
+            "rss_bytes": rss if live else usage.peak_rss_bytes or None,
+            "cpu_percent": cpu,
+            "elapsed_s": round((ended or now) - created, 3),
+            "pid": pid,
+            "live": live,
+            "note": (record.worker_exit or record.error) if record is not None else None,
+        }
+
+    def _cpu_percent(self, pid: int) -> float | None:
+        process = self._processes.get(pid)
+        try:
+            if process is None:
+                process = self._processes[pid] = psutil.Process(pid)
+                process.cpu_percent(None)
+                return None  # the first call only starts the measurement
+            return float(process.cpu_percent(None))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            self._processes.pop(pid, None)
+            return None
+
+    def _agent_records(self) -> list[TaskRecord]:
+        return [r for r in self.host.registry.list(self.session_id) if r.kind == "local_agent"]
+
+    def _counts(self) -> dict[str, int]:
+        return dict(Counter(r.status for r in self._agent_records()))
+
+    def rollup(self) -> UsageRollup:
+        """The session's usage now: its root's so far plus every subagent's, live ones included."""
+        runs = self.host.runs
+        subagents = []
+        for record in self._agent_records():
+            run = runs.get(record.task_id)
+            live = run is not None and not run.done.is_set()
+            subagents.append(run.live_usage() if live and run is not None else record.usage)
+        if self.root is not None:
+            own = root_usage(self.root, created_at=self._session_row().created_at)
+        else:
+            own = self.host.store.session_usage(self.session_id) or TaskUsage()
+        return UsageRollup(
+            session_id=self.session_id,
+            own=own,
+            subagents=sum_usage(subagents),
+            subagent_count=self.host.store.count_child_sessions(self.session_id),
+        )
+
+    def _tasks(self) -> dict[str, Any]:
+        records = []
+        for record in self.host.registry.list(self.session_id):
+            run = self.host.runs.get(record.task_id)
+            if run is not None and not run.done.is_set():
+                record = record.model_copy(update={"usage": run.live_usage()})
+            records.append(record.model_dump(mode="json"))
+        row = self._session_row()
+        return {
+            "ok": True,
+            "session_id": self.session_id,
+            "status": row.status,
+            "tasks": records,
+            "usage": self.rollup().summary(),
+        }
+
+    def _find(self, task_id: str) -> TaskRecord:
+        """The session's task with that id, else the one whose id starts with it."""
+        records = self.host.registry.list(self.session_id)
+        exact = [r for r in records if r.task_id == task_id]
+        matches = exact or [r for r in records if r.task_id.startswith(task_id)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise ControlRequestError(
+                f"no task {task_id!r} in session {self.session_id}; the 'list' op (or"
+                " `subvisor ps`) shows its tasks",
+                "unknown_task",
+            )
+        shown = ", ".join(r.task_id for r in matches[:5])
+        raise ControlRequestError(
+            f"task id prefix {task_id!r} matches several tasks ({shown}): give more characters",
+            "ambiguous_task",
+        )
+
+    def _transcript(self, request: dict[str, Any]) -> dict[str, Any]:
+        record = self._find(_str_param(request, "task_id"))
+        after = _int_param(request, "after_seq", 0, 0, 2**62)
+        limit = _int_param(request, "limit", 200, 1, 1000)
+        if record.child_session_id is None:
+            raise ControlRequestError(
+                f"task {record.task_id} is not a subagent: it has no transcript"
+            )
+        messages: list[dict[str, Any]] = []
+        size, next_seq = 0, after
+        for seq, message in self.host.store.messages_after(
+            record.child_session_id, after_seq=after, limit=limit
+        ):
+            item = {"seq": seq, **message.model_dump(mode="json")}
+            size += len(json.dumps(item))
+            if messages and size > _TRANSCRIPT_REPLY_BYTES:
+                break
+            messages.append(item)
+            next_seq = seq
+        return {
+            "ok": True,
+            "task_id": record.task_id,
+            "description": record.description,
+            "status": record.status,
+            "ended": record.is_terminal,
+            "messages": messages,
+            "after_seq": next_seq,
+        }
+
+    async def _subscribe(self, conn: _LineStream) -> None:
+        await conn.send(
+            {
+                "ok": True,
+                "op": "subscribe",
+                "session_id": self.session_id,
+                "events": sorted(LIFECYCLE_EVENTS),
+            }
+        )
+        async with trio.open_nursery() as nursery:
+
+            async def until_closed() -> None:
+                # The client only listens now; what it sends is ignored, and its
+                # EOF ends the subscription even while no event comes.
+                while await conn.stream.receive_some(4096):
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_closed)
+            while True:
+                with self.host.lifecycle.subscribe() as events:
+                    async for event in events:
+                        if event["session_id"] == self.session_id:
+                            await conn.send(event)
+                # The feed dropped us: we fell behind. The client re-reads.
+                await conn.send({"event": "resync", "session_id": self.session_id})
 
 
 @asynccontextmanager
-async def serve_control(host: Subvisor, session_id: str) -> AsyncIterator[Path]:
-    """Serve the session's control socket for the duration of the block."""
-    path = control_socket_path(host.home, session_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+async def serve_control(
+    host: Subvisor,
+    session_id: str,
+    *,
+    root: RootSession | None = None,
+    home: Path | None = None,
+) -> AsyncIterator[Path | None]:
+    """Serve the session's control socket for the duration of the block.
+
+    ``root`` lets the usage rollup include the root's usage while it runs;
+    ``home`` (default the host's) is where ``run/<session>.sock`` goes, so a
+    run whose state lives elsewhere (stress) is still found by ``subvisor top``.
+    Yields the socket's path, or ``None`` when the path is too long for a Unix
+    socket (the run goes on without a control channel, and says so).
+    """
+    path = control_socket_path(home or host.home, session_id)
+    if len(os.fsencode(path)) >= _SUN_PATH_MAX:
+        log.warning(
+            "no control socket for session %s: %s is longer than a Unix socket path may be"
+            " (%d bytes); set SUBVISOR_HOME to a shorter directory",
+            session_id,
+            path,
+            _SUN_PATH_MAX - 1,
+        )
+        yield None
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    path.unlink(missing_ok=True)  # a socket left by a process that died
+    server = _ControlServer(host, session_id, root)
     listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    await listener.bind(str(path))
-    os.chmod(path, 0o600)
-    listener.listen(16)
     try:
+        await listener.bind(str(path))
+        # The 0700 directory already keeps others out between bind and chmod.
+        os.chmod(path, 0o600)
+        listener.listen(64)
         async with trio.open_nursery() as nursery:
 
             async def accept_loop() -> None:
                 while True:
                     conn, _ = await listener.accept()
-                    nursery.start_soon(_handle, host, trio.SocketStream(conn))
+                    nursery.start_soon(server.serve, trio.SocketStream(conn))
 
             nursery.start_soon(accept_loop)
             yield path
@@ -93,10 +533,13 @@ async def serve_control(host: Subvisor, session_id: str) -> AsyncIterator[Path]:
 
 
 async def send_control_request(path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """Send one request to a session's control socket and return its reply."""
+    """Send one request to a session's control socket (from trio) and return its reply."""
     stream = await trio.open_unix_socket(str(path))
     async with stream:
-        await stream.send_all(json.dumps(request).encode() + b"\n")
-        data = await _read_line(stream)
-    reply: dict[str, Any] = json.loads(data)
+        conn = _LineStream(stream)
+        await conn.send(request)
+        line = await conn.receive_line(limit=2**31)
+    if line is None:
+        raise ConnectionError(f"{path} closed the connection without a reply")
+    reply: dict[str, Any] = json.loads(line)
     return reply

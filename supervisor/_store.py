@@ -30,7 +30,8 @@ from typing import Any, Literal, Self
 from protocol import ChatMessage
 
 from ._errors import SubvisorError
-from ._tasks import TaskRecord
+from ._tasks import TaskRecord, TaskUsage
+from ._usage import UsageRollup, sum_usage
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -46,8 +47,10 @@ __all__ = [
     "UnknownSessionError",
 ]
 
-#: The schema this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+#: The schema this code writes (``PRAGMA user_version``). 2 added ``session_usage``;
+#: every table is ``CREATE ... IF NOT EXISTS``, so an older database migrates by
+#: running the schema again.
+SCHEMA_VERSION = 2
 
 #: Milliseconds a connection waits for a lock held by another connection.
 BUSY_TIMEOUT_MS = 5_000
@@ -97,6 +100,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     record            TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_by_parent ON tasks (parent_session_id);
+CREATE TABLE IF NOT EXISTS session_usage (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (session_id),
+    usage      TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
 """
 
 _SESSION_COLUMNS = (
@@ -374,6 +382,17 @@ class SessionStore:
         ).fetchall()
         return [EventRow(seq, name, json.loads(data), ts) for seq, name, data, ts in rows]
 
+    def messages_after(
+        self, session_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[tuple[int, ChatMessage]]:
+        """A session's messages with ``seq > after_seq``, in order, with their ``seq`` (S-OBS-2)."""
+        rows = self._db.execute(
+            "SELECT seq, message FROM messages WHERE session_id = ? AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            (session_id, after_seq, -1 if limit is None else limit),
+        ).fetchall()
+        return [(seq, ChatMessage.model_validate_json(message)) for seq, message in rows]
+
     def _append(self, table: str, columns: str, session_id: str, values: tuple[object, ...]) -> int:
         # The next seq per (table, session) is kept in memory: this process is
         # the only writer of its sessions, so one INSERT (one commit) per
@@ -486,6 +505,64 @@ class SessionStore:
             (task_id,),
         )
         return cursor.rowcount == 1
+
+
+    # -- usage ------------------------------------------------------------
+
+    def record_usage(self, session_id: str, usage: TaskUsage) -> None:
+        """Store (replace) a session's own usage: a subagent's at its end, the root's at its run's.
+
+        Raises ``UnknownSessionError`` when there is no such session.
+        """
+        try:
+            self._db.execute(
+                "INSERT INTO session_usage (session_id, usage, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET"
+                " usage = excluded.usage, updated_at = excluded.updated_at",
+                (session_id, usage.model_dump_json(), time.time()),
+            )
+        except sqlite3.IntegrityError as error:
+            raise _unknown_session(session_id) from error
+
+    def session_usage(self, session_id: str) -> TaskUsage | None:
+        """A session's own stored usage, or ``None`` when none was stored yet."""
+        row = self._db.execute(
+            "SELECT usage FROM session_usage WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None else TaskUsage.model_validate_json(row[0])
+
+    def usage_rollup(self, session_id: str) -> UsageRollup:
+        """A session's own stored usage plus the sum over its subagent children's.
+
+        Children still running have no stored usage yet; the count covers
+        every child (S-OBS-1's projection).
+        """
+        rows = self._db.execute(
+            "SELECT u.usage FROM session_usage u JOIN sessions s ON s.session_id = u.session_id"
+            " WHERE s.parent_id = ? AND s.task_type = 'subagent_child'",
+            (session_id,),
+        ).fetchall()
+        return UsageRollup(
+            session_id=session_id,
+            own=self.session_usage(session_id) or TaskUsage(),
+            subagents=sum_usage(TaskUsage.model_validate_json(row[0]) for row in rows),
+            subagent_count=self.count_child_sessions(session_id),
+        )
+
+    def tasks_of_child_sessions(
+        self, parent_session_id: str, child_session_ids: list[str]
+    ) -> dict[str, TaskRecord]:
+        """The tasks that run the given child sessions of a parent, by child session id."""
+        if not child_session_ids:
+            return {}
+        marks = ", ".join("?" * len(child_session_ids))
+        rows = self._db.execute(
+            "SELECT record FROM tasks WHERE parent_session_id = ?"
+            f" AND json_extract(record, '$.child_session_id') IN ({marks})",
+            (parent_session_id, *child_session_ids),
+        ).fetchall()
+        records = (TaskRecord.model_validate_json(row[0]) for row in rows)
+        return {r.child_session_id: r for r in records if r.child_session_id is not None}
 
 
 def _unknown_session(session_id: str) -> UnknownSessionError:

@@ -183,6 +183,7 @@ class SubagentRun:
             )
         )
         self.host.registry.set_stopper(self.task_id, self.stop)
+        self._publish("task.registered", status="pending")
         return self.record
 
     async def run(self) -> None:
@@ -196,6 +197,7 @@ class SubagentRun:
                 self.handle = await self.host.supervisor.spawn(self.launch.limits)
                 self.host.bind_worker(self.handle.worker_id, self)
                 self.host.registry.update(self.task_id, status="running")
+                self._publish("task.started", status="running", pid=self.handle.pid)
                 self.ready_at = time.monotonic()
                 self.ready.set()
                 self.outcome = await self._run_agent(self.handle)
@@ -267,6 +269,7 @@ class SubagentRun:
             self.launch.parent_session_id, "SubagentBackgrounded", {"agentId": self.task_id}
         )
         self.backgrounded.set()
+        self._publish("task.backgrounded")
         return True
 
     async def steer(self, text: str) -> Literal["delivered", "queued", "ended"]:
@@ -352,7 +355,8 @@ class SubagentRun:
         session = self.launch.child_session_id
         data = event.data
         if event.name == "message":
-            store.append_message(session, ChatMessage.model_validate(data.get("message")))
+            seq = store.append_message(session, ChatMessage.model_validate(data.get("message")))
+            self._publish("message.appended", seq=seq)
         elif event.name == "process_group":
             pgid = data.get("pgid")
             if isinstance(pgid, int) and pgid > 1:
@@ -378,11 +382,30 @@ class SubagentRun:
                 )
             elif event.name == "tool.finished":
                 self.tool_calls += 1
+                self._publish("tool.finished", tool=data.get("name"))
 
     def count_model_call(self, usage: Usage) -> None:
         """Account one model call made for this run."""
         self.model_calls += 1
         self.usage = self.usage + usage
+        self._publish("turn.finished", model_calls=self.model_calls)
+
+    def live_usage(self) -> TaskUsage:
+        """What the run has consumed so far (its final usage is in its record once it ends)."""
+        handle = self.handle
+        return TaskUsage(
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            cache_read_tokens=self.usage.cache_read_tokens,
+            cache_write_tokens=self.usage.cache_write_tokens,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+            peak_rss_bytes=handle.peak_rss_bytes if handle is not None else 0,
+        )
+
+    def _publish(self, event: str, **data: Any) -> None:
+        self.host.lifecycle.publish(event, self.launch.parent_session_id, self.task_id, **data)
 
     @property
     def next_call_index(self) -> int:
@@ -428,11 +451,13 @@ class SubagentRun:
             self.task_id, status, result=result, error=error, usage=usage, worker_exit=worker_exit
         )
         host.store.set_session_status(launch.child_session_id, status)
+        host.store.record_usage(launch.child_session_id, self.record.usage)
         host.store.append_event(
             launch.parent_session_id,
             "SubagentStopped",
             {"agentId": self.task_id, "status": status, "error": error},
         )
+        self._publish("task.ended", status=status)
         if self.record.background and host.registry.mark_notified(self.task_id):
             host.command_queue(launch.parent_session_id).enqueue(
                 Command(
