@@ -100,8 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 
     stress = commands.add_parser("stress", help="delegate many scripted subagents, with faults")
-    stress.add_argument("--agents", type=int, default=100)
-    stress.add_argument("--concurrency", type=int, default=20)
+    stress.add_argument("--agents", type=int, default=100, help="subagents the root launches")
+    stress.add_argument(
+        "--concurrency",
+        "--max-concurrent-subagents",
+        dest="concurrency",
+        type=int,
+        default=20,
+        help="workers alive at once (max_concurrent_subagents); further launches wait in order",
+    )
+    stress.add_argument(
+        "--max-subagents-per-session",
+        type=int,
+        help="launches the session may make (default: --agents); further ones fail clearly",
+    )
     stress.add_argument("--background-ratio", type=float, default=0.5)
     stress.add_argument("--fault-rate", type=float, default=0.0)
     stress.add_argument(
@@ -112,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     stress.add_argument("--idle-timeout", type=float, default=5.0, help="seconds (catches hangs)")
     stress.add_argument("--seed", type=int, default=0)
     stress.add_argument("--json", action="store_true")
+    stress.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write a timeline and latency histograms to FILE (.html or .png); "
+        "needs pip install 'subvisor[report]'",
+    )
     stress.set_defaults(handler=_stress)
 
     agents = commands.add_parser("agents", help="list the agent profiles this project sees")
@@ -137,37 +155,104 @@ def build_parser() -> argparse.ArgumentParser:
     )
     background.add_argument("task_id", help="agentId (a unique prefix is enough)")
     background.set_defaults(handler=lambda a: _tasks("bg", a))
+
+    flows = commands.add_parser("workflow", help="run a workflow script of named actors")
+    flow_commands = flows.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
+    flow_run = flow_commands.add_parser("run", help="run SCRIPT (amend an earlier run)")
+    flow_run.add_argument("script", help="a Python file with one @workflow async function")
+    flow_run.add_argument("--amend", metavar="RUN_ID", help="replay this run's unchanged asks")
+    flow_run.add_argument("--model", help="provider:model for every actor of this run")
+    flow_run.add_argument(
+        "--input", action="append", default=[], metavar="KEY=VALUE", help="a workflow input"
+    )
+    flow_run.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    flow_run.add_argument("--cwd", default=".", help="working directory of the actors")
+    flow_run.set_defaults(handler=_workflow_run)
+    flow_show = flow_commands.add_parser("show", help="a run's actors and asks (or recent runs)")
+    flow_show.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
+    flow_show.add_argument("--json", action="store_true")
+    flow_show.set_defaults(handler=_workflow_show)
     return parser
 
 
+def _workflow_run(args: argparse.Namespace) -> int:
+    from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
+    from ._config_files import load_settings
+    from .workflow import WorkflowError
+
+    cwd = Path(args.cwd).resolve()
+    try:
+        inputs = parse_inputs(args.input)
+    except WorkflowError as exc:
+        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
+        return 2
+    return workflow_run_command(
+        WorkflowRunRequest(
+            script=Path(args.script),
+            cwd=cwd,
+            settings=load_settings(cwd),
+            inputs=inputs,
+            amend=args.amend,
+            model=args.model,
+            json=args.json,
+        )
+    )
+
+
+def _workflow_show(args: argparse.Namespace) -> int:
+    from ._cli_workflow import workflow_show_command
+    from ._config_files import load_settings
+
+    return workflow_show_command(args.run_id, args.json, load_settings(Path.cwd()).home)
+
+
 def _stress(args: argparse.Namespace) -> int:
+    import contextlib
     import json
 
-    from ._stress import FAULTS, run_stress
+    from ._stress import StressOptions, progress_bar, run_stress
+    from ._stress_report import check_report_path, missing_report_extra, write_report
 
-    faults = tuple(f for f in args.faults.split(",") if f)
-    unknown = [f for f in faults if f not in FAULTS]
-    if unknown:
-        Console(stderr=True).print(f"[red]unknown fault(s) {unknown}[/]: use {', '.join(FAULTS)}")
+    errors = Console(stderr=True)
+    try:
+        options = StressOptions(
+            agents=args.agents,
+            concurrency=args.concurrency,
+            background_ratio=args.background_ratio,
+            fault_rate=args.fault_rate,
+            faults=tuple(f for f in args.faults.split(",") if f),
+            turns=args.turns,
+            latency_ms=args.latency_ms,
+            seed=args.seed,
+            idle_timeout_s=args.idle_timeout,
+            max_subagents_per_session=args.max_subagents_per_session,
+        )
+        report_path = check_report_path(Path(args.report)) if args.report else None
+    except ValueError as exc:
+        errors.print(f"[red]{escape(str(exc))}[/]")
         return 2
-    report = run_stress(
-        agents=args.agents,
-        concurrency=args.concurrency,
-        background_ratio=args.background_ratio,
-        fault_rate=args.fault_rate,
-        faults=faults,
-        turns=args.turns,
-        latency=args.latency_ms,
-        seed=args.seed,
-        idle_timeout_s=args.idle_timeout,
-    )
+    if report_path is not None and (missing := missing_report_extra()):
+        # Said now, so nobody waits for a report that will not come; the run goes on.
+        errors.print(f"[yellow]{escape(missing)}; running anyway, without the report[/]")
+    live = not args.json and errors.is_terminal
+    with progress_bar(errors) if live else contextlib.nullcontext() as on_progress:
+        result = run_stress(options, on_progress)
+    report = result.summary
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         width = max(len(key) for key in report)
         for key, value in report.items():
             Console().print(f"{key:<{width}}  {value}", highlight=False)
-    return 1 if report["lost"] or report["duplicates"] else 0
+    code = 1 if report["lost"] or report["duplicates"] else 0
+    if report_path is not None:
+        try:
+            write_report(result, report_path)
+        except ImportError as exc:
+            errors.print(f"[red]{escape(str(exc))}[/]")
+            return code or 2
+        errors.print(f"report: {escape(str(report_path))}", highlight=False)
+    return code
 
 
 def _agents(args: argparse.Namespace) -> int:
