@@ -115,9 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="launches the session may make (default: --agents); further ones fail clearly",
     )
     stress.add_argument("--background-ratio", type=float, default=0.5)
-    stress.add_argument("--fault-rate", type=float, default=0.0)
     stress.add_argument(
-        "--faults", default="segfault,exit,oom,hang", help="comma list of segfault,exit,oom,hang"
+        "--fault-rate",
+        type=float,
+        help="share of agents that commit a fault (default: 1 with --faults, else 0)",
+    )
+    stress.add_argument(
+        "--faults",
+        help="comma list of segfault,exit,oom,hang (default: all four, at --fault-rate)",
     )
     stress.add_argument("--turns", type=int, default=2, help="model turns per subagent")
     stress.add_argument("--latency-ms", default="10", help="per turn: N or LOW-HIGH (uniform)")
@@ -210,7 +215,7 @@ def _stress(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
-    from ._stress import StressOptions, progress_bar, run_stress
+    from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
 
     errors = Console(stderr=True)
@@ -219,8 +224,11 @@ def _stress(args: argparse.Namespace) -> int:
             agents=args.agents,
             concurrency=args.concurrency,
             background_ratio=args.background_ratio,
-            fault_rate=args.fault_rate,
-            faults=tuple(f for f in args.faults.split(",") if f),
+            # Naming faults asks for them: every agent commits one unless a rate is given.
+            fault_rate=(
+                args.fault_rate if args.fault_rate is not None else 1.0 if args.faults else 0.0
+            ),
+            faults=tuple(f for f in (args.faults or ",".join(FAULTS)).split(",") if f),
             turns=args.turns,
             latency_ms=args.latency_ms,
             seed=args.seed,
