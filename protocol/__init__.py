@@ -37,6 +37,14 @@ from ._messages import (
     WorkerMethod,
     WorkerRequest,
 )
+from ._sandbox import (
+    NETWORK_ABI,
+    NetworkMode,
+    OnUnsupported,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxReport,
+)
 from ._zygote import (
     MAX_CONTROL_DATAGRAM,
     SpawnFailed,
@@ -52,6 +60,7 @@ from ._zygote import (
 
 __all__ = [
     "MAX_CONTROL_DATAGRAM",
+    "NETWORK_ABI",
     "PARTIAL_MARKER",
     "PROTOCOL_VERSION",
     "WORKER_REQUEST_METHODS",
@@ -72,11 +81,16 @@ __all__ = [
     "ModelRequest",
     "ModelResult",
     "ModelStreamDelta",
+    "NetworkMode",
+    "OnUnsupported",
     "Progress",
     "ProtocolError",
     "ResourceLimits",
     "Response",
     "Role",
+    "SandboxMode",
+    "SandboxPolicy",
+    "SandboxReport",
     "Shutdown",
     "SpawnFailed",
     "SpawnWorker",

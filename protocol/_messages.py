@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ._sandbox import SandboxReport
+
 __all__ = [
     "PROTOCOL_VERSION",
     "WORKER_REQUEST_METHODS",
@@ -80,7 +82,7 @@ class ResourceLimits(_Frozen):
 
 
 class Hello(_Frozen):
-    """First frame of a worker: who it is and which limits it actually applied."""
+    """First frame of a worker: who it is and which limits and sandbox it actually applied."""
 
     type: Literal["hello"] = "hello"
     protocol_version: int
@@ -92,6 +94,8 @@ class Hello(_Frozen):
     rlimits: dict[str, Annotated[list[int], Field(min_length=2, max_length=2)]] = Field(
         default_factory=dict
     )
+    #: The sandbox in force (S-SBX-1); never claims more than is (S-SBX-2).
+    sandbox: SandboxReport | None = None
 
 
 class WorkerRequest(_Frozen):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ._errors import ProtocolError
 from ._messages import ResourceLimits
+from ._sandbox import SandboxPolicy
 
 __all__ = [
     "MAX_CONTROL_DATAGRAM",
@@ -36,11 +37,15 @@ class _Frozen(BaseModel):
 
 
 class SpawnWorker(_Frozen):
-    """Fork a worker; its read and write pipe ends are attached as two fds."""
+    """Fork a worker; its read and write pipe ends are attached as two fds.
+
+    The worker applies ``sandbox`` to itself before its ``hello`` (S-SBX-1).
+    """
 
     type: Literal["spawn"] = "spawn"
     worker_id: str
     limits: ResourceLimits = ResourceLimits()
+    sandbox: SandboxPolicy = SandboxPolicy()
 
 
 class ZygoteReady(_Frozen):

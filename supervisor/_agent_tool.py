@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from protocol import ChatMessage, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
-from ._agent_memory import apply_memory
+from ._agent_memory import apply_memory, memory_dir
 from ._agent_tool_schema import (
     AGENT_TOOL_NAME,
     HIDDEN_ALIASES,
@@ -35,6 +35,7 @@ from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_r
 from ._policy import ToolPolicy
 from ._profile import AgentProfile
 from ._profile_catalog import ProfileCatalog
+from ._sandbox import choose_sandbox
 from ._subagents import SubagentLaunch, SubagentRun
 from .providers import ModelError, parse_model_string
 
@@ -214,6 +215,13 @@ class AgentTool:
         model = self._model_for(profile, override)
         cwd = str(self._cwd)
         tools, mcp_tools = self._split_mcp(profile)
+        sandbox = choose_sandbox(
+            profile,
+            tools,
+            self._host.settings.sandbox,
+            project_dir=self._cwd,
+            memory_dir=memory_dir(profile, home=self._host.home, project_dir=self._cwd),
+        )
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
             description=request.description,
@@ -227,6 +235,7 @@ class AgentTool:
             background=request.run_in_background or profile.background,
             cwd=cwd,
             limits=self._host.settings.subagent_limits,
+            sandbox=sandbox,
             policy=self._child_policy(profile),
             tool_use_id=tool_use_id,
             history=history,

@@ -74,9 +74,10 @@ EXPLORE = AgentProfile(
         "modify files. Say how thorough it should be: quick, medium or very thorough."
     ),
     prompt=_EXPLORE_PROMPT,
-    # Bash stays for read-only commands; only the prompt forbids writing through
-    # it, until a read-only sandbox backs that up (S-SBX-1).
+    # Bash stays for read-only commands; the kernel sandbox makes the
+    # prompt's "read-only" true for it and everything it runs (S-SBX-1).
     disallowed_tools=("Write", "Edit"),
+    sandbox="read-only",
 )
 
 #: Built-in profiles by name.

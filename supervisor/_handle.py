@@ -41,6 +41,7 @@ from protocol import (
     ResourceLimits,
     Response,
     Role,
+    SandboxReport,
     Shutdown,
     SupervisorRequest,
     Welcome,
@@ -133,6 +134,11 @@ class WorkerHandle:
     def alive(self) -> bool:
         """True until the worker has ended."""
         return self.exit is None
+
+    @property
+    def sandbox(self) -> SandboxReport | None:
+        """The sandbox the worker stated in its hello (None before the handshake)."""
+        return self.hello.sandbox if self.hello is not None else None
 
     async def request(
         self,

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from protocol import NetworkMode, SandboxMode
 from worker.tools import resolve_tool_name
 
 __all__ = [
@@ -105,6 +106,11 @@ class AgentProfile(BaseModel):
     # also in ``disallowed_tools``.
     tool_switches: dict[str, bool] | None = None
     disabled: bool = False
+    #: The subagent's kernel sandbox (S-SBX-1); None: the config's default,
+    #: else by its tools. ``full`` never from a project profile (S-SBX-3).
+    sandbox: SandboxMode | None = None
+    #: TCP for the subagent's processes; None: the config's default, else deny.
+    network: NetworkMode | None = None
     source: str = "built-in"
     scope: ProfileScope = "built-in"
     warnings: tuple[str, ...] = ()
@@ -141,6 +147,16 @@ class AgentProfile(BaseModel):
             raise ValueError(
                 f"profile {self.name!r} ({self.source}): a project-level profile may not set "
                 "permissionMode; move it to a user-level profile if you trust it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _project_cannot_lift_sandbox(self) -> AgentProfile:
+        # A repository must not lift its own sandbox (S-SBX-3), like permissionMode.
+        if self.scope == "project" and self.sandbox == "full":
+            raise ValueError(
+                f"profile {self.name!r} ({self.source}): a project-level profile may not set "
+                "sandbox: full; move it to a user-level profile if you trust it"
             )
         return self
 

@@ -78,6 +78,8 @@ FRONTMATTER_FIELDS: Mapping[str, str] = {
     "permission": "permission",
     "permissions": "permission",
     "disable": "disabled",
+    "sandbox": "sandbox",
+    "network": "network",
 }
 _DIALECTS: tuple[str, ...] = get_args(ProfileDialect)
 _FRONTMATTER_OPEN = re.compile(r"---[ \t]*")
@@ -243,6 +245,7 @@ class _Parse:
         self._apply_tool_switches()
         self._apply_permissions()
         self._check_permission_mode(scope)
+        self._check_sandbox(scope)
         self._name(dialect)
         self._check_model()
         if not self.front.body.strip():
@@ -352,6 +355,25 @@ class _Parse:
                 "not set it (Claude Code ignores it there too)"
             )
             del self.fields["permission_mode"]
+
+    def _check_sandbox(self, scope: ProfileScope) -> None:
+        # S-SBX-3: ``full`` lifts the sandbox, so it is treated as permissionMode is.
+        if self.fields.get("sandbox") != "full":
+            return
+        key = self.keys["sandbox"]
+        if scope == "project":
+            raise self.fail(
+                "a project-level profile may not set sandbox: full (a repository must not lift "
+                "its own sandbox); move it to a user-level profile if you trust it, or run with "
+                "`subvisor run --sandbox full` (S-SBX-3)",
+                key,
+            )
+        if scope == "plugin":
+            self.warnings.append(
+                f"line {self.front.line_of(key)}: sandbox: full ignored: a plugin profile may "
+                "not lift its own sandbox"
+            )
+            del self.fields["sandbox"]
 
     def _name(self, dialect: ProfileDialect) -> None:
         name = self.fields.get("name")

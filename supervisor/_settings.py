@@ -12,6 +12,7 @@ from protocol import ResourceLimits
 from ._mcp import McpServerConfig
 from ._paths import subvisor_home
 from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
+from ._sandbox import SandboxSettings
 from .providers import GatewayConfig
 
 __all__ = ["SubvisorSettings"]
@@ -54,6 +55,9 @@ class SubvisorSettings(BaseModel):
     #: MCP servers the supervisor connects at startup (S-MCP-1); a project's
     #: ``.mcp.json`` adds to them.
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    #: Subagent sandboxes (S-SBX-1): defaults, CLI overrides, and what to do
+    #: where the kernel cannot enforce them.
+    sandbox: SandboxSettings = SandboxSettings()
     gateway: GatewayConfig = GatewayConfig()
 
     @field_validator("permission")

@@ -24,6 +24,7 @@ from protocol import (
     MAX_CONTROL_DATAGRAM,
     ProtocolError,
     ResourceLimits,
+    SandboxPolicy,
     SpawnFailed,
     SpawnWorker,
     WorkerExited,
@@ -61,8 +62,13 @@ class Spawner(Protocol):
 
     pid: int | None
 
-    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
-        """Start a worker; return once its pid is known (before its handshake)."""
+    async def spawn(
+        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+    ) -> SpawnedProcess:
+        """Start a worker; return once its pid is known (before its handshake).
+
+        The worker applies ``sandbox`` itself, before its handshake.
+        """
         ...
 
     async def aclose(self) -> None:
@@ -132,7 +138,9 @@ class ExecSpawner:
         self._nursery = nursery
         self._live: dict[int, SpawnedProcess] = {}
 
-    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
+    async def spawn(
+        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+    ) -> SpawnedProcess:
         down_r, down_w, up_r, up_w = _pipe_pair()
         try:
             pid = _python_launch(
@@ -143,6 +151,7 @@ class ExecSpawner:
                     f"--write-fd={up_w}",
                     f"--parent-pid={os.getpid()}",
                     f"--limits={limits.model_dump_json()}",
+                    f"--sandbox={sandbox.model_dump_json()}",
                 ],
                 self._env,
                 [down_r, up_w],
@@ -306,7 +315,9 @@ class ZygoteSpawner:
             )
         self._live.clear()
 
-    async def spawn(self, worker_id: str, limits: ResourceLimits) -> SpawnedProcess:
+    async def spawn(
+        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+    ) -> SpawnedProcess:
         control = await self.start()
         down_r, down_w, up_r, up_w = _pipe_pair()
         send, receive = trio.open_memory_channel[SpawnedProcess | SpawnFailed](1)
@@ -316,7 +327,11 @@ class ZygoteSpawner:
             fds = array.array("i", [down_r, up_w])
             async with self._send_lock:
                 await control.sendmsg(
-                    [encode_control(SpawnWorker(worker_id=worker_id, limits=limits))],
+                    [
+                        encode_control(
+                            SpawnWorker(worker_id=worker_id, limits=limits, sandbox=sandbox)
+                        )
+                    ],
                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
                 )
         except OSError as exc:

@@ -32,6 +32,7 @@ from protocol import (
     ChatMessage,
     Event,
     ResourceLimits,
+    SandboxPolicy,
     ToolSpec,
     Usage,
 )
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["SubagentLaunch", "SubagentRun", "new_agent_id"]
 
 log = logging.getLogger("subvisor")
+
+
+_NO_SANDBOX = SandboxPolicy()
 
 
 def new_agent_id() -> str:
@@ -74,6 +78,8 @@ class SubagentLaunch:
     cwd: str
     limits: ResourceLimits
     policy: ToolPolicy
+    #: The kernel sandbox its worker applies before it starts (S-SBX-1).
+    sandbox: SandboxPolicy = _NO_SANDBOX
     mcp_tools: tuple[ToolSpec, ...] = ()
     tool_use_id: str | None = None
     agent_id: str = field(default_factory=new_agent_id)
@@ -194,9 +200,14 @@ class SubagentRun:
         worker_exit: str | None = None
         try:
             with self._cancel_scope:
-                self.handle = await self.host.supervisor.spawn(self.launch.limits)
+                self.handle = await self.host.supervisor.spawn(
+                    self.launch.limits, sandbox=self.launch.sandbox
+                )
                 self.host.bind_worker(self.handle.worker_id, self)
-                self.host.registry.update(self.task_id, status="running")
+                # S-SBX-1: the record states the sandbox the worker reported.
+                self.host.registry.update(
+                    self.task_id, status="running", sandbox=self.handle.sandbox
+                )
                 self._publish("task.started", status="running", pid=self.handle.pid)
                 self.ready_at = time.monotonic()
                 self.ready.set()

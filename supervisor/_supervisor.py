@@ -7,13 +7,15 @@ import functools
 import logging
 import os
 import resource
+import shutil
+import tempfile
 import uuid
 from types import TracebackType
 from typing import Any, Self
 
 import trio
 
-from protocol import FrameLimits, ResourceLimits, WorkerRequest
+from protocol import FrameLimits, ResourceLimits, SandboxPolicy, WorkerRequest
 
 from ._config import SpawnMode, SupervisorConfig
 from ._environment import TREE_ENV, new_tree_id, worker_environment
@@ -26,6 +28,7 @@ from ._errors import (
 )
 from ._exit import ExitKind
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._sandbox import SandboxUnsupportedError, landlock_abi_max_from_env, unsupported_message
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
 
 __all__ = ["Supervisor"]
@@ -80,6 +83,9 @@ class Supervisor:
         self._nursery: trio.Nursery | None = None
         self._spawners: dict[SpawnMode, Spawner] = {}
         self._closed = False
+        self._landlock_abi_max = landlock_abi_max_from_env()
+        #: Private temp dirs made for sandboxed workers, by worker id.
+        self._temp_dirs: dict[str, str] = {}
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -152,11 +158,16 @@ class Supervisor:
         *,
         mode: SpawnMode | None = None,
         worker_id: str | None = None,
+        sandbox: SandboxPolicy | None = None,
     ) -> WorkerHandle:
         """Start a worker and return its handle once the handshake is done.
 
         Waits for a free slot when ``max_workers`` are alive (at most
         ``spawn_timeout_s``); fails once ``max_total_workers`` were started.
+        The worker applies ``sandbox`` before its handshake; a filesystem
+        sandbox gets a private temp dir, removed when the worker ends. A
+        sandbox the worker could not enforce fails the spawn with
+        ``SandboxUnsupportedError``, unless the policy says ``warn`` (S-SBX-2).
         """
         if self._nursery is None or self._closed:
             raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
@@ -170,11 +181,13 @@ class Supervisor:
         limits = limits or self.config.default_limits
         mode = mode or self.config.spawn_mode
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
+        policy = self._sandbox_policy(sandbox or SandboxPolicy(), worker_id)
         await self._acquire_slot()
         try:
-            process = await self._spawners[mode].spawn(worker_id, limits)
+            process = await self._spawners[mode].spawn(worker_id, limits, policy)
         except BaseException:
             self._slots.release()
+            _remove_temp_dir(self._temp_dirs.pop(worker_id, None))
             raise
         handle = WorkerHandle(
             process,
@@ -195,7 +208,33 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await handle.kill("spawn abandoned before the handshake completed")
             raise
+        await self._check_sandbox(handle, policy)
         return handle
+
+    def _sandbox_policy(self, policy: SandboxPolicy, worker_id: str) -> SandboxPolicy:
+        update: dict[str, object] = {}
+        if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
+            update["landlock_abi_max"] = self._landlock_abi_max
+        if policy.restricts_filesystem and policy.temp_dir is None:
+            temp_dir = tempfile.mkdtemp(prefix=f"subvisor-{worker_id}-")
+            self._temp_dirs[worker_id] = update["temp_dir"] = temp_dir
+        return policy.model_copy(update=update) if update else policy
+
+    async def _check_sandbox(self, handle: WorkerHandle, policy: SandboxPolicy) -> None:
+        report = handle.sandbox
+        if not policy.requested or (report is not None and report.enforced):
+            return
+        message = unsupported_message(policy, report)
+        if policy.on_unsupported == "error":
+            # It has run nothing yet: tools run only when we ask (S-SBX-2).
+            with trio.CancelScope(shield=True):
+                await handle.kill("its sandbox could not be enforced")
+            raise SandboxUnsupportedError(message)
+        log.warning(
+            "SANDBOX NOT ENFORCED for worker %s (on_unsupported = warn): %s",
+            handle.worker_id,
+            report.reason if report is not None else "no report",
+        )
 
     async def _acquire_slot(self) -> None:
         timeout = self.config.spawn_timeout_s
@@ -232,6 +271,10 @@ class Supervisor:
         finally:
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
+            temp_dir = self._temp_dirs.pop(handle.worker_id, None)
+            if temp_dir is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(_remove_temp_dir, temp_dir)
 
     async def _sample_memory(self) -> None:
         assert self._nursery is not None
@@ -248,3 +291,8 @@ class Supervisor:
                 self._nursery.start_soon(
                     functools.partial(handle.terminate, ExitKind.MEMORY_CAP, reason, grace=0)
                 )
+
+
+def _remove_temp_dir(path: str | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol import SandboxReport
+
 from ._errors import SubvisorError
 from ._paths import agent_output_dir
 
@@ -149,6 +151,8 @@ class TaskRecord(BaseModel):
     created_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
     worker_exit: str | None = None
+    #: The sandbox the agent's worker reported in force (S-SBX-1, S-SBX-2).
+    sandbox: SandboxReport | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -294,6 +294,7 @@ _FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
         "pgid": "int",
         "spawn_mode": "spawn_mode",
         "rlimits": "rlimits",
+        "sandbox": "sandbox",
     },
     WorkerRequest: {"id": "id", "method": "worker_method", "params": "dict"},
     Event: {"name": "name", "data": "dict"},
@@ -332,7 +333,20 @@ _not_str = st.one_of(
 _not_dict = st.one_of(
     st.none(), st.booleans(), _ints, st.floats(), _texts, st.binary(), st.lists(_values, max_size=3)
 )
+# None is a valid sandbox (nothing reported); a report claiming an unknown
+# mode, or a number as text, is not (S-SBX-2: the claim is checked strictly).
+_not_sandbox = st.one_of(
+    st.booleans(),
+    _ints,
+    _texts,
+    st.binary(max_size=8),
+    st.lists(_ints, max_size=3),
+    st.just({"mode": "jail", "network": "deny", "abi": 7}),
+    st.just({"mode": "read-only", "network": "deny", "abi": "7"}),
+    st.just({"mode": "read-only", "network": "deny", "abi": 7, "writable": [b"/tmp"]}),
+)
 _WRONG: dict[str, st.SearchStrategy[Any]] = {
+    "sandbox": _not_sandbox,
     "int": _not_int,
     "id": _not_int | st.integers(min_value=-(2**63), max_value=-1),
     "str": _not_str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from protocol import ResourceLimits
+from protocol import ResourceLimits, SandboxPolicy
 
 from ._process import die_with_parent
 from ._runtime import run_worker
@@ -23,11 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--limits", default="{}", help="ResourceLimits as JSON")
+    parser.add_argument("--sandbox", default="{}", help="SandboxPolicy as JSON")
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
     limits = ResourceLimits.model_validate_json(args.limits)
+    sandbox = SandboxPolicy.model_validate_json(args.sandbox)
     return run_worker(
-        args.read_fd, args.write_fd, worker_id=args.worker_id, limits=limits, spawn_mode="exec"
+        args.read_fd,
+        args.write_fd,
+        worker_id=args.worker_id,
+        limits=limits,
+        spawn_mode="exec",
+        sandbox=sandbox,
     )
 
 

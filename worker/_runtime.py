@@ -29,6 +29,8 @@ from protocol import (
     ProtocolError,
     ResourceLimits,
     Response,
+    SandboxPolicy,
+    SandboxReport,
     Shutdown,
     SupervisorRequest,
     Welcome,
@@ -39,6 +41,7 @@ from ._channel import SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._fdpass import FD_SIZE, received_fds
 from ._process import apply_resource_limits
+from ._sandbox import apply_sandbox
 from .agent import AGENT_COMMANDS
 
 __all__ = ["run_standby", "run_worker", "serve"]
@@ -99,6 +102,7 @@ async def serve(
     worker_id: str,
     spawn_mode: SpawnMode,
     rlimits: dict[str, list[int]],
+    sandbox: SandboxReport | None = None,
     commands: dict[str, CommandHandler] | None = None,
 ) -> int:
     """Handshake with the supervisor and answer its requests until told to stop."""
@@ -110,6 +114,7 @@ async def serve(
             pgid=os.getpgid(0),
             spawn_mode=spawn_mode,
             rlimits=rlimits,
+            sandbox=sandbox,
         )
     )
     session = _Session(link, commands if commands is not None else WORKER_COMMANDS)
@@ -149,10 +154,16 @@ def run_worker(
     worker_id: str,
     limits: ResourceLimits,
     spawn_mode: SpawnMode,
+    sandbox: SandboxPolicy | None = None,
 ) -> int:
-    """Apply ``limits``, then serve the supervisor on the given pipe ends; return an exit code."""
+    """Apply ``limits`` and ``sandbox``, then serve the supervisor on the given pipe ends.
+
+    Returns an exit code. The sandbox goes on before the event loop starts,
+    while this is the process's only thread (S-SBX-1).
+    """
     try:
         rlimits = apply_resource_limits(limits)
+        report = apply_sandbox(sandbox)
         serve_fds = functools.partial(
             _serve_fds,
             read_fd,
@@ -160,6 +171,7 @@ def run_worker(
             worker_id=worker_id,
             spawn_mode=spawn_mode,
             rlimits=rlimits,
+            sandbox=report,
         )
         return trio.run(serve_fds)
     except BaseException as exc:
@@ -199,8 +211,16 @@ async def _standby(assign_fd: int) -> int:
         return EXIT_OK if not data else EXIT_PROTOCOL_ERROR
     request = decode_spawn_request(data)
     rlimits = apply_resource_limits(request.limits)
+    # Only now is the policy known. The loop has started no thread, so the
+    # restriction covers the whole process (``apply_sandbox`` checks).
+    report = apply_sandbox(request.sandbox)
     return await _serve_fds(
-        fds[0], fds[1], worker_id=request.worker_id, spawn_mode="zygote", rlimits=rlimits
+        fds[0],
+        fds[1],
+        worker_id=request.worker_id,
+        spawn_mode="zygote",
+        rlimits=rlimits,
+        sandbox=report,
     )
 
 

@@ -187,6 +187,7 @@ class Zygote:
                 worker_id=request.worker_id,
                 limits=request.limits,
                 spawn_mode="zygote",
+                sandbox=request.sandbox,
             )
         except BaseException:
             traceback.print_exc()

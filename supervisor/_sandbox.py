@@ -1,0 +1,172 @@
+"""Choosing a subagent's sandbox, and what the kernel can enforce (S-SBX-1..3).
+
+Which mode a subagent gets, first match wins:
+
+1. ``subvisor run --sandbox MODE`` (``SandboxSettings.force_mode``);
+2. its profile's ``sandbox`` field (``full`` never from a project profile);
+3. ``[sandbox] mode`` in config;
+4. ``read-only`` if its tools include neither Write nor Edit (Explore),
+   else ``workspace-write`` (general-purpose).
+
+The network likewise: ``--network``, the profile's ``network``, ``[sandbox]
+network`` (not for a ``read-only`` subagent), else ``deny``: ``allow`` is
+always somebody's explicit choice, never a read-only profile's default.
+
+Writable under a filesystem sandbox: the project dir (``workspace-write``),
+the worker's private temp dir (made per spawn by the ``Supervisor``), and the
+profile's memory dir (S-PROF-8) when it has one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+from protocol import (
+    NETWORK_ABI,
+    NetworkMode,
+    OnUnsupported,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxReport,
+)
+
+from ._errors import SpawnError, SubvisorError
+
+if TYPE_CHECKING:
+    from ._profile import AgentProfile
+
+__all__ = [
+    "LANDLOCK_ABI_MAX_ENV",
+    "WRITING_TOOLS",
+    "SandboxSettings",
+    "SandboxUnsupportedError",
+    "choose_sandbox",
+    "landlock_abi_max_from_env",
+    "mode_enforcement",
+    "unsupported_message",
+]
+
+#: Test seam: the supervisor's workers act as if the kernel's Landlock ABI
+#: were at most this (``0``: no Landlock), to exercise S-SBX-2 on any kernel.
+LANDLOCK_ABI_MAX_ENV = "SUBVISOR_LANDLOCK_ABI_MAX"
+
+#: A profile with either of these writes files on purpose: workspace-write.
+WRITING_TOOLS = frozenset({"Write", "Edit"})
+
+
+class SandboxUnsupportedError(SpawnError):
+    """The kernel cannot enforce the sandbox a subagent asked for (S-SBX-2)."""
+
+
+class SandboxSettings(BaseModel):
+    """The ``[sandbox]`` table of the config, and the ``run`` flags that override it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: For profiles that do not say; None: by their tools (see the module doc).
+    mode: SandboxMode | None = None
+    #: For profiles that do not say; None: deny.
+    network: NetworkMode | None = None
+    #: Where the kernel cannot enforce a sandbox: refuse the launch, or run
+    #: with a loud warning and "not enforced" on the task record.
+    on_unsupported: OnUnsupported = "error"
+    #: Set by ``subvisor run --sandbox``: every subagent gets this mode.
+    force_mode: SandboxMode | None = None
+    #: Set by ``subvisor run --network``: every subagent gets this network.
+    force_network: NetworkMode | None = None
+
+
+def landlock_abi_max_from_env() -> int | None:
+    """The test seam's ceiling from ``SUBVISOR_LANDLOCK_ABI_MAX``, if set."""
+    raw = os.environ.get(LANDLOCK_ABI_MAX_ENV)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SubvisorError(
+            f"{LANDLOCK_ABI_MAX_ENV}={raw!r} is not a number; unset it, or give the highest "
+            "Landlock ABI to use (0: none)"
+        ) from None
+    return max(0, value)
+
+
+def choose_sandbox(
+    profile: AgentProfile,
+    tools: Sequence[str],
+    settings: SandboxSettings,
+    *,
+    project_dir: Path,
+    memory_dir: Path | None = None,
+) -> SandboxPolicy:
+    """The sandbox a launch of ``profile`` with ``tools`` gets (see the module doc).
+
+    Raises ``SubvisorError`` for a project profile that asks for ``full``
+    (S-SBX-3), whatever path the profile took to get here.
+    """
+    if profile.scope == "project" and profile.sandbox == "full":
+        raise SubvisorError(
+            f"profile {profile.name!r} ({profile.source}) is a project profile that sets "
+            "sandbox: full; a repository may not lift its own sandbox (S-SBX-3): move it to "
+            "a user-level profile, or run with `subvisor run --sandbox full`"
+        )
+    default_mode: SandboxMode = (
+        "workspace-write" if WRITING_TOOLS.intersection(tools) else "read-only"
+    )
+    mode = settings.force_mode or profile.sandbox or settings.mode or default_mode
+    # S-SBX-3: a read-only subagent gets the network only when asked for it
+    # by name (its profile, or --network), never from a default.
+    default_network = settings.network if mode != "read-only" else None
+    network = settings.force_network or profile.network or default_network or "deny"
+    roots: list[str] = []
+    if mode == "workspace-write":
+        roots.append(str(project_dir))
+    if mode != "full" and memory_dir is not None:
+        # The Write tool would create it; a sandbox rule needs it to exist.
+        memory_dir.mkdir(parents=True, exist_ok=True)
+        roots.append(str(memory_dir))
+    return SandboxPolicy(
+        mode=mode,
+        network=network,
+        writable_roots=tuple(roots),
+        on_unsupported=settings.on_unsupported,
+    )
+
+
+def unsupported_message(policy: SandboxPolicy, report: SandboxReport | None) -> str:
+    """Why a launch was refused, and how to opt into running without the sandbox."""
+    reason = report.reason if report is not None and report.reason else "the worker reported none"
+    return (
+        f"the sandbox ({policy.label}) cannot be enforced on this machine: {reason}. "
+        "Run on a kernel with Landlock enabled (Linux >= 6.7 for network rules; "
+        "`subvisor doctor` shows the ABI), choose `--sandbox full --network allow`, or set "
+        '`on_unsupported = "warn"` under [sandbox] in subvisor.toml to run without it '
+        '(the task record then says "not enforced")'
+    )
+
+
+def mode_enforcement(abi: int) -> list[tuple[str, bool, str]]:
+    """What each mode will enforce at Landlock ``abi``: (mode, enforceable, what), for doctor."""
+    fs_ok = abi >= 1
+    net_ok = abi >= NETWORK_ABI
+    fs_what = (
+        "read everywhere; write only the worker's temp dir" if fs_ok else "needs Landlock ABI >= 1"
+    )
+    ws_what = "write only the project dir and temp dir" if fs_ok else "needs Landlock ABI >= 1"
+    net_what = (
+        "TCP bind/connect denied (UDP and UNIX sockets are not covered)"
+        if net_ok
+        else f"needs Landlock ABI >= {NETWORK_ABI}"
+    )
+    scopes = " (+ signal and abstract-socket scopes)" if abi >= 6 else ""
+    return [
+        ("read-only", fs_ok, fs_what + scopes),
+        ("workspace-write", fs_ok, ws_what + scopes),
+        ("full", True, "no filesystem rules"),
+        ("network deny", net_ok, net_what),
+    ]

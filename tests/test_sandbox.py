@@ -1,0 +1,587 @@
+"""Kernel-enforced sandbox (S-SBX-1..3, issue 8): real Landlock, real workers, real sockets.
+
+Every subagent here is a real worker process that put itself into a Landlock
+domain before its hello; the writes and connects it attempts are real system
+calls that the kernel refuses. Each denial has a control that shows the same
+attempt succeeding where the sandbox allows it, so no assertion holds by
+accident. The S-SBX-2 tests pretend an older kernel through the
+``SUBVISOR_LANDLOCK_ABI_MAX`` test seam and so run on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import (
+    AgentOutcome,
+    AgentRunSpec,
+    ChatMessage,
+    ModelRequest,
+    ModelResult,
+    SandboxPolicy,
+    ToolCall,
+    WorkerRequest,
+)
+from supervisor import RootSession, Subvisor, Supervisor, SupervisorConfig, WorkerHandle
+from supervisor._builtin_profiles import EXPLORE, GENERAL_PURPOSE
+from supervisor._mcp import McpServerConfig
+from supervisor._profile import AgentProfile
+from supervisor._profile_files import ProfileError, parse_profile_text
+from supervisor._sandbox import (
+    LANDLOCK_ABI_MAX_ENV,
+    SandboxSettings,
+    choose_sandbox,
+)
+from supervisor._tasks import TaskRecord
+from tests.support.delegation import agent_call, subvisor, write_scenario
+from worker._sandbox import landlock_abi
+
+KERNEL_ABI = landlock_abi()
+needs_landlock = pytest.mark.skipif(
+    KERNEL_ABI < 4, reason=f"needs Landlock ABI >= 4 (network rules); this kernel has {KERNEL_ABI}"
+)
+PY = sys.executable
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def bash(command: str) -> dict[str, Any]:
+    """One Bash call of a scripted turn."""
+    return {"name": "Bash", "input": {"command": command}}
+
+
+def py_connect(port: int) -> str:
+    """A Python child that opens a TCP connection to loopback ``port``."""
+    return (
+        f"{PY} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); "
+        "print('connected')\""
+    )
+
+
+class Listener:
+    """A TCP listener on loopback that counts the connections the kernel completed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.setblocking(False)
+        self.port: int = self.sock.getsockname()[1]
+        self._seen = 0
+
+    def connections(self) -> int:
+        """Connections so far (accepted from the backlog, then closed)."""
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return self._seen
+            conn.close()
+            self._seen += 1
+
+
+@contextmanager
+def listening() -> Iterator[Listener]:
+    listener = Listener()
+    try:
+        yield listener
+    finally:
+        listener.sock.close()
+
+
+def tool_results(host: Subvisor, record: TaskRecord) -> list[ChatMessage]:
+    """The subagent's tool results, in call order."""
+    assert record.child_session_id is not None
+    return [m for m in host.store.messages(record.child_session_id) if m.role == "tool"]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its content."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(5):
+        (root / f"module_{i}.py").write_text(f"def handler_{i}():\n    return 'secret-{i}'\n")
+    (root / "pkg" / "deep.txt").write_text("deep\n")
+    return root
+
+
+def user_profile(home: Path, name: str, frontmatter: str) -> None:
+    """A user-level profile file under ``$SUBVISOR_HOME/agents``."""
+    agents = home / "agents"
+    agents.mkdir(parents=True, exist_ok=True)
+    (agents / f"{name}.md").write_text(
+        f"---\nname: {name}\ndescription: {name} for tests\n{frontmatter}---\nYou test.\n"
+    )
+
+
+# -- S-SBX-1: read-only ------------------------------------------------------------
+
+
+@needs_landlock
+async def test_read_only_explore_cannot_write_delete_or_connect_but_reads(
+    tmp_path: Path, project: Path
+) -> None:
+    """S-SBX-1: in a read-only worker, Bash touch/rm/echo >/a Python child's write/socket
+    connect/curl all fail as tool errors; Read, Grep, cat work and the temp dir is writable."""
+    before = snapshot(project)
+    with listening() as listener:
+        calls = [
+            bash(f"touch {project}/new.txt"),
+            bash(f"rm {project}/module_0.py"),
+            bash(f"echo changed > {project}/module_1.py"),
+            bash(f"{PY} -c \"open('{project}/py.txt', 'w').write('x')\""),
+            bash(py_connect(listener.port)),
+            bash(f"curl -sS --max-time 5 http://127.0.0.1:{listener.port}/"),
+            {"name": "Read", "input": {"file_path": str(project / "module_2.py")}},
+            {"name": "Grep", "input": {"pattern": "secret-3", "output_mode": "content"}},
+            bash(f"cat {project}/module_4.py"),
+            bash('echo scratch > "$TMPDIR/note.txt" && cat "$TMPDIR/note.txt" && echo "$TMPDIR"'),
+            bash("echo quiet > /dev/null && echo devnull-ok"),
+        ]
+        model = write_scenario(
+            tmp_path / "s.yaml",
+            {
+                "root": [
+                    {"tool_calls": [agent_call("look", "look around", subagent_type="Explore")]},
+                    {"text": "{{tool_result}}"},
+                ],
+                "look": [{"tool_calls": calls}, {"text": "done"}],
+            },
+        )
+        async with subvisor(tmp_path / "home") as host:
+            root = RootSession(host, model=model, cwd=project)
+            outcome = await root.run("go")
+            [record] = host.registry.list(root.session_id)
+            results = tool_results(host, record)
+        seen = listener.connections()
+    assert outcome.status == "completed" and record.status == "completed"
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert (record.sandbox.mode, record.sandbox.network) == ("read-only", "deny")
+    assert record.sandbox.abi == KERNEL_ABI
+    assert len(results) == len(calls)
+    touch, rm, echo, py_write, py_sock, curl, read, grep, cat, tmp, devnull = results
+    for denied in (touch, rm, echo, py_write, py_sock):
+        assert denied.is_error, denied.content
+        assert "Permission denied" in denied.content, denied.content
+    assert curl.is_error and "curl: (7)" in curl.content, curl.content
+    # Nothing changed, nothing connected.
+    assert snapshot(project) == before
+    assert seen == 0
+    # Reading works.
+    assert not read.is_error and "secret-2" in read.content
+    assert not grep.is_error and "module_3.py:2:    return 'secret-3'" in grep.content
+    assert not cat.is_error and "secret-4" in cat.content
+    # The private temp dir is writable, is $TMPDIR, and is gone once the worker ended.
+    assert not tmp.is_error, tmp.content
+    assert tmp.content.splitlines() == ["scratch", record.sandbox.temp_dir]
+    assert record.sandbox.temp_dir in record.sandbox.writable
+    assert not Path(record.sandbox.temp_dir).exists()
+    assert not devnull.is_error and "devnull-ok" in devnull.content
+
+
+# -- S-SBX-1: workspace-write and the network ------------------------------------------
+
+
+@needs_landlock
+async def test_workspace_write_writes_inside_the_project_only(
+    tmp_path: Path, project: Path
+) -> None:
+    """S-SBX-1: general-purpose is workspace-write: Bash and Write work inside the
+    project and fail outside it; its network is denied by default."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with listening() as listener:
+        calls = [
+            bash(f"echo in > {project}/inside.txt && echo wrote"),
+            {"name": "Write", "input": {"file_path": str(project / "w.txt"), "content": "ok\n"}},
+            bash(f"echo out > {outside}/outside.txt"),
+            {"name": "Write", "input": {"file_path": str(outside / "w.txt"), "content": "no\n"}},
+            bash(f"rm {project}/module_0.py && echo removed"),
+            bash(py_connect(listener.port)),
+        ]
+        model = write_scenario(
+            tmp_path / "s.yaml",
+            {
+                "root": [
+                    {"tool_calls": [agent_call("edit", "edit things")]},
+                    {"text": "{{tool_result}}"},
+                ],
+                "edit": [{"tool_calls": calls}, {"text": "done"}],
+            },
+        )
+        async with subvisor(tmp_path / "home") as host:
+            root = RootSession(host, model=model, cwd=project)
+            await root.run("go")
+            [record] = host.registry.list(root.session_id)
+            results = tool_results(host, record)
+        seen = listener.connections()
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert (record.sandbox.mode, record.sandbox.network) == ("workspace-write", "deny")
+    assert str(project) in record.sandbox.writable
+    bash_in, write_in, bash_out, write_out, rm_in, connect = results
+    assert not bash_in.is_error and (project / "inside.txt").read_text() == "in\n"
+    assert not write_in.is_error and (project / "w.txt").read_text() == "ok\n"
+    assert not rm_in.is_error and not (project / "module_0.py").exists()
+    assert bash_out.is_error and "Permission denied" in bash_out.content
+    assert write_out.is_error, write_out.content
+    assert list(outside.iterdir()) == []
+    assert connect.is_error and "Permission denied" in connect.content
+    assert seen == 0
+
+
+@needs_landlock
+async def test_network_allow_is_the_control_for_network_deny(tmp_path: Path, project: Path) -> None:
+    """S-SBX-1 control: the same connect from a read-only profile that says `network: allow`
+    reaches the listener, while its writes are still denied (the network rule is separate)."""
+    home = tmp_path / "home"
+    user_profile(home, "fetcher", "tools: Read, Bash\nnetwork: allow\n")
+    with listening() as listener:
+        model = write_scenario(
+            tmp_path / "s.yaml",
+            {
+                "root": [
+                    {"tool_calls": [agent_call("fetch", "fetch", subagent_type="fetcher")]},
+                    {"text": "{{tool_result}}"},
+                ],
+                "fetch": [
+                    {"tool_calls": [bash(py_connect(listener.port)), bash(f"touch {project}/x")]},
+                    {"text": "done"},
+                ],
+            },
+        )
+        async with subvisor(home) as host:
+            root = RootSession(host, model=model, cwd=project)
+            await root.run("go")
+            [record] = host.registry.list(root.session_id)
+            connect, touch = tool_results(host, record)
+        seen = listener.connections()
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert (record.sandbox.mode, record.sandbox.network) == ("read-only", "allow")
+    assert not connect.is_error and "connected" in connect.content
+    assert seen == 1
+    assert touch.is_error and "Permission denied" in touch.content
+
+
+# -- S-SBX-1: the pipe still carries model and MCP calls ----------------------------------
+
+
+@needs_landlock
+async def test_model_and_mcp_calls_cross_the_pipe_from_a_sandboxed_worker(
+    tmp_path: Path, project: Path
+) -> None:
+    """S-SBX-1: a read-only, network-denied worker still makes model calls and borrowed MCP
+    calls (both cross its pipe to the supervisor), while its own connect is refused."""
+    from tests.support.mcp import everything_server
+
+    everything = McpServerConfig(command=str(everything_server()), args=("stdio",))
+    with listening() as listener:
+        model = write_scenario(
+            tmp_path / "s.yaml",
+            {
+                "root": [
+                    {"tool_calls": [agent_call("mcp", "use mcp", subagent_type="Explore")]},
+                    {"text": "root saw: {{tool_result}}"},
+                ],
+                "mcp": [
+                    {"tool_calls": [bash(py_connect(listener.port))]},
+                    {
+                        "tool_calls": [
+                            {"name": "mcp__everything__echo", "input": {"message": "via pipe"}}
+                        ]
+                    },
+                    {"text": "child: {{tool_result}}"},
+                ],
+            },
+        )
+        async with subvisor(tmp_path / "home", mcp_servers={"everything": everything}) as host:
+            root = RootSession(host, model=model, cwd=project)
+            outcome = await root.run("go")
+            [record] = host.registry.list(root.session_id)
+            connect, echo = tool_results(host, record)
+        seen = listener.connections()
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert record.sandbox.network == "deny"
+    assert connect.is_error and seen == 0
+    assert not echo.is_error and "Echo: via pipe" in echo.content
+    assert record.usage.model_calls == 3
+    assert "child: Echo: via pipe" in outcome.text
+
+
+# -- every spawn path applies it before hello ------------------------------------------------
+
+
+def _scripted_model(target: Path) -> Any:
+    """A request handler playing the model: Bash ``touch target``, then report the result."""
+
+    async def handle(_: WorkerHandle, request: WorkerRequest) -> Any:
+        assert request.method == "model.call"
+        asked = ModelRequest.model_validate(request.params)
+        tools = [m for m in asked.messages if m.role == "tool"]
+        if not tools:
+            call = ToolCall(id="t1", name="Bash", input={"command": f"touch {target}"})
+            return ModelResult(tool_calls=(call,)).model_dump(mode="python")
+        marker = "ERROR " if tools[0].is_error else "OK "
+        return ModelResult(text=marker + tools[0].content).model_dump(mode="python")
+
+    return handle
+
+
+@needs_landlock
+@pytest.mark.parametrize(
+    ("spawn_mode", "standby"),
+    [("zygote", 2), ("zygote", 0), ("exec", 0)],
+    ids=["zygote-standby", "zygote-fork", "exec"],
+)
+async def test_every_spawn_path_applies_the_sandbox_before_hello(
+    tmp_path: Path, spawn_mode: str, standby: int
+) -> None:
+    """S-SBX-1: a standby assigned its work, a freshly forked worker and an exec'd one
+    (`python -m worker`) all report the sandbox in hello and are held to it."""
+    target = tmp_path / "touched"
+    config = SupervisorConfig(spawn_mode=spawn_mode, zygote_standby=standby)  # type: ignore[arg-type]
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    async with Supervisor(config, request_handler=_scripted_model(target)) as sup:
+        outcomes = []
+        for sandbox in (policy, SandboxPolicy(mode="full", network="allow")):
+            handle = await sup.spawn(sandbox=sandbox)
+            spec = AgentRunSpec(
+                agent_id="a", system="", prompt="go", tools=("Bash",),
+                preapproved_tools=("Bash",), cwd=str(tmp_path),
+            )  # fmt: skip
+            raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+            outcomes.append((handle.sandbox, AgentOutcome.model_validate(raw).text))
+            await handle.shutdown()
+    (sandboxed, denied), (unsandboxed, allowed) = outcomes
+    assert sandboxed is not None and sandboxed.enforced and sandboxed.filesystem
+    assert denied.startswith("ERROR ") and "Permission denied" in denied
+    # Control: the same worker stack without a sandbox touches the file.
+    assert unsandboxed is not None and not unsandboxed.requested and not unsandboxed.enforced
+    assert allowed.startswith("OK ") and target.exists()
+
+
+# -- S-SBX-2: never report what is not enforced --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("abi_max", "missing"),
+    [("0", "read-only needs Landlock"), ("3", "network deny needs Landlock ABI >= 4")],
+)
+async def test_unsupported_landlock_fails_the_launch_with_a_clear_error(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch, abi_max: str, missing: str
+) -> None:
+    """S-SBX-2: where the kernel lacks Landlock (or the ABI), a sandboxed profile does not
+    launch; the error names what is missing and how to opt into warn."""
+    monkeypatch.setenv(LANDLOCK_ABI_MAX_ENV, abi_max)
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("look", "look", subagent_type="Explore")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "look": [{"tool_calls": [bash(f"touch {project}/x")]}, {"text": "ran"}],
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=project)
+        outcome = await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        [tool_message] = [m for m in root.loop.messages if m.role == "tool"]
+    assert record.status == "failed"
+    assert record.error is not None
+    assert "cannot be enforced" in record.error and missing in record.error
+    assert 'on_unsupported = "warn"' in record.error
+    assert record.usage.model_calls == 0 and not (project / "x").exists()
+    assert tool_message.is_error and missing in tool_message.content
+    assert "ran" not in outcome.text
+
+
+async def test_warn_runs_unenforced_loudly_and_the_record_says_so(
+    tmp_path: Path,
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """S-SBX-2: with on_unsupported = "warn" it runs, with a loud warning, and the task
+    record says "not enforced", naming the missing part (the network rules at ABI 3)."""
+    monkeypatch.setenv(LANDLOCK_ABI_MAX_ENV, "3")
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("look", "look", subagent_type="Explore")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "look": [{"text": "ran"}],
+        },
+    )
+    settings = SandboxSettings(on_unsupported="warn")
+    with caplog.at_level(logging.WARNING, logger="subvisor"):
+        async with subvisor(tmp_path / "home", sandbox=settings) as host:
+            root = RootSession(host, model=model, cwd=project)
+            outcome = await root.run("go")
+            [record] = host.registry.list(root.session_id)
+            stored = host.store.get_task(record.task_id)
+    assert record.status == "completed" and "ran" in outcome.text
+    report = record.sandbox
+    assert report is not None and not report.enforced
+    assert report.network_denied is False
+    assert report.filesystem is (KERNEL_ABI >= 1)
+    assert "network deny needs Landlock ABI >= 4" in report.reason
+    assert "NOT ENFORCED" in report.summary
+    assert stored is not None and stored.sandbox == report
+    assert any("SANDBOX NOT ENFORCED" in r.getMessage() for r in caplog.records)
+
+
+# -- S-SBX-3 and the defaults --------------------------------------------------------------
+
+
+def test_project_profile_asking_for_full_is_refused_user_profile_may() -> None:
+    """S-SBX-3: `sandbox: full` from a project profile is refused like permissionMode;
+    from a user profile it is accepted; from a plugin it is ignored with a warning."""
+    text = "---\nname: wild\ndescription: no sandbox\nsandbox: full\n---\nGo.\n"
+    with pytest.raises(ProfileError, match=r"project-level profile may not set sandbox: full"):
+        parse_profile_text(
+            text, source=".claude/agents/wild.md", scope="project", default_name="wild"
+        )
+    user = parse_profile_text(
+        text, source="~/.claude/agents/wild.md", scope="user", default_name="wild"
+    )
+    assert user.sandbox == "full"
+    plugin = parse_profile_text(
+        text, source="plugin/agents/wild.md", scope="plugin", default_name="wild"
+    )
+    assert plugin.sandbox is None and any("sandbox: full ignored" in w for w in plugin.warnings)
+    network = parse_profile_text(
+        "---\nname: n\ndescription: d\nsandbox: read-only\nnetwork: allow\n---\nGo.\n",
+        source=".claude/agents/n.md",
+        scope="project",
+        default_name="n",
+    )
+    assert (network.sandbox, network.network) == ("read-only", "allow")
+
+
+async def test_project_profile_with_full_cannot_be_launched(tmp_path: Path, project: Path) -> None:
+    """S-SBX-3 end to end: the Agent tool refuses the project profile, naming why."""
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "wild.md").write_text(
+        "---\nname: wild\ndescription: no sandbox\nsandbox: full\n---\nGo.\n"
+    )
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("w", "go wild", subagent_type="wild")]},
+                {"text": "{{tool_result}}"},
+            ]
+        },
+    )
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=model, cwd=project)
+        outcome = await root.run("go")
+        launched = host.registry.list(root.session_id)
+    assert launched == []
+    assert "sandbox: full" in outcome.text and "project-level profile" in outcome.text
+
+
+def test_defaults_follow_the_tools_and_allow_is_never_a_read_only_default(tmp_path: Path) -> None:
+    """S-SBX-1/S-SBX-3: Explore and write-less profiles are read-only, general-purpose is
+    workspace-write, the network is denied unless somebody names `allow`, and the
+    `run --sandbox/--network` overrides win over profile and config."""
+    writer_tools = ("Read", "Write", "Edit", "Bash")
+    none = SandboxSettings()
+
+    def choose(profile: AgentProfile, tools: tuple[str, ...], settings: SandboxSettings) -> Any:
+        policy = choose_sandbox(profile, tools, settings, project_dir=tmp_path)
+        return policy.mode, policy.network, policy.writable_roots
+
+    assert choose(EXPLORE, ("Read", "Bash"), none) == ("read-only", "deny", ())
+    assert choose(GENERAL_PURPOSE, writer_tools, none) == (
+        "workspace-write",
+        "deny",
+        (str(tmp_path),),
+    )
+    reader = AgentProfile(name="r", description="d", prompt="", tools=("Read", "Grep"))
+    assert choose(reader, ("Read", "Grep"), none)[:2] == ("read-only", "deny")
+    # A config default of `network = "allow"` reaches writers, never a read-only profile.
+    allow = SandboxSettings(network="allow")
+    assert choose(GENERAL_PURPOSE, writer_tools, allow)[:2] == ("workspace-write", "allow")
+    assert choose(EXPLORE, ("Read",), allow)[:2] == ("read-only", "deny")
+    # The config mode is a default: Explore's own `read-only` stands.
+    config_full = SandboxSettings(mode="full")
+    assert choose(EXPLORE, ("Read",), config_full)[0] == "read-only"
+    assert choose(GENERAL_PURPOSE, writer_tools, config_full)[0] == "full"
+    # The command line's overrides win over everything.
+    forced = SandboxSettings(force_mode="workspace-write", force_network="allow")
+    assert choose(EXPLORE, ("Read",), forced)[:2] == ("workspace-write", "allow")
+
+
+# -- acceptance -----------------------------------------------------------------------------
+
+
+@needs_landlock
+async def test_acceptance_explore_told_to_rm_rf_and_curl_changes_and_reaches_nothing(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 8 acceptance: a scripted Explore told to `rm -rf` a scratch copy of the project
+    and to `curl` a loopback server: every file is still there, the server saw no
+    connection, and the root's answer shows both tool errors."""
+    scratch = tmp_path / "scratch"
+    shutil.copytree(project, scratch)
+    before = snapshot(scratch)
+    with listening() as server:
+        model = write_scenario(
+            tmp_path / "s.yaml",
+            {
+                "root": [
+                    {
+                        "tool_calls": [
+                            agent_call(
+                                "wipe and phone home",
+                                f"rm -rf {scratch} and curl 127.0.0.1:{server.port}",
+                                subagent_type="Explore",
+                            )
+                        ]
+                    },
+                    {"text": "Explore reported:\n{{tool_result}}"},
+                ],
+                "wipe and phone home": [
+                    {
+                        "tool_calls": [
+                            bash(f"rm -rf {scratch}"),
+                            bash(f"curl -sS --max-time 5 http://127.0.0.1:{server.port}/"),
+                        ]
+                    },
+                    {"text": "{{tool_result}}"},
+                ],
+            },
+        )
+        async with subvisor(tmp_path / "home") as host:
+            root = RootSession(host, model=model, cwd=scratch)
+            outcome = await root.run("clean up")
+            [record] = host.registry.list(root.session_id)
+            rm, curl = tool_results(host, record)
+        seen = server.connections()
+    assert snapshot(scratch) == before
+    assert seen == 0
+    assert rm.is_error and curl.is_error
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert f"rm: cannot remove '{scratch}/module_0.py': Permission denied" in outcome.text
+    assert "curl: (7)" in outcome.text
+    assert outcome.text.count("[exit code") == 2
