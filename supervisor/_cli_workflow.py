@@ -316,4 +316,3 @@ def _print_report(console: Console, report: dict[str, Any]) -> None:
         f"{totals['input_tokens']} input / {totals['output_tokens']} output tokens",
         highlight=False,
     )
-

@@ -57,9 +57,7 @@ def actor_system_prompt(system: str, cwd: str) -> str:
     return "\n\n".join(parts)
 
 
-def actor_tool_names(
-    requested: Sequence[str] | None, lent: Sequence[str] = ()
-) -> tuple[str, ...]:
+def actor_tool_names(requested: Sequence[str] | None, lent: Sequence[str] = ()) -> tuple[str, ...]:
     """The tools of one actor: ``requested`` (aliases allowed), or all of them.
 
     ``lent`` are the MCP tool names the supervisor lends. A disallowed or
