@@ -33,7 +33,9 @@ from rich.console import Console
 
 from protocol import ResourceLimits
 
+from ._control import serve_control
 from ._host import Subvisor
+from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._tasks import TaskRecord
@@ -248,8 +250,12 @@ async def _drive(
     peak_rss = me.memory_info().rss
     peak_workers = 0
     expected = min(options.agents, options.session_cap)
-    async with Subvisor(settings) as host:
+    async with Subvisor(settings) as host, contextlib.AsyncExitStack() as control:
         root = RootSession(host, model=model, cwd=work / "tree")
+        # `subvisor top` finds live sessions in the user's SUBVISOR_HOME, not the temporary one.
+        await control.enter_async_context(
+            serve_control(host, root.session_id, root=root, home=subvisor_home())
+        )
         # One instant on each clock the timings come from, to put them on one axis.
         clocks = {"epoch": time.time(), "monotonic": time.monotonic(), "trio": trio.current_time()}
         async with trio.open_nursery() as nursery:

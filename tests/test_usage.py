@@ -1,0 +1,191 @@
+"""Usage accounting: per subagent, rolled up per session, stored in SQLite, shown everywhere.
+
+Issue 6: tokens (input, output, cache), model calls, tool calls, wall and CPU time and
+peak RSS per subagent; a session's total is its root's own usage plus every
+subagent's, field by field, in ``subvisor ps``, ``subvisor top`` and ``run --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor import RootSession
+from supervisor._control import send_control_request, serve_control
+from supervisor._store import SCHEMA_VERSION, SessionStore
+from supervisor._tasks import TaskUsage
+from supervisor._usage import UsageRollup, add_usage, sum_usage
+from tests.support.delegation import agent_call, subvisor, write_scenario
+
+READ_README = {"name": "Read", "input": {"file_path": "README.md"}}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo project\n")
+    return root
+
+
+def scenario(tmp_path: Path) -> str:
+    return write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("reader", "read the readme"),
+                        agent_call("twice", "read it twice"),
+                        agent_call("later", "answer later", run_in_background=True),
+                    ]
+                },
+                {"text": "root says {{tool_result}}"},
+                {"text": "noted"},
+            ],
+            "reader": [{"tool_calls": [READ_README]}, {"text": "it is {{tool_result}}"}],
+            "twice": [
+                {"tool_calls": [READ_README, READ_README]},
+                {"tool_calls": [READ_README]},
+                {"text": "read three times"},
+            ],
+            "later": [{"text": "background answer"}],
+        },
+    )
+
+
+def fields(usage: TaskUsage) -> dict[str, Any]:
+    return usage.model_dump()
+
+
+async def test_each_subagent_records_its_own_usage(tmp_path: Path, project: Path) -> None:
+    """Tokens, model and tool calls, wall and CPU time, peak RSS: per subagent, in its record
+    and in the store's session_usage of its child session."""
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=scenario(tmp_path), cwd=project)
+        await root.run("go")
+        records = {r.description: r for r in host.registry.list(root.session_id)}
+        stored = {
+            name: host.store.session_usage(r.child_session_id or "") for name, r in records.items()
+        }
+    expected_calls = {"reader": (2, 1), "twice": (3, 3), "later": (1, 0)}
+    for name, (model_calls, tool_calls) in expected_calls.items():
+        usage = records[name].usage
+        assert (usage.model_calls, usage.tool_calls) == (model_calls, tool_calls), name
+        assert usage.input_tokens > 0 and usage.output_tokens > 0
+        assert usage.duration_ms > 0 and usage.cpu_seconds > 0 and usage.peak_rss_bytes > 0
+        assert stored[name] == usage  # the same numbers in SQLite
+
+
+async def test_a_session_rolls_up_its_root_and_every_subagent(
+    tmp_path: Path, project: Path
+) -> None:
+    """The stored rollup and the live control channel's: own + the field by field sum."""
+    async with subvisor(tmp_path / "home") as host:
+        root = RootSession(host, model=scenario(tmp_path), cwd=project)
+        async with serve_control(host, root.session_id, root=root) as path:
+            assert path is not None
+            await root.run("go")
+            live = UsageRollup.from_summary(
+                (await send_control_request(path, {"op": "session"}))["usage"]
+            )
+        root_own = TaskUsage(
+            input_tokens=root.loop.usage.input_tokens,
+            output_tokens=root.loop.usage.output_tokens,
+            model_calls=root.loop.model_calls,
+            tool_calls=root.loop.tool_calls,
+        )
+        host.store.record_usage(root.session_id, root_own)
+        stored = host.store.usage_rollup(root.session_id)
+        records = host.registry.list(root.session_id)
+    children = [r.usage for r in records]
+    assert len(children) == 3
+    assert stored.subagent_count == live.subagent_count == 3
+    assert stored.own == root_own
+    assert stored.subagents == live.subagents == sum_usage(children)
+    assert stored.total == add_usage(root_own, sum_usage(children))
+    for name in ("input_tokens", "output_tokens", "model_calls", "tool_calls", "peak_rss_bytes"):
+        assert getattr(stored.total, name) == getattr(root_own, name) + sum(
+            getattr(c, name) for c in children
+        )
+    # The live rollup counts the root as it runs: its calls so far.
+    assert live.own.model_calls == root.loop.model_calls >= 2
+    assert stored.summary()["total_tokens"] == stored.total.total_tokens
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    env["SUBVISOR_HOME"] = str(home)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _subvisor(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", *args],
+        cwd=cwd,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_run_json_and_ps_show_the_same_stored_rollup(tmp_path: Path, project: Path) -> None:
+    """`run --json`'s usage is what `ps` reads back from SQLite afterwards: root + subagents."""
+    home = tmp_path / "home"
+    run = _subvisor(home, project, "run", "--json", "--model", scenario(tmp_path), "go")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    usage = report["usage"]
+    tasks = report["tasks"]
+    assert usage["subagent_count"] == len(tasks) == 3
+    for name in ("input_tokens", "output_tokens", "model_calls", "tool_calls", "cpu_seconds"):
+        children = sum(t["usage"][name] for t in tasks)
+        assert usage["subagents"][name] == pytest.approx(children)
+        assert usage["total"][name] == pytest.approx(usage["root"][name] + children)
+    # Two turns, or three when the background answer arrives after the first answer.
+    assert usage["root"]["model_calls"] in (2, 3) and usage["root"]["cpu_seconds"] > 0
+    assert usage["total_tokens"] == sum(
+        usage["total"][k]
+        for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    )
+    ps = _subvisor(home, project, "ps", "--json")
+    assert ps.returncode == 0, ps.stderr
+    listed = json.loads(ps.stdout)
+    assert not listed["live"] and listed["usage"] == usage
+    table = _subvisor(home, project, "ps")
+    assert f"tokens {usage['total_tokens']} " in table.stdout
+    assert "root + 3 subagents" in table.stdout
+
+
+def test_a_version_1_database_gains_session_usage_on_open(tmp_path: Path) -> None:
+    """Schema 2 is additive: a database written before usage accounting keeps its rows."""
+    path = tmp_path / "subvisor.db"
+    with SessionStore(path) as store:
+        store.create_session("sess_old", parent_id=None, task_type="root")
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TABLE session_usage")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    with SessionStore(path) as store:
+        assert store.get_session("sess_old") is not None
+        assert store.usage_rollup("sess_old").total == TaskUsage()
+        store.record_usage("sess_old", TaskUsage(input_tokens=7))
+        assert store.usage_rollup("sess_old").total.input_tokens == 7
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    raw.close()
+
+
+def test_usage_of_an_unknown_session_is_refused(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "subvisor.db") as store, pytest.raises(LookupError, match="nope"):
+        store.record_usage("nope", TaskUsage())
