@@ -23,6 +23,7 @@ import pytest
 from supervisor import Subvisor, SubvisorSettings
 from supervisor._paths import database_path
 from supervisor.workflow import (
+    ACTOR_DISALLOWED_TOOLS,
     ActorAnswerInvalid,
     AskRecord,
     DuplicateActorName,
@@ -34,6 +35,7 @@ from supervisor.workflow import (
 )
 from tests.support.delegation import subvisor, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
+from worker.tools import LOCAL_TOOL_NAMES
 
 HTTP_MODEL = "openai:gpt-test"
 
@@ -146,7 +148,8 @@ async def test_three_actors_each_keep_one_worker_and_one_conversation(
             assert ask.usage.input_tokens == 7 and ask.usage.output_tokens == 3
     # S-ACT-4: the model is offered the local tools, none of the seven, no coordinator line.
     offered = {tool["function"]["name"] for tool in sent[0]["tools"]}
-    assert offered == {"Read", "Write", "Edit", "Glob", "Grep", "Bash", "LS"}
+    assert offered == set(LOCAL_TOOL_NAMES)
+    assert not offered & {*ACTOR_DISALLOWED_TOOLS, "RespondToCoordinator"}
     system = sent[0]["messages"][0]["content"]
     assert system.startswith("You are a subagent working inside a dynamic workflow run.")
     assert "You write patches." in system

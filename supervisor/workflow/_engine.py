@@ -6,7 +6,9 @@ A run goes in this order, and stops at the first step that fails:
    before anything runs);
 2. import it and find its one ``@workflow`` function; bind the inputs;
 3. with ``amend``, read the earlier run's actors (their model pins) and
-   answered asks from the journal;
+   answered asks from the journal; a named actor whose instructions, tools
+   and model are unchanged may replay them, in order, while each ask's
+   prompt and schema match (see ``Actor``);
 4. journal the run, then call the function with a ``WorkflowContext``;
    ``agent()`` declares actors of this run (a name used twice is a
    ``DuplicateActorName`` here too), and their asks run, replay or fail;
