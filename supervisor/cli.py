@@ -132,8 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     stress.add_argument(
         "--report",
         metavar="FILE",
-        help="also write a timeline and latency histograms to FILE (.html or .png); "
-        "needs pip install 'subvisor[report]'",
+        action="append",
+        default=[],
+        help="also write a timeline and latency histograms to FILE (.html or .png; may be "
+        "given twice); needs pip install 'subvisor[report]'",
     )
     stress.set_defaults(handler=_stress)
 
@@ -235,11 +237,11 @@ def _stress(args: argparse.Namespace) -> int:
             idle_timeout_s=args.idle_timeout,
             max_subagents_per_session=args.max_subagents_per_session,
         )
-        report_path = check_report_path(Path(args.report)) if args.report else None
+        report_paths = [check_report_path(Path(name)) for name in args.report]
     except ValueError as exc:
         errors.print(f"[red]{escape(str(exc))}[/]")
         return 2
-    if report_path is not None and (missing := missing_report_extra()):
+    if report_paths and (missing := missing_report_extra()):
         # Said now, so nobody waits for a report that will not come; the run goes on.
         errors.print(f"[yellow]{escape(missing)}; running anyway, without the report[/]")
     live = not args.json and errors.is_terminal
@@ -253,7 +255,7 @@ def _stress(args: argparse.Namespace) -> int:
         for key, value in report.items():
             Console().print(f"{key:<{width}}  {value}", highlight=False)
     code = 1 if report["lost"] or report["duplicates"] else 0
-    if report_path is not None:
+    for report_path in report_paths:
         try:
             write_report(result, report_path)
         except ImportError as exc:

@@ -168,9 +168,10 @@ def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -
 def test_stress_command_writes_the_report(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SUBVISOR_TREE"}
     env["SUBVISOR_HOME"] = str(tmp_path / "home")
-    report = tmp_path / "r.png"
+    report, page = tmp_path / "r.png", tmp_path / "r.html"
+    reports = ("--report", str(report), "--report", str(page))
     run = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "stress", *_SMALL, "--report", str(report)],
+        [sys.executable, "-m", "supervisor.cli", "stress", *_SMALL, *reports],
         env=env,
         capture_output=True,
         text=True,
@@ -181,3 +182,4 @@ def test_stress_command_writes_the_report(tmp_path: Path) -> None:
     assert "lost" in run.stdout
     assert f"report: {report}" in " ".join(run.stderr.split())
     assert _png_size(report.read_bytes())[0] >= 1000
+    assert 'data-lanes="4"' in page.read_text()  # the same run, drawn twice
