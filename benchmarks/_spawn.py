@@ -4,6 +4,11 @@
   handle, i.e. with the hello/welcome handshake done. The zygote's one-time
   boot happens in ``Supervisor.__aenter__`` and is not a sample; each mode
   also gets a few discarded warm-up spawns.
+- zygote_sandboxed: the same zygote spawn with a read-only, network-deny
+  Landlock sandbox (S-SBX-1): the supervisor makes the worker's temp dir,
+  the worker builds and applies the ruleset before its hello. The
+  difference to ``zygote`` is the per-spawn cost of the sandbox. Left out
+  on a kernel without Landlock network rules (ABI < 4).
 - mp_forkserver / mp_spawn: from ``Process.start()`` to receiving ``ready``
   from the child over a ``multiprocessing.Pipe``; the child imports the same
   stack as a worker (``benchmarks._mp_child``). The forkserver preloads that
@@ -23,7 +28,9 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 
 import trio
 
+from protocol import NETWORK_ABI, SandboxPolicy
 from supervisor import SpawnMode, Supervisor, SupervisorConfig
+from worker import landlock_abi
 
 from . import Report, _mp_child
 from ._stats import percentile, rounded
@@ -50,12 +57,16 @@ class _ModeSamples:
 
 
 async def _spawn_samples(
-    sup: Supervisor, mode: SpawnMode, samples: int, warmup: int
+    sup: Supervisor,
+    mode: SpawnMode,
+    samples: int,
+    warmup: int,
+    sandbox: SandboxPolicy | None = None,
 ) -> _ModeSamples:
     out = _ModeSamples()
     for i in range(warmup + samples):
         started = trio.current_time()
-        handle = await sup.spawn(mode=mode)
+        handle = await sup.spawn(mode=mode, sandbox=sandbox)
         done = trio.current_time()
         await handle.kill("benchmark sample done")
         if i < warmup:
@@ -69,13 +80,17 @@ async def _spawn_samples(
     return out
 
 
-async def _measure_supervisor(samples: int, warmup: int) -> dict[SpawnMode, _ModeSamples]:
+async def _measure_supervisor(samples: int, warmup: int) -> dict[str, _ModeSamples]:
     config = SupervisorConfig(max_workers=4, spawn_mode="zygote")
+    sandbox = SandboxPolicy(mode="read-only", network="deny")
     async with Supervisor(config) as sup:
-        return {
-            "zygote": await _spawn_samples(sup, "zygote", samples, warmup),
-            "exec": await _spawn_samples(sup, "exec", samples, warmup),
-        }
+        measured = {"zygote": await _spawn_samples(sup, "zygote", samples, warmup)}
+        if landlock_abi() >= NETWORK_ABI:
+            measured["zygote_sandboxed"] = await _spawn_samples(
+                sup, "zygote", samples, warmup, sandbox
+            )
+        measured["exec"] = await _spawn_samples(sup, "exec", samples, warmup)
+        return measured
 
 
 def _measure_mp(method: str, samples: int, warmup: int) -> list[float]:

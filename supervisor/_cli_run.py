@@ -39,6 +39,7 @@ __all__ = [
     "RunRequest",
     "demo_scenario_path",
     "run_command",
+    "sandbox_label",
     "tasks_table",
     "wide_console",
 ]
@@ -78,10 +79,30 @@ def _elapsed(record: TaskRecord) -> str:
     return f"{end - record.created_at:.1f}s"
 
 
+def sandbox_label(record: TaskRecord) -> str:
+    """The sandbox column: mode and network as enforced, or a loud NOT ENFORCED (S-SBX-2)."""
+    report = record.sandbox
+    if report is None:
+        return "-"
+    label = f"{report.mode}, net {report.network}"
+    if report.requested and not report.enforced:
+        return f"[bold red]NOT ENFORCED[/] ({label})"
+    return label
+
+
 def tasks_table(records: list[TaskRecord], title: str) -> Table:
     """A table of subagent tasks for a terminal."""
     table = Table(title=title, title_justify="left")
-    for column in ("agentId", "description", "type", "status", "tools", "tokens", "time"):
+    for column in (
+        "agentId",
+        "description",
+        "type",
+        "status",
+        "sandbox",
+        "tools",
+        "tokens",
+        "time",
+    ):
         table.add_column(column)
     table.add_column("note", overflow="fold")
     colours = {"completed": "green", "failed": "red", "killed": "yellow", "running": "cyan"}
@@ -92,6 +113,7 @@ def tasks_table(records: list[TaskRecord], title: str) -> Table:
             r.description + (" (bg)" if r.background else ""),
             r.subagent_type or "-",
             f"[{colour}]{r.status}[/]",
+            sandbox_label(r),
             str(r.usage.tool_calls),
             str(r.usage.total_tokens),
             _elapsed(r),
@@ -212,6 +234,8 @@ async def _run(
                     "background": r.background,
                     "status": r.status,
                     "error": r.error,
+                    "sandbox": r.sandbox.model_dump() if r.sandbox is not None else None,
+                    "sandbox_enforced": r.sandbox is not None and r.sandbox.enforced,
                     "usage": r.usage.model_dump(),
                     "output_file": r.output_file,
                 }

@@ -211,6 +211,9 @@ def logs_command(task_id: str) -> int:
         return 1
     record, messages = found
     console.rule(f"{record.task_id}: {record.description} ({record.status})")
+    if record.sandbox is not None:
+        colour = "red" if record.sandbox.requested and not record.sandbox.enforced else "dim"
+        console.print(f"[{colour}]sandbox: {escape(record.sandbox.summary)}[/]", highlight=False)
     for message in messages:
         label = {"user": "user", "assistant": "assistant", "tool": "tool result"}[message.role]
         console.print(f"[bold]{label}[/]", highlight=False)

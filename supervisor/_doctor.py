@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol import ResourceLimits
+from protocol import NETWORK_ABI, ResourceLimits, SandboxPolicy
+from worker import landlock_abi
 
 from ._config import SpawnMode, SupervisorConfig
 from ._errors import SubvisorError
+from ._sandbox import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._supervisor import Supervisor
 
 __all__ = ["Check", "run_checks"]
@@ -94,6 +96,43 @@ async def _spawn_check(sup: Supervisor, mode: SpawnMode) -> Check:
     )
 
 
+def _sandbox_checks() -> list[Check]:
+    """The Landlock ABI, and what each sandbox mode will enforce with it (S-SBX-1)."""
+    ceiling = landlock_abi_max_from_env()
+    abi = landlock_abi(ceiling)
+    seam = f" (capped by {LANDLOCK_ABI_MAX_ENV}={ceiling})" if ceiling is not None else ""
+    if abi >= NETWORK_ABI:
+        detail = f"Landlock ABI {abi}{seam}: every sandbox mode and network deny are enforced"
+    else:
+        detail = (
+            f"Landlock ABI {abi}{seam}: "
+            + ("absent or disabled" if abi == 0 else "too old")
+            + f"; the default sandboxes need ABI >= {NETWORK_ABI} (Linux >= 6.7 with landlock "
+            'in the LSM list), or put sandbox.on_unsupported = "warn" in subvisor.toml to run '
+            "unenforced"
+        )
+    checks = [Check("landlock", abi >= NETWORK_ABI, detail)]
+    for mode, ok, what in mode_enforcement(abi):
+        # Informational: what cannot be enforced is already the landlock check's failure.
+        checks.append(Check(f"sandbox {mode}", True, what if ok else f"NOT enforced: {what}"))
+    return checks
+
+
+async def _sandboxed_spawn_check(sup: Supervisor) -> Check:
+    name = "spawn (sandboxed)"
+    try:
+        started = time.perf_counter()
+        handle = await sup.spawn(sandbox=SandboxPolicy(mode="read-only", network="deny"))
+        ready_ms = (time.perf_counter() - started) * 1000
+        report = handle.sandbox
+        await handle.shutdown()
+    except SubvisorError as exc:
+        return Check(name, False, str(exc))
+    ok = report is not None and report.enforced
+    summary = report.summary if report is not None else "no sandbox report"
+    return Check(name, ok, f"ready in {ready_ms:.1f} ms, {summary}")
+
+
 async def _process_checks() -> list[Check]:
     checks: list[Check] = []
     async with Supervisor(SupervisorConfig(spawn_mode="zygote")) as sup:
@@ -102,6 +141,7 @@ async def _process_checks() -> list[Check]:
         )
         for mode in ("zygote", "exec"):
             checks.append(await _spawn_check(sup, mode))
+        checks.append(await _sandboxed_spawn_check(sup))
     return checks
 
 
@@ -109,6 +149,7 @@ def run_checks() -> list[Check]:
     """Run every check; never raises for an unhealthy machine, it reports it."""
     checks = _platform_checks()
     if all(check.ok for check in checks):
+        checks.extend(_sandbox_checks())
         try:
             checks.extend(trio.run(_process_checks))
         except (SubvisorError, OSError) as exc:

@@ -145,7 +145,7 @@ def unsupported_message(policy: SandboxPolicy, report: SandboxReport | None) -> 
         f"the sandbox ({policy.label}) cannot be enforced on this machine: {reason}. "
         "Run on a kernel with Landlock enabled (Linux >= 6.7 for network rules; "
         "`subvisor doctor` shows the ABI), choose `--sandbox full --network allow`, or set "
-        '`on_unsupported = "warn"` under [sandbox] in subvisor.toml to run without it '
+        '`sandbox.on_unsupported = "warn"` in subvisor.toml to run without it '
         '(the task record then says "not enforced")'
     )
 

@@ -231,8 +231,9 @@ class Supervisor:
                 await handle.kill("its sandbox could not be enforced")
             raise SandboxUnsupportedError(message)
         log.warning(
-            "SANDBOX NOT ENFORCED for worker %s (on_unsupported = warn): %s",
+            "SANDBOX NOT ENFORCED for worker %s (%s; on_unsupported = warn): %s",
             handle.worker_id,
+            policy.label,
             report.reason if report is not None else "no report",
         )
 

@@ -40,7 +40,13 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
     from ._config_files import load_settings
 
     cwd = Path(args.cwd).resolve()
-    settings = load_settings(cwd)
+    # S-SBX-1: the command line's sandbox overrides every profile and the config.
+    forced = {
+        key: value
+        for key, value in (("force_mode", args.sandbox), ("force_network", args.network))
+        if value is not None
+    }
+    settings = load_settings(cwd, sandbox=forced or None)
     if demo:
         model = f"scripted:{demo_scenario_path()}"
         prompt = "Survey this directory."
@@ -96,6 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
             choices=("ask", "allow", "deny"),
             help="who answers permission asks: ask at the terminal (the default on one), "
             "allow them all, or deny them all (the default otherwise)",
+        )
+        sub.add_argument(
+            "--sandbox",
+            choices=("read-only", "workspace-write", "full"),
+            help="kernel sandbox of every subagent, whatever its profile says (default: "
+            "read-only for Explore and profiles without Write/Edit, else workspace-write)",
+        )
+        sub.add_argument(
+            "--network",
+            choices=("deny", "allow"),
+            help="TCP for every subagent, whatever its profile says (default: deny)",
         )
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 

@@ -10,9 +10,12 @@ accident. The S-SBX-2 tests pretend an older kernel through the
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,7 +193,7 @@ async def test_read_only_explore_cannot_write_delete_or_connect_but_reads(
     assert not tmp.is_error, tmp.content
     assert tmp.content.splitlines() == ["scratch", record.sandbox.temp_dir]
     assert record.sandbox.temp_dir in record.sandbox.writable
-    assert not Path(record.sandbox.temp_dir).exists()
+    assert not os.path.exists(record.sandbox.temp_dir)  # noqa: ASYNC240 (after the run)
     assert not devnull.is_error and "devnull-ok" in devnull.content
 
 
@@ -405,7 +408,7 @@ async def test_unsupported_landlock_fails_the_launch_with_a_clear_error(
     assert record.status == "failed"
     assert record.error is not None
     assert "cannot be enforced" in record.error and missing in record.error
-    assert 'on_unsupported = "warn"' in record.error
+    assert 'sandbox.on_unsupported = "warn"' in record.error
     assert record.usage.model_calls == 0 and not (project / "x").exists()
     assert tool_message.is_error and missing in tool_message.content
     assert "ran" not in outcome.text
@@ -585,3 +588,68 @@ async def test_acceptance_explore_told_to_rm_rf_and_curl_changes_and_reaches_not
     assert f"rm: cannot remove '{scratch}/module_0.py': Permission denied" in outcome.text
     assert "curl: (7)" in outcome.text
     assert outcome.text.count("[exit code") == 2
+
+
+# -- config, command line, ps and logs ---------------------------------------------------
+
+
+def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(tmp_path: Path) -> None:
+    """`[sandbox]` in subvisor.toml sets the defaults; a mode that does not exist names
+    the key and the allowed values."""
+    from supervisor._config_files import ConfigError, load_settings
+
+    (tmp_path / "subvisor.toml").write_text(
+        '[sandbox]\nmode = "workspace-write"\nnetwork = "allow"\non_unsupported = "warn"\n'
+    )
+    settings = load_settings(tmp_path)
+    assert settings.sandbox == SandboxSettings(
+        mode="workspace-write", network="allow", on_unsupported="warn"
+    )
+    forced = load_settings(tmp_path, sandbox={"force_mode": "read-only"})
+    assert (forced.sandbox.mode, forced.sandbox.force_mode) == ("workspace-write", "read-only")
+    (tmp_path / "subvisor.toml").write_text('[sandbox]\nmode = "jail"\n')
+    with pytest.raises(ConfigError, match=r"sandbox\.mode: .*'read-only'"):
+        load_settings(tmp_path)
+
+
+def _cli(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    env.update(SUBVISOR_HOME=str(home), COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@needs_landlock
+def test_run_sandbox_flag_overrides_the_profile_and_ps_logs_show_it(
+    tmp_path: Path, project: Path
+) -> None:
+    """`subvisor run --sandbox read-only` holds even general-purpose to read-only;
+    `ps` and `logs` show the sandbox the worker reported."""
+    home = tmp_path / "home"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("writer", "write")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "writer": [{"tool_calls": [bash(f"touch {project}/x")]}, {"text": "{{tool_result}}"}],
+        },
+    )
+    run = _cli(home, "run", "--sandbox", "read-only", "--json", "--model", model, "go", cwd=project)
+    assert run.returncode == 0, run.stderr
+    [task] = json.loads(run.stdout)["tasks"]
+    assert task["sandbox_enforced"] is True
+    assert (task["sandbox"]["mode"], task["sandbox"]["network"]) == ("read-only", "deny")
+    assert not (project / "x").exists()
+    ps = _cli(home, "ps", cwd=project)
+    assert "read-only, net deny" in ps.stdout, ps.stdout
+    logs = _cli(home, "logs", task["agentId"], cwd=project)
+    assert f"sandbox: read-only, network deny (Landlock ABI {KERNEL_ABI})" in logs.stdout
+    assert "Permission denied" in logs.stdout

@@ -7,6 +7,7 @@ speaks the protocol over its own pipes.
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._pipe import PipeStream
 from ._runtime import run_worker, serve
+from ._sandbox import apply_sandbox, landlock_abi
 
 __all__ = [
     "KERNEL_COMMANDS",
@@ -14,6 +15,8 @@ __all__ = [
     "CommandError",
     "CommandHandler",
     "PipeStream",
+    "apply_sandbox",
+    "landlock_abi",
     "run_worker",
     "serve",
 ]
