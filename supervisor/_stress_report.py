@@ -47,10 +47,10 @@ _BY_REASON = (
     ("exited with code", "#E69F00"),  # exit
     ("memory cap", "#CC79A7"),  # oom
     ("idle watchdog", "#0072B2"),  # hang
-    ("max_subagents_per_session", "#F0E442"),  # refused by the cap
+    ("max_subagents_per_session", "#6A3D9A"),  # refused by the cap
 )
 _KILLED = "#56B4E9"
-_OTHER = ("#882255", "#44AA99", "#999933", "#AA4499")
+_OTHER = ("#882255", "#44AA99", "#999933", "#DDCC77")
 _WAITING = "#D0D0D0"
 _NOTIFYING = "#202020"
 #: Above this many lanes the SVG carries them as one image, not a shape each.
@@ -182,7 +182,7 @@ def _draw_lanes(ax: Axes, lanes: Sequence[AgentTiming]) -> None:
         )
         or 1.0
     )
-    sliver = end_of_run / 400  # an instant (a refusal) still shows
+    sliver = end_of_run / 150  # an instant (a refusal) still shows
     height = 0.8 if len(lanes) <= 60 else 1.0
     others: dict[str, str] = {}
     waiting_y, waiting_left, waiting_width = [], [], []
@@ -222,8 +222,9 @@ def _draw_lanes(ax: Axes, lanes: Sequence[AgentTiming]) -> None:
     ax.set_xlim(0, end_of_run * 1.01)
     ax.set_ylabel("agents, one lane each")
     ax.set_title(
-        "Timeline: grey = launched, waiting for a slot and a worker; colour = running until "
-        "its outcome; black = a background agent's end until the root got its notification",
+        "Timeline of the agents: grey = launched, waiting for a slot and a worker; colour = "
+        "running, until its outcome\nblack = a background agent's end until the root got its "
+        "notification (refused launches: a short bar at the moment of refusal)",
         fontsize=10,
     )
     ax.tick_params(labelbottom=True)
@@ -280,7 +281,10 @@ def _draw_histogram(ax: Axes, values: Sequence[float], title: str, unit: str) ->
     if not values:
         ax.text(0.5, 0.5, "none in this run", ha="center", va="center", transform=ax.transAxes)
         return
+    from matplotlib.ticker import MaxNLocator
+
     ax.hist(values, bins=min(40, max(5, len(values) // 5)), color="#7FA7C9")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
     ordered = sorted(values)
     for q, style in ((50, "--"), (99, ":")):
         value = ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
