@@ -132,4 +132,13 @@ class SandboxReport(BaseModel):
             return f"{label} (no sandbox asked for)"
         if self.enforced:
             return f"{label} (Landlock ABI {self.abi})"
-        return f"{label}: NOT ENFORCED ({self.reason or 'unknown reason'})"
+        partial = [
+            part
+            for part, on in (
+                ("filesystem rules", self.filesystem),
+                ("network deny", self.network_denied),
+            )
+            if on
+        ]
+        in_force = f"; in force: {', '.join(partial)}" if partial else ""
+        return f"{label}: NOT ENFORCED ({self.reason or 'unknown reason'}{in_force})"

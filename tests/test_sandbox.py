@@ -280,6 +280,45 @@ async def test_network_allow_is_the_control_for_network_deny(tmp_path: Path, pro
     assert touch.is_error and "Permission denied" in touch.content
 
 
+@needs_landlock
+async def test_a_read_only_profile_still_keeps_its_memory(tmp_path: Path, project: Path) -> None:
+    """S-SBX-1 with S-PROF-8: a read-only profile with `memory: user` may write its own
+    memory dir (made for it) and nothing else."""
+    home = tmp_path / "home"
+    user_profile(home, "keeper", "tools: Read, Grep\nmemory: user\nsandbox: read-only\n")
+    index = home / "agent-memory" / "keeper" / "MEMORY.md"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("keep", "remember", subagent_type="keeper")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "keep": [
+                {
+                    "tool_calls": [
+                        {"name": "Write", "input": {"file_path": str(index), "content": "- a\n"}},
+                        {
+                            "name": "Write",
+                            "input": {"file_path": str(project / "n.md"), "content": "x"},
+                        },
+                    ]
+                },
+                {"text": "done"},
+            ],
+        },
+    )
+    async with subvisor(home) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        memory, elsewhere = tool_results(host, record)
+    assert record.sandbox is not None and record.sandbox.enforced
+    assert record.sandbox.mode == "read-only"
+    assert not memory.is_error and index.read_text() == "- a\n"
+    assert elsewhere.is_error and not (project / "n.md").exists()
+
+
 # -- S-SBX-1: the pipe still carries model and MCP calls ----------------------------------
 
 
@@ -447,6 +486,8 @@ async def test_warn_runs_unenforced_loudly_and_the_record_says_so(
     assert report.filesystem is (KERNEL_ABI >= 1)
     assert "network deny needs Landlock ABI >= 4" in report.reason
     assert "NOT ENFORCED" in report.summary
+    # What is in force is said too, never more than that.
+    assert ("in force: filesystem rules" in report.summary) is (KERNEL_ABI >= 1)
     assert stored is not None and stored.sandbox == report
     assert any("SANDBOX NOT ENFORCED" in r.getMessage() for r in caplog.records)
 
