@@ -174,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("task_id", help="agentId (a unique prefix is enough)")
     stop.set_defaults(handler=lambda a: _tasks("stop", a))
 
+    top = commands.add_parser(
+        "top", help="live view of a running session's subagents (stop, background, transcripts)"
+    )
+    top.add_argument("session", nargs="?", help="session id (default: the latest live session)")
+    top.add_argument(
+        "--page-size", type=int, default=20, help="subagents per page, 1 to 100 (default 20)"
+    )
+    top.set_defaults(handler=_top)
+
     background = commands.add_parser(
         "bg", help="move a running foreground subagent to the background"
     )
@@ -280,6 +289,12 @@ def _stress(args: argparse.Namespace) -> int:
             return code or 2
         errors.print(f"report: {escape(str(report_path))}", highlight=False)
     return code
+
+
+def _top(args: argparse.Namespace) -> int:
+    from ._top import top_command
+
+    return top_command(args.session, args.page_size, Console(stderr=True))
 
 
 def _agents(args: argparse.Namespace) -> int:

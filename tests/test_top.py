@@ -1,0 +1,261 @@
+"""`subvisor top` on a live `subvisor run`, driven by Textual's headless pilot.
+
+The session is a real `subvisor run` process (scripted model, real workers) with
+its control socket in a temporary SUBVISOR_HOME; the app runs in this process on
+asyncio (pytest-trio does not run these: they are plain tests around
+``asyncio.run``). S-OBS-1 (paged list, finished ones too, event-driven),
+S-OBS-2 (transcript while the child runs), stop and background from the keyboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, RichLog, Static
+
+from supervisor._top import TopApp
+from supervisor._top_client import LiveSession, control_request, live_sessions
+from tests.support.delegation import agent_call, write_scenario
+
+READ_README = {"name": "Read", "input": {"file_path": "README.md"}}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo project\n")
+    return root
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    env["SUBVISOR_HOME"] = str(home)
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _start_run(home: Path, project: Path, model: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+        cwd=project,
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_live(home: Path, runner: subprocess.Popen[str]) -> LiveSession:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        live = live_sessions(home)
+        if live:
+            return live[0]
+        assert runner.poll() is None, runner.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the run never served its control socket")
+
+
+async def _until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
+    """Let the app work until ``condition`` holds (a hang guard, not a timing assertion)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await pilot.pause(0.05)
+
+
+def _table(app: TopApp) -> DataTable[object]:
+    return app.query_one("#agents", DataTable)
+
+
+def _rows(app: TopApp) -> dict[str, list[str]]:
+    """What the table shows: agent id -> its cells as text."""
+    table = _table(app)
+    return {str(key.value): [str(cell) for cell in table.get_row(key)] for key in table.rows}
+
+
+def _status(app: TopApp, description: str) -> str | None:
+    for cells in _rows(app).values():
+        if cells[2] == description:
+            return cells[3]
+    return None
+
+
+def _select(app: TopApp, description: str) -> str:
+    table = _table(app)
+    for index, (agent_id, cells) in enumerate(_rows(app).items()):
+        if cells[2] == description:
+            table.move_cursor(row=index)
+            return agent_id
+    raise AssertionError(f"{description!r} is not on this page")
+
+
+def _transcript_text(app: TopApp) -> str:
+    return "\n".join(line.text for line in app.query_one("#transcript", RichLog).lines)
+
+
+SCENARIO = {
+    "root": [
+        {
+            "tool_calls": [
+                agent_call("quick one", "read it", run_in_background=True),
+                agent_call("quick two", "say hi", run_in_background=True),
+                agent_call("sleeper", "wait here", run_in_background=True),
+                agent_call("holder", "hold the root"),
+            ]
+        },
+        {"text": "moved on: {{tool_result}}"},
+    ]
+    + [{"text": f"noted {n}"} for n in range(8)],
+    "quick one": [{"tool_calls": [READ_README]}, {"text": "quick one read {{tool_result}}"}],
+    "quick two": [{"text": "hi"}],
+    "sleeper": [{"tool_calls": [READ_README]}, {"text": "never", "latency_ms": 600_000}],
+    "holder": [{"text": "late", "latency_ms": 600_000}],
+}
+
+
+def test_top_follows_a_live_run_pages_reads_stops_and_backgrounds(
+    tmp_path: Path, project: Path
+) -> None:
+    """Rows appear and change as agents start and end; n/p page (2 per page); enter opens a
+    live transcript; s stops the selected worker; b moves the foreground one to the
+    background; the header shows the rolled-up usage; the end of the run is shown."""
+    home = tmp_path / "home"
+    runner = _start_run(home, project, write_scenario(tmp_path / "s.yaml", SCENARIO))
+    try:
+        session = _wait_live(home, runner)
+        asyncio.run(_drive_top(session, runner))
+        out, err = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, err
+    report = json.loads(out)
+    tasks = {t["description"]: t for t in report["tasks"]}
+    assert tasks["sleeper"]["status"] == "killed"
+    assert tasks["sleeper"]["error"] == "stopped by request"
+    assert tasks["holder"]["background"] and tasks["holder"]["status"] == "killed"
+    assert tasks["quick one"]["status"] == tasks["quick two"]["status"] == "completed"
+    assert report["answer"].startswith("noted")
+
+
+async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> None:
+    app = TopApp(session.socket_path, session.session_id, page_size=2, redraw_interval_s=0.05)
+    async with app.run_test(size=(170, 40)) as pilot:
+        # S-OBS-1: all four children are listed, two per page, finished ones too.
+        await _until(
+            pilot,
+            lambda: (
+                app.shown is not None
+                and app.shown.total == 4
+                and app.shown.counts.get("completed") == 2
+                and app.shown.counts.get("running") == 2
+            ),
+            "two agents completed and two running",
+        )
+        assert app.shown is not None and app.shown.pages == 2
+        first_page = _rows(app)
+        assert len(first_page) == 2
+        await pilot.press("n")
+        await _until(
+            pilot,
+            lambda: (
+                app.page == 2 and len(_rows(app)) == 2 and not set(_rows(app)) & set(first_page)
+            ),
+            "page 2",
+        )
+        second_page = _rows(app)
+        assert len(second_page) == 2
+        await pilot.press("n")  # there is no page 3
+        await pilot.pause(0.2)
+        assert app.page == 2
+        await pilot.press("p")
+        await _until(pilot, lambda: set(_rows(app)) == set(first_page), "back on page 1")
+        shown = {cells[2]: cells for cells in {**first_page, **second_page}.values()}
+        assert set(shown) == {"quick one", "quick two", "sleeper", "holder"}
+        assert shown["quick one"][3] == "completed bg" and shown["quick one"][6] == "1"
+        header = str(app.query_one("#header", Static).content)
+        assert session.session_id in header and "root + 4 subagents" in header
+
+        # Find the sleeper's page; S-OBS-2: its transcript while it runs.
+        if _status(app, "sleeper") is None:
+            await pilot.press("n")
+            await _until(pilot, lambda: _status(app, "sleeper") is not None, "sleeper's page")
+        sleeper = _select(app, "sleeper")
+        pid = next(
+            a["pid"]
+            for a in control_request(session.socket_path, {"op": "list", "page_size": 100})[
+                "agents"
+            ]
+            if a["agentId"] == sleeper
+        )
+        worker = psutil.Process(pid)
+        await pilot.press("enter")
+        await _until(
+            pilot,
+            lambda: (
+                "wait here" in _transcript_text(app) and "# demo project" in _transcript_text(app)
+            ),
+            "the sleeper's transcript",
+        )
+        assert app.transcript_agent == sleeper
+
+        # s stops the selected agent: its worker process ends, its row says killed.
+        await pilot.press("s")
+        await _until(pilot, lambda: _status(app, "sleeper") == "killed bg", "sleeper killed")
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+        await pilot.press("escape")
+        assert app.transcript_agent is None
+
+        # b moves the foreground holder to the background; then s ends it too.
+        if _status(app, "holder") is None:
+            await pilot.press("p" if app.page == 2 else "n")
+            await _until(pilot, lambda: _status(app, "holder") is not None, "holder's page")
+        assert _status(app, "holder") == "running"
+        _select(app, "holder")
+        await pilot.press("b")
+        await _until(pilot, lambda: _status(app, "holder") == "running bg", "holder in background")
+        await pilot.press("s")
+        await _until(pilot, lambda: _status(app, "holder") == "killed bg", "holder killed")
+
+        # The run ends once its background agents have: the view keeps its last state.
+        await _until(pilot, lambda: app.session_ended, "the session's end")
+        await pilot.pause(0.2)
+        assert "ENDED" in str(app.query_one("#header", Static).content)
+        assert len(_rows(app)) == 2
+        await pilot.press("q")
+
+
+def test_top_without_a_live_session_says_how_to_start_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    top = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "top"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert top.returncode == 1
+    assert "no live subvisor session" in top.stderr and "subvisor run" in top.stderr
+
+
+def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
+    """S-OBS-1: at most 100 subagents per page."""
+    top = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "top", "--page-size", "101"],
+        env=_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert top.returncode == 2 and "from 1 to 100" in top.stderr
