@@ -19,7 +19,10 @@ profile's memory dir (S-PROF-8) when it has one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +48,7 @@ __all__ = [
     "WRITING_TOOLS",
     "SandboxSettings",
     "SandboxUnsupportedError",
+    "WorkerTempDirs",
     "choose_sandbox",
     "landlock_abi_max_from_env",
     "mode_enforcement",
@@ -79,6 +83,65 @@ class SandboxSettings(BaseModel):
     force_mode: SandboxMode | None = None
     #: Set by ``subvisor run --network``: every subagent gets this network.
     force_network: NetworkMode | None = None
+
+
+class WorkerTempDirs:
+    """The private temp dirs of one supervisor's sandboxed workers.
+
+    All live under one dir per supervisor, ``$TMPDIR/subvisor-sandbox-<pid>-*``,
+    removed when the supervisor closes. A supervisor killed by SIGKILL cannot
+    do that, so the first sandboxed spawn of the next one removes the dirs of
+    supervisors whose pid no longer exists.
+    """
+
+    PREFIX = "subvisor-sandbox-"
+
+    def __init__(self) -> None:
+        self._root: str | None = None
+        self._dirs: dict[str, str] = {}
+
+    def make(self, worker_id: str) -> str:
+        """A fresh temp dir for ``worker_id``."""
+        if self._root is None:
+            _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
+            self._root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
+        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=self._root)
+        return path
+
+    def remove(self, worker_id: str) -> None:
+        """Remove the worker's temp dir, if it has one (blocking: call from a thread)."""
+        path = self._dirs.pop(worker_id, None)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def has(self, worker_id: str) -> bool:
+        """Whether ``worker_id`` has a temp dir here."""
+        return worker_id in self._dirs
+
+    def close(self) -> None:
+        """Remove every temp dir (blocking)."""
+        self._dirs.clear()
+        root, self._root = self._root, None
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _remove_orphans(parent: Path, prefix: str) -> None:
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            pid_text = entry.name.removeprefix(prefix).split("-", 1)[0]
+            if not entry.name.startswith(prefix) or not pid_text.isdigit():
+                continue
+            try:
+                os.kill(int(pid_text), 0)
+                continue  # alive (or its pid was reused: leave it)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # somebody else's
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == os.getuid():
+                    shutil.rmtree(entry, ignore_errors=True)
 
 
 def landlock_abi_max_from_env() -> int | None:

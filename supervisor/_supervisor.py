@@ -7,8 +7,6 @@ import functools
 import logging
 import os
 import resource
-import shutil
-import tempfile
 import uuid
 from types import TracebackType
 from typing import Any, Self
@@ -28,7 +26,12 @@ from ._errors import (
 )
 from ._exit import ExitKind
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
-from ._sandbox import SandboxUnsupportedError, landlock_abi_max_from_env, unsupported_message
+from ._sandbox import (
+    SandboxUnsupportedError,
+    WorkerTempDirs,
+    landlock_abi_max_from_env,
+    unsupported_message,
+)
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
 
 __all__ = ["Supervisor"]
@@ -84,8 +87,7 @@ class Supervisor:
         self._spawners: dict[SpawnMode, Spawner] = {}
         self._closed = False
         self._landlock_abi_max = landlock_abi_max_from_env()
-        #: Private temp dirs made for sandboxed workers, by worker id.
-        self._temp_dirs: dict[str, str] = {}
+        self._temp_dirs = WorkerTempDirs()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -137,6 +139,10 @@ class Supervisor:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         await self._stack.aclose()
+        # Every worker has ended: their temp dirs (and any left by a worker's
+        # background jobs) can go.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._temp_dirs.close)
 
     @property
     def zygote_boot_ms(self) -> float | None:
@@ -187,7 +193,7 @@ class Supervisor:
             process = await self._spawners[mode].spawn(worker_id, limits, policy)
         except BaseException:
             self._slots.release()
-            _remove_temp_dir(self._temp_dirs.pop(worker_id, None))
+            self._temp_dirs.remove(worker_id)
             raise
         handle = WorkerHandle(
             process,
@@ -216,8 +222,7 @@ class Supervisor:
         if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
             update["landlock_abi_max"] = self._landlock_abi_max
         if policy.restricts_filesystem and policy.temp_dir is None:
-            temp_dir = tempfile.mkdtemp(prefix=f"subvisor-{worker_id}-")
-            self._temp_dirs[worker_id] = update["temp_dir"] = temp_dir
+            update["temp_dir"] = self._temp_dirs.make(worker_id)
         return policy.model_copy(update=update) if update else policy
 
     async def _check_sandbox(self, handle: WorkerHandle, policy: SandboxPolicy) -> None:
@@ -272,10 +277,9 @@ class Supervisor:
         finally:
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
-            temp_dir = self._temp_dirs.pop(handle.worker_id, None)
-            if temp_dir is not None:
+            if self._temp_dirs.has(handle.worker_id):
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_remove_temp_dir, temp_dir)
+                    await trio.to_thread.run_sync(self._temp_dirs.remove, handle.worker_id)
 
     async def _sample_memory(self) -> None:
         assert self._nursery is not None
@@ -292,8 +296,3 @@ class Supervisor:
                 self._nursery.start_soon(
                     functools.partial(handle.terminate, ExitKind.MEMORY_CAP, reason, grace=0)
                 )
-
-
-def _remove_temp_dir(path: str | None) -> None:
-    if path is not None:
-        shutil.rmtree(path, ignore_errors=True)

@@ -416,6 +416,49 @@ async def test_every_spawn_path_applies_the_sandbox_before_hello(
     assert allowed.startswith("OK ") and target.exists()
 
 
+@needs_landlock
+async def test_temp_dirs_are_private_and_a_killed_supervisors_are_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sandboxed worker gets its own temp dir under its supervisor's; all of it goes
+    when the supervisor closes, and the dirs of a supervisor that died (SIGKILL, no
+    cleanup) go at the next one's first sandboxed spawn; a live one's stay."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead_pid = _a_dead_pid()
+    orphan = tmp_path / f"subvisor-sandbox-{dead_pid}-abc" / "w_1-x"
+    alive = tmp_path / f"subvisor-sandbox-{os.getpid()}-def" / "w_2-y"
+    for path in (orphan, alive):
+        path.mkdir(parents=True)
+        (path / "left.txt").write_text("left behind")
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    async with Supervisor(SupervisorConfig()) as sup:
+        first = await sup.spawn(sandbox=policy)
+        second = await sup.spawn(sandbox=policy)
+        dirs = [h.sandbox.temp_dir for h in (first, second) if h.sandbox is not None]
+        assert len(set(dirs)) == 2 and _exist(dirs) == [True, True]
+        assert _exist([orphan.parent, alive]) == [False, True]
+        await first.shutdown()
+    assert _exist(dirs) == [False, False]
+    assert _exist([alive]) == [True] and _entries(tmp_path) == [alive.parent.name]
+
+
+def _exist(paths: Any) -> list[bool]:
+    return [p is not None and os.path.exists(p) for p in paths]
+
+
+def _entries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _a_dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
 # -- S-SBX-2: never report what is not enforced --------------------------------------------
 
 
