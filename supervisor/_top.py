@@ -226,7 +226,7 @@ class TopApp(App[None]):
         self._show_rows(page.agents)
         self.query_one("#pager", Static).update(
             f"page {page.page}/{page.pages} · {page.total} subagents · "
-            f"{page.page_size} per page · n/p: next/previous page"
+            f"{page.page_size} per page · n/p: next/previous page · enter: transcript"
         )
 
     def _show_header(self, page: AgentPage) -> None:

@@ -88,7 +88,7 @@ class UsageRollup(BaseModel):
             f"tokens {total.total_tokens} (in {total.input_tokens}, out {total.output_tokens}, "
             f"cache {total.cache_read_tokens + total.cache_write_tokens})"
             f"  model calls {total.model_calls}  tool calls {total.tool_calls}"
-            f"  cpu {total.cpu_seconds:.1f}s  peak RSS {format_bytes(total.peak_rss_bytes)}"
+            f"  cpu {total.cpu_seconds:.1f}s  peak RSS (sum) {format_bytes(total.peak_rss_bytes)}"
             f"  (root + {self.subagent_count} subagents;"
             f" subagents {self.subagents.total_tokens} tokens)"
         )
