@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # "No tests collected" must not pass as success (CI and the README command).
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _private_subvisor_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """No test reads or writes the user's ``~/.subvisor``; a test may set its own home."""
+    home = tmp_path_factory.mktemp("subvisor-home")
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    return home
 
 
 @pytest.fixture

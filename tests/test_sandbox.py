@@ -678,11 +678,13 @@ async def test_acceptance_explore_told_to_rm_rf_and_curl_changes_and_reaches_not
 
 
 def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(tmp_path: Path) -> None:
-    """`[sandbox]` in subvisor.toml sets the defaults; a mode that does not exist names
+    """`[sandbox]` in config.toml sets the defaults; a mode that does not exist names
     the key and the allowed values."""
     from supervisor._config_files import ConfigError, load_settings
 
-    (tmp_path / "subvisor.toml").write_text(
+    user_config = Path(os.environ["SUBVISOR_HOME"]) / "config.toml"
+    user_config.parent.mkdir(parents=True, exist_ok=True)
+    user_config.write_text(
         '[sandbox]\nmode = "workspace-write"\nnetwork = "allow"\non_unsupported = "warn"\n'
     )
     settings = load_settings(tmp_path)
