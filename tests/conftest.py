@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +16,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.fixture(autouse=True)
-def _private_subvisor_home(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """No test reads or writes the user's ``~/.subvisor``; a test may set its own home."""
+@pytest.fixture(scope="session", autouse=True)
+def _private_subvisor_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test reads or writes the user's ``~/.subvisor``; a test may set its own home.
+
+    Session-scoped so that module-scoped fixtures (a shared stress run) see it too.
+    """
     home = tmp_path_factory.mktemp("subvisor-home")
-    monkeypatch.setenv("SUBVISOR_HOME", str(home))
-    return home
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SUBVISOR_HOME", str(home))
+        yield home
 
 
 @pytest.fixture
