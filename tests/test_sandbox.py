@@ -677,13 +677,16 @@ async def test_acceptance_explore_told_to_rm_rf_and_curl_changes_and_reaches_not
 # -- config, command line, ps and logs ---------------------------------------------------
 
 
-def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(tmp_path: Path) -> None:
+def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`[sandbox]` in config.toml sets the defaults; a mode that does not exist names
     the key and the allowed values."""
     from supervisor._config_files import ConfigError, load_settings
 
-    user_config = Path(os.environ["SUBVISOR_HOME"]) / "config.toml"
-    user_config.parent.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    user_config = tmp_path / "home" / "config.toml"
+    user_config.parent.mkdir()
     user_config.write_text(
         '[sandbox]\nmode = "workspace-write"\nnetwork = "allow"\non_unsupported = "warn"\n'
     )
