@@ -78,6 +78,8 @@ class AgentTool:
         self._cwd = cwd
         self._parent_policy = parent_policy
         self._catalog = catalog
+        #: Places in line taken by ``reserve``, by tool call id.
+        self._tickets: dict[str, int] = {}
         # S-TOOL-4: agents whose `task` permission is deny are neither listed
         # nor launchable.
         launchable = set(launchable_agents(self._inherited_rules, list(catalog.profiles)))
@@ -89,9 +91,26 @@ class AgentTool:
         # A plan-mode parent's restrictions become rules, so they reach children.
         return apply_mode(self._parent_policy.mode, self._parent_policy.rules)
 
+    def reserve(self, call: ToolCall) -> None:
+        """Take the call's place in line for a worker slot (``LaunchOrder``)."""
+        self._tickets[call.id] = self._host.launch_order.ticket()
+
+    def release(self, call: ToolCall) -> None:
+        """Give up the call's place if no launch took it."""
+        ticket = self._tickets.pop(call.id, None)
+        if ticket is not None:
+            self._host.launch_order.pass_turn(ticket)
+
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run one Agent (or Task) call from the model."""
-        return await self.invoke(call.input, tool_use_id=call.id)
+        ticket = self._tickets.pop(call.id, None)
+        try:
+            return await self.invoke(call.input, tool_use_id=call.id, ticket=ticket)
+        finally:
+            # By now its run has queued for a slot (or ended, or never
+            # started): passing again is a no-op, and never holds others back.
+            if ticket is not None:
+                self._host.launch_order.pass_turn(ticket)
 
     async def invoke(
         self,
@@ -99,11 +118,15 @@ class AgentTool:
         *,
         tool_use_id: str | None = None,
         model: str | None = None,
+        ticket: int | None = None,
     ) -> ToolOutput:
         """Validate the model's input, launch the subagent, return what the model reads.
 
         ``model`` is a one-shot override for this launch (S-MODEL-1), for
-        harnesses; the model itself cannot choose one.
+        harnesses; the model itself cannot choose one. ``ticket``, from
+        ``host.launch_order.ticket()``, is its place in line for a worker
+        slot when several launches wait (default: behind all so far); the
+        caller passes it once this returns.
         """
         try:
             request = AgentToolInput.model_validate(dict(raw_input))
@@ -116,7 +139,7 @@ class AgentTool:
             launch = self._plan(request, tool_use_id, model)
         except (SubvisorError, ModelError, ValueError) as exc:
             return ToolOutput(f"Error: {exc}", is_error=True)
-        run = self._host.start(launch)
+        run = self._host.start(launch, ticket=ticket)
         if launch.background:
             await run.ready.wait()
             if run.done.is_set() and run.record is not None and run.record.status == "failed":

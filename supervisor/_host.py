@@ -31,6 +31,7 @@ from ._approvals import (
 )
 from ._config import SupervisorConfig
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
@@ -83,6 +84,8 @@ class Subvisor:
         self.runs: dict[str, SubagentRun] = {}
         #: Subagent lifecycle events for live watchers (the control channel, S-OBS-1).
         self.lifecycle = LifecycleFeed()
+        #: Launches waiting for a worker slot start in launch order.
+        self.launch_order = LaunchOrder()
         self._by_worker: dict[str, SubagentRun] = {}
         #: Workers that no SubagentRun drives (a workflow's actors) answer here.
         self._worker_servers: dict[str, RequestHandler] = {}
@@ -134,14 +137,22 @@ class Subvisor:
             queue = self._queues[session_id] = CommandQueue()
         return queue
 
-    def start(self, launch: SubagentLaunch) -> SubagentRun:
-        """Register and start a subagent; it runs in the host's nursery."""
+    def start(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun:
+        """Register and start a subagent; it runs in the host's nursery.
+
+        ``ticket`` is its place in line for a worker slot, taken earlier from
+        ``launch_order`` (default: behind every launch so far).
+        """
         if self._nursery is None:
             raise RuntimeError("Subvisor is not running: use `async with Subvisor()`")
-        run = SubagentRun(self, launch)
-        run.register()
-        self.runs[run.task_id] = run
-        self._nursery.start_soon(run.run)
+        run = SubagentRun(self, launch, ticket)
+        try:
+            run.register()
+            self.runs[run.task_id] = run
+            self._nursery.start_soon(run.run)
+        except BaseException:
+            self.launch_order.pass_turn(run.ticket)  # it will never queue
+            raise
         return run
 
     def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:

@@ -506,7 +506,6 @@ class SessionStore:
         )
         return cursor.rowcount == 1
 
-
     # -- usage ------------------------------------------------------------
 
     def record_usage(self, session_id: str, usage: TaskUsage) -> None:

@@ -100,10 +100,12 @@ class SubagentLaunch:
 class SubagentRun:
     """A launched subagent; the host drives ``run`` in its nursery."""
 
-    def __init__(self, host: Subvisor, launch: SubagentLaunch) -> None:
+    def __init__(self, host: Subvisor, launch: SubagentLaunch, ticket: int | None = None) -> None:
         self.host = host
         self.launch = launch
         self.task_id = launch.agent_id
+        #: Its place in line for a worker slot (``LaunchOrder``).
+        self.ticket = ticket if ticket is not None else host.launch_order.ticket()
         self.handle: WorkerHandle | None = None
         self.ready = trio.Event()
         self.done = trio.Event()
@@ -200,8 +202,12 @@ class SubagentRun:
         worker_exit: str | None = None
         try:
             with self._cancel_scope:
+                # Launches queue for worker slots in launch order.
+                await self.host.launch_order.wait_turn(self.ticket)
                 self.handle = await self.host.supervisor.spawn(
-                    self.launch.limits, sandbox=self.launch.sandbox
+                    self.launch.limits,
+                    sandbox=self.launch.sandbox,
+                    on_queue=self._pass_turn,
                 )
                 self.host.bind_worker(self.handle.worker_id, self)
                 # S-SBX-1: the record states the sandbox the worker reported.
@@ -227,6 +233,7 @@ class SubagentRun:
             log.exception("subagent %s failed unexpectedly", self.task_id)
             error = f"internal error: {type(exc).__name__}: {exc}"
         finally:
+            self._pass_turn()  # a run stopped or failed before it queued
             with trio.CancelScope(shield=True):
                 try:
                     exit = await self._release_worker()
@@ -240,6 +247,9 @@ class SubagentRun:
                 finally:
                     self.ready.set()
                     self.done.set()
+
+    def _pass_turn(self) -> None:
+        self.host.launch_order.pass_turn(self.ticket)
 
     @property
     def requester(self) -> Requester:

@@ -8,6 +8,7 @@ import logging
 import os
 import resource
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -165,6 +166,7 @@ class Supervisor:
         mode: SpawnMode | None = None,
         worker_id: str | None = None,
         sandbox: SandboxPolicy | None = None,
+        on_queue: Callable[[], None] | None = None,
     ) -> WorkerHandle:
         """Start a worker and return its handle once the handshake is done.
 
@@ -174,6 +176,8 @@ class Supervisor:
         sandbox gets a private temp dir, removed when the worker ends. A
         sandbox the worker could not enforce fails the spawn with
         ``SandboxUnsupportedError``, unless the policy says ``warn`` (S-SBX-2).
+        ``on_queue`` is called just before the spawn joins the FIFO queue for
+        a slot, with no checkpoint in between (see ``LaunchOrder``).
         """
         if self._nursery is None or self._closed:
             raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
@@ -187,9 +191,10 @@ class Supervisor:
         limits = limits or self.config.default_limits
         mode = mode or self.config.spawn_mode
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
-        policy = self._sandbox_policy(sandbox or SandboxPolicy(), worker_id)
-        await self._acquire_slot()
+        await self._acquire_slot(on_queue)
         try:
+            # Only now: a launch waiting for a slot holds no temp dir.
+            policy = self._sandbox_policy(sandbox or SandboxPolicy(), worker_id)
             process = await self._spawners[mode].spawn(worker_id, limits, policy)
         except BaseException:
             self._slots.release()
@@ -242,8 +247,10 @@ class Supervisor:
             report.reason if report is not None else "no report",
         )
 
-    async def _acquire_slot(self) -> None:
+    async def _acquire_slot(self, on_queue: Callable[[], None] | None) -> None:
         timeout = self.config.spawn_timeout_s
+        if on_queue is not None:
+            on_queue()
         if timeout is None:
             await self._slots.acquire()
             return

@@ -775,3 +775,54 @@ async def test_max_subagents_per_session_fails_further_launches(tmp_path: Path) 
         launched = host.registry.list(root.session_id)
     assert len(launched) == 2
     assert "already launched 2 subagents, its max_subagents_per_session" in outcome.text
+
+
+async def test_launches_past_max_concurrent_subagents_start_in_call_order(tmp_path: Path) -> None:
+    """max_concurrent_subagents: extra launches wait, and start in the order the model made them.
+
+    The Agent calls of one message run as concurrent tasks, which trio starts
+    in either order; the launch order must not depend on that.
+    """
+    calls = [agent_call(f"job {i}", f"do job {i}", run_in_background=i % 2 == 1) for i in range(10)]
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": calls}, {"text": "done"}]
+            + [{"text": f"noted {n}"} for n in range(10)],
+            "default": [{"text": "ok"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", max_concurrent_subagents=1) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        runs = [host.runs[r.task_id] for r in host.registry.list(root.session_id)]
+        with trio.fail_after(30):
+            for run in runs:
+                await run.done.wait()
+        assert host.launch_order.waiting_behind == 0
+    started = sorted(runs, key=lambda run: run.ready_at or 0.0)
+    assert [run.launch.description for run in started] == [f"job {i}" for i in range(10)]
+
+
+async def test_launch_order_skips_tickets_given_up_and_passes_once() -> None:
+    """LaunchOrder: a ticket given up early never holds later ones back."""
+    from supervisor._launch_order import LaunchOrder
+
+    order = LaunchOrder()
+    first, second, third = order.ticket(), order.ticket(), order.ticket()
+    entered: list[int] = []
+
+    async def queue(ticket: int) -> None:
+        await order.wait_turn(ticket)
+        entered.append(ticket)
+        order.pass_turn(ticket)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queue, third)
+        nursery.start_soon(queue, first)
+        await trio.testing.wait_all_tasks_blocked()
+        assert entered == [first]  # third waits for second
+        order.pass_turn(second)  # its launch failed before queueing
+        order.pass_turn(second)  # and is passed again on another path: no effect
+    assert entered == [first, third]
+    assert order.waiting_behind == 0

@@ -4,7 +4,7 @@ from ._command import AGENT_COMMANDS
 from ._faults import EXIT_FAULT_CODE, commit_fault
 from ._loop import AgentLoop
 from ._ports import ApprovalPort, EventSink, ModelPort, ToolPort
-from ._toolbox import HostTool, Toolbox
+from ._toolbox import HostTool, QueueingHostTool, Toolbox
 from ._worker_ports import (
     ASK_USER_QUESTION_SPEC,
     AskUserQuestionTool,
@@ -26,6 +26,7 @@ __all__ = [
     "HostTool",
     "McpLifecycleError",
     "ModelPort",
+    "QueueingHostTool",
     "ToolPort",
     "Toolbox",
     "commit_fault",

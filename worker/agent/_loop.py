@@ -143,9 +143,16 @@ class AgentLoop:
                 await run_one(index)
                 index += 1
                 continue
-            async with trio.open_nursery() as nursery:
-                for i in range(index, end):
-                    nursery.start_soon(run_one, i)
+            batch = calls[index:end]
+            # Tasks started together run in no set order; what queues (Agent
+            # launches, for worker slots) takes its place in call order first.
+            self._tools.reserve(batch)
+            try:
+                async with trio.open_nursery() as nursery:
+                    for i in range(index, end):
+                        nursery.start_soon(run_one, i)
+            finally:
+                self._tools.release(batch)
             index = end
         for call, output in zip(calls, outputs, strict=True):
             assert output is not None

@@ -36,6 +36,14 @@ class ToolPort(Protocol):
         """True when calls of ``name`` may run at the same time as other safe calls."""
         ...
 
+    def reserve(self, calls: Sequence[ToolCall]) -> None:
+        """Before ``calls`` start at once: let what queues take its place in call order."""
+        ...
+
+    def release(self, calls: Sequence[ToolCall]) -> None:
+        """After those calls: give up any place a call left unused."""
+        ...
+
     async def call(self, call: ToolCall) -> ToolOutput:
         """Run one tool call; failures are results with ``is_error``, not exceptions."""
         ...

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from protocol import ToolCall, ToolSpec
 
 from ..tools import LocalToolSet, ToolContext, ToolOutput
 from ._ports import ApprovalPort
 
-__all__ = ["HostTool", "Toolbox"]
+__all__ = ["HostTool", "QueueingHostTool", "Toolbox"]
 
 log = logging.getLogger("subvisor")
 
@@ -39,6 +39,23 @@ class HostTool(Protocol):
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run the call; failures are error results."""
+        ...
+
+
+@runtime_checkable
+class QueueingHostTool(Protocol):
+    """A host tool whose calls queue for something (a worker slot) in call order.
+
+    Concurrent calls start in no set order, so the toolbox lets such a tool
+    take each call's place in line first, in the order the model made them.
+    """
+
+    def reserve(self, call: ToolCall) -> None:
+        """Take ``call``'s place in line; the call itself comes later (or never)."""
+        ...
+
+    def release(self, call: ToolCall) -> None:
+        """Give up ``call``'s place if it still holds one (the call ended or never ran)."""
         ...
 
 
@@ -80,6 +97,20 @@ class Toolbox:
         if host is not None:
             return host.concurrency_safe
         return name in _CONCURRENCY_SAFE_LOCAL
+
+    def reserve(self, calls: Sequence[ToolCall]) -> None:
+        """Before a batch of calls starts at once: queueing host tools take places in order."""
+        for call in calls:
+            tool = self._host.get(call.name)
+            if isinstance(tool, QueueingHostTool):
+                tool.reserve(call)
+
+    def release(self, calls: Sequence[ToolCall]) -> None:
+        """After the batch: give up whatever place a call left unused."""
+        for call in calls:
+            tool = self._host.get(call.name)
+            if isinstance(tool, QueueingHostTool):
+                tool.release(call)
 
     async def call(self, call: ToolCall) -> ToolOutput:
         """Run ``call`` with whichever tool answers to its name, if it is allowed to run."""

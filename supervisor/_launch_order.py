@@ -1,0 +1,67 @@
+"""``LaunchOrder``: subagents queue for a worker slot in the order they were launched.
+
+When more subagents are launched than ``max_concurrent_subagents`` allows,
+the extra ones wait, and they should start in the order the model asked for
+them. The slots themselves are a FIFO semaphore, so what needs ordering is
+only the moment each run joins its queue. That moment is not in launch order
+on its own: the Agent calls of one model message run as concurrent tasks,
+and trio deliberately starts a batch of new tasks in either order.
+
+So each launch takes a ticket, in call order, before the calls start
+(``Toolbox.reserve``), and its run joins the slot queue only on its turn:
+once every earlier ticket has joined or been given up. Invariants:
+
+- tickets are issued in increasing order, and each is passed exactly once
+  (``pass_turn`` is idempotent, so "pass on every exit path" is safe);
+- a ticket passed early (its launch failed, or its call was cancelled) is
+  skipped, so it can never hold later launches back;
+- a run passes its turn right before it awaits the semaphore, with no
+  checkpoint in between: trio's ``Semaphore.acquire`` joins the queue before
+  it first yields, so the next run cannot overtake it.
+"""
+
+from __future__ import annotations
+
+import trio
+
+__all__ = ["LaunchOrder"]
+
+
+class LaunchOrder:
+    """Turns in launch order; see the module doc."""
+
+    def __init__(self) -> None:
+        self._issued = 0
+        self._next = 0
+        self._passed: set[int] = set()
+        self._changed = trio.Event()
+
+    def ticket(self) -> int:
+        """The next ticket: a place in line behind every ticket issued before."""
+        ticket = self._issued
+        self._issued += 1
+        return ticket
+
+    async def wait_turn(self, ticket: int) -> None:
+        """Wait until every ticket before ``ticket`` has passed its turn."""
+        while self._next < ticket:
+            await self._changed.wait()
+
+    def pass_turn(self, ticket: int) -> None:
+        """Let the tickets behind ``ticket`` go; a second call does nothing."""
+        if ticket < self._next or ticket in self._passed:
+            return
+        self._passed.add(ticket)
+        advanced = False
+        while self._next in self._passed:
+            self._passed.discard(self._next)
+            self._next += 1
+            advanced = True
+        if advanced:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    @property
+    def waiting_behind(self) -> int:
+        """Tickets issued and not yet passed (for tests and diagnostics)."""
+        return self._issued - self._next - len(self._passed)
