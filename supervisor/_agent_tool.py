@@ -105,6 +105,10 @@ class AgentTool:
         """Run one Agent (or Task) call from the model."""
         ticket = self._tickets.pop(call.id, None)
         try:
+            if ticket is not None:
+                # Plan in call order too, so that max_subagents_per_session
+                # refuses the last calls of a message, not random ones.
+                await self._host.launch_order.wait_turn(ticket)
             return await self.invoke(call.input, tool_use_id=call.id, ticket=ticket)
         finally:
             # By now its run has queued for a slot (or ended, or never
