@@ -370,8 +370,14 @@ def _timings(
                 fault=planned.get(record.description),
                 status=status,
                 reason=None if status == "completed" else _reason(record),
+                # The root's Agent call: waiting for a turn or a slot counts.
                 requested_s=_first(
-                    since(run.get("requested"), "monotonic"), since(record.created_at, "epoch")
+                    since(
+                        result["call_times"].get(record.description, {}).get("tool.started"),
+                        "epoch",
+                    ),
+                    since(run.get("requested"), "monotonic"),
+                    since(record.created_at, "epoch"),
                 ),
                 worker_started_s=worker_started,
                 ready_s=since(run.get("ready"), "monotonic"),
