@@ -34,7 +34,9 @@ class LaunchOrder:
         self._issued = 0
         self._next = 0
         self._passed: set[int] = set()
-        self._changed = trio.Event()
+        # One event per waiting ticket, so a pass wakes only the next in line
+        # (a thousand queued launches must not all wake at every pass).
+        self._waiting: dict[int, trio.Event] = {}
 
     def ticket(self) -> int:
         """The next ticket: a place in line behind every ticket issued before."""
@@ -44,22 +46,25 @@ class LaunchOrder:
 
     async def wait_turn(self, ticket: int) -> None:
         """Wait until every ticket before ``ticket`` has passed its turn."""
-        while self._next < ticket:
-            await self._changed.wait()
+        if self._next >= ticket:
+            return
+        event = self._waiting.setdefault(ticket, trio.Event())
+        try:
+            await event.wait()
+        finally:
+            self._waiting.pop(ticket, None)
 
     def pass_turn(self, ticket: int) -> None:
         """Let the tickets behind ``ticket`` go; a second call does nothing."""
         if ticket < self._next or ticket in self._passed:
             return
         self._passed.add(ticket)
-        advanced = False
         while self._next in self._passed:
             self._passed.discard(self._next)
             self._next += 1
-            advanced = True
-        if advanced:
-            self._changed.set()
-            self._changed = trio.Event()
+        event = self._waiting.get(self._next)
+        if event is not None:
+            event.set()
 
     @property
     def waiting_behind(self) -> int:
