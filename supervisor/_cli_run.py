@@ -27,6 +27,7 @@ from ._approvals import (
     fixed_approval_handler,
 )
 from ._control import serve_control
+from ._errors import find_exception
 from ._host import Subvisor
 from ._root import RootSession
 from ._settings import SubvisorSettings
@@ -256,17 +257,6 @@ def _clip_lines(text: str) -> str:
     return "\n".join([*lines[:_NARRATION_LINES], f"   ... ({hidden} more lines)"])
 
 
-def _leaf(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _leaf(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
 def _narrate(message: ChatMessage) -> str | None:
     if message.role == "assistant" and message.content.strip():
         # Long tool results quoted in a message are clipped per section.
@@ -291,12 +281,12 @@ def run_command(request: RunRequest) -> int:
         code, report, records = trio.run(_run, request, console)
     except BaseException as exc:
         # trio wraps what escapes a nursery in exception groups.
-        if _leaf(exc, KeyboardInterrupt) is not None:
+        if find_exception(exc, KeyboardInterrupt) is not None:
             Console(stderr=True).print(
                 "[yellow]interrupted: every running subagent was stopped (killed)[/]"
             )
             return 130
-        model_error = _leaf(exc, ModelError)
+        model_error = find_exception(exc, ModelError)
         if model_error is None:
             raise
         Console(stderr=True).print(

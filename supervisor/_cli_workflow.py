@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._cli_run import wide_console
+from ._errors import find_exception
 from ._host import Subvisor
 from ._paths import database_path
 from ._settings import SubvisorSettings
@@ -56,17 +57,6 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
     return inputs
 
 
-def _leaf(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _leaf(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
 async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | None, Any]:
     started: list[str] = []
 
@@ -102,15 +92,15 @@ def workflow_run_command(request: WorkflowRunRequest) -> int:
     try:
         run_id, value = trio.run(_run, request, console)
     except BaseException as exc:
-        if _leaf(exc, KeyboardInterrupt) is not None:
+        if find_exception(exc, KeyboardInterrupt) is not None:
             errors.print("[yellow]interrupted: every actor's worker was stopped[/]")
             return 130
-        failed = _leaf(exc, WorkflowFailed)
+        failed = find_exception(exc, WorkflowFailed)
         if isinstance(failed, WorkflowFailed):
             run_id, value, code = failed.run_id, None, 1
             errors.print(f"[red]{escape(str(failed))}[/]", highlight=False)
         else:
-            refused = _leaf(exc, WorkflowError)
+            refused = find_exception(exc, WorkflowError)
             if refused is None:
                 raise
             errors.print(f"[red]{escape(str(refused))}[/]", highlight=False)

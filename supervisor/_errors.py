@@ -15,6 +15,7 @@ __all__ = [
     "SubvisorError",
     "WorkerExitedError",
     "WorkerRequestError",
+    "find_exception",
 ]
 
 
@@ -54,3 +55,15 @@ class WorkerRequestError(SubvisorError):
         self.method = method
         self.code = code
         self.message = message
+
+
+def find_exception(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` itself or the first exception of type ``kind`` inside its groups, if any."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_exception(inner, kind)
+            if found is not None:
+                return found
+    return None

@@ -414,6 +414,11 @@ class SubagentRun:
     def live_usage(self) -> TaskUsage:
         """What the run has consumed so far (its final usage is in its record once it ends)."""
         handle = self.handle
+        return self._usage_so_far(
+            cpu_seconds=0.0, peak_rss_bytes=handle.peak_rss_bytes if handle is not None else 0
+        )
+
+    def _usage_so_far(self, *, cpu_seconds: float, peak_rss_bytes: int) -> TaskUsage:
         return TaskUsage(
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
@@ -422,7 +427,8 @@ class SubagentRun:
             model_calls=self.model_calls,
             tool_calls=self.tool_calls,
             duration_ms=int((time.monotonic() - self._started) * 1000),
-            peak_rss_bytes=handle.peak_rss_bytes if handle is not None else 0,
+            cpu_seconds=cpu_seconds,
+            peak_rss_bytes=peak_rss_bytes,
         )
 
     def _publish(self, event: str, **data: Any) -> None:
@@ -456,14 +462,7 @@ class SubagentRun:
         worker_exit: str | None,
         exit: Any,
     ) -> None:
-        usage = TaskUsage(
-            input_tokens=self.usage.input_tokens,
-            output_tokens=self.usage.output_tokens,
-            cache_read_tokens=self.usage.cache_read_tokens,
-            cache_write_tokens=self.usage.cache_write_tokens,
-            model_calls=self.model_calls,
-            tool_calls=self.tool_calls,
-            duration_ms=int((time.monotonic() - self._started) * 1000),
+        usage = self._usage_so_far(
             cpu_seconds=exit.cpu_seconds if exit is not None else 0.0,
             peak_rss_bytes=exit.peak_rss_bytes if exit is not None else 0,
         )

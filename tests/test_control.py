@@ -27,17 +27,18 @@ from supervisor._control import (
     serve_control,
 )
 from supervisor._lifecycle import LIFECYCLE_EVENTS
-from tests.support.delegation import agent_call, subvisor, write_scenario
-
-READ_README = {"name": "Read", "input": {"file_path": "README.md"}}
+from tests.support.delegation import (
+    READ_README,
+    agent_call,
+    readme_project,
+    subvisor,
+    write_scenario,
+)
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "README.md").write_text("# demo project\n")
-    return root
+    return readme_project(tmp_path)
 
 
 class Lines:

@@ -25,17 +25,12 @@ from textual.widgets import DataTable, RichLog, Static
 
 from supervisor._top import TopApp
 from supervisor._top_client import LiveSession, control_request, live_sessions
-from tests.support.delegation import agent_call, write_scenario
-
-READ_README = {"name": "Read", "input": {"file_path": "README.md"}}
+from tests.support.delegation import READ_README, agent_call, readme_project, write_scenario
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "README.md").write_text("# demo project\n")
-    return root
+    return readme_project(tmp_path)
 
 
 def _env(home: Path) -> dict[str, str]:

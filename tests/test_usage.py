@@ -22,17 +22,18 @@ from supervisor._control import send_control_request, serve_control
 from supervisor._store import SCHEMA_VERSION, SessionStore
 from supervisor._tasks import TaskUsage
 from supervisor._usage import UsageRollup, add_usage, sum_usage
-from tests.support.delegation import agent_call, subvisor, write_scenario
-
-READ_README = {"name": "Read", "input": {"file_path": "README.md"}}
+from tests.support.delegation import (
+    READ_README,
+    agent_call,
+    readme_project,
+    subvisor,
+    write_scenario,
+)
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "README.md").write_text("# demo project\n")
-    return root
+    return readme_project(tmp_path)
 
 
 def scenario(tmp_path: Path) -> str:

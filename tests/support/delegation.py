@@ -30,3 +30,15 @@ async def subvisor(home: Path, **settings: Any) -> AsyncIterator[Subvisor]:
     settings.setdefault("subagent_limits", ResourceLimits(memory_mb=1024, idle_timeout_s=30))
     async with Subvisor(SubvisorSettings(home=home, **settings)) as host:
         yield host
+
+
+#: A scripted tool call that reads the project's README (see ``readme_project``).
+READ_README: dict[str, Any] = {"name": "Read", "input": {"file_path": "README.md"}}
+
+
+def readme_project(tmp_path: Path) -> Path:
+    """A one-file project under ``tmp_path``: what ``READ_README`` reads."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo project\n")
+    return root
