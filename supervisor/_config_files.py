@@ -121,5 +121,7 @@ def load_settings(project_dir: Path, **overrides: Any) -> SubvisorSettings:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
-        files = " or ".join(str(p) for p in sources)
-        raise ConfigError(f"invalid settings ({problems}); check {files}") from None
+        places = [str(p) for p in sources]
+        if any(value is not None for value in overrides.values()):
+            places.insert(0, "the command-line flags")
+        raise ConfigError(f"invalid settings ({problems}); check {' or '.join(places)}") from None

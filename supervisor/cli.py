@@ -46,7 +46,12 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
         for key, value in (("force_mode", args.sandbox), ("force_network", args.network))
         if value is not None
     }
-    settings = load_settings(cwd, sandbox=forced or None)
+    settings = load_settings(
+        cwd,
+        sandbox=forced or None,
+        max_concurrent_subagents=args.max_concurrent_subagents,
+        max_subagents_per_session=args.max_subagents_per_session,
+    )
     if demo:
         model = f"scripted:{demo_scenario_path()}"
         prompt = "Survey this directory."
@@ -113,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
             "--network",
             choices=("deny", "allow"),
             help="TCP for every subagent, whatever its profile says (default: deny)",
+        )
+        sub.add_argument(
+            "--max-concurrent-subagents",
+            type=int,
+            metavar="N",
+            help="subagents alive at once; further launches wait in order (default 20)",
+        )
+        sub.add_argument(
+            "--max-subagents-per-session",
+            type=int,
+            metavar="N",
+            help="subagents one session may launch; further launches fail (default 200)",
         )
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
 

@@ -91,6 +91,20 @@ def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: P
     assert "app.py:2" in logs.stdout
 
 
+def test_run_flags_set_the_fan_out_caps(tmp_path: Path, project: Path) -> None:
+    """Fan-out caps come from config and from `run`/`demo` flags; a bad value names the flags."""
+    home = tmp_path / "home"
+    capped = _subvisor(home, "demo", "--json", "--max-subagents-per-session", "2", cwd=project)
+    assert capped.returncode == 0, capped.stderr
+    report = json.loads(capped.stdout)
+    assert len(report["tasks"]) == 2
+    assert "its max_subagents_per_session" in capped.stdout
+    bad = _subvisor(home, "demo", "--max-concurrent-subagents", "0", cwd=project)
+    assert bad.returncode == 2
+    assert "max_concurrent_subagents" in bad.stdout + bad.stderr
+    assert "the command-line flags" in " ".join((bad.stdout + bad.stderr).split())
+
+
 def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) -> None:
     model = write_scenario(
         tmp_path / "s.yaml",
