@@ -22,6 +22,8 @@ _CASES: dict[str, tuple[list[str], list[str]]] = {
         [
             "zygote_p50_ms",
             "zygote_p95_ms",
+            "zygote_sandboxed_p50_ms",
+            "zygote_sandboxed_p95_ms",
             "exec_p50_ms",
             "exec_p95_ms",
             "mp_forkserver_p50_ms",
