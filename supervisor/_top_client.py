@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,26 +52,41 @@ class LiveSession:
     started_at: float
 
 
-def _answers(path: Path) -> bool:
+#: A socket nobody listens on, older than this, was left by a supervisor that
+#: was killed (SIGKILL cannot clean up); a younger one may be between bind and listen.
+_STALE_AFTER_S = 30.0
+
+
+def _answers(path: Path) -> bool | None:
+    """True if a supervisor accepts on ``path``; None if nobody listens there at all."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
             probe.connect(str(path))
+        except ConnectionRefusedError:
+            return None
         except OSError:
             return False
     return True
 
 
 def live_sessions(home: Path) -> list[LiveSession]:
-    """Sessions under ``home/run`` whose supervisor accepts a connection, newest first."""
+    """Sessions under ``home/run`` whose supervisor accepts a connection, newest first.
+
+    Sockets of supervisors that are gone are removed on the way.
+    """
     found = []
     for path in (home / "run").glob("*.sock"):
         try:
             started = path.stat().st_mtime
         except OSError:
             continue  # it ended meanwhile
-        if _answers(path):
+        answers = _answers(path)
+        if answers:
             found.append(LiveSession(path.stem, path, started))
+        elif answers is None and time.time() - started > _STALE_AFTER_S:
+            with contextlib.suppress(OSError):
+                path.unlink()
     return sorted(found, key=lambda s: s.started_at, reverse=True)
 
 

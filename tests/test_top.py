@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -254,3 +255,19 @@ def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
         timeout=60,
     )
     assert top.returncode == 2 and "from 1 to 100" in top.stderr
+
+
+def test_live_sessions_removes_sockets_of_supervisors_that_are_gone(tmp_path: Path) -> None:
+    """A socket nobody listens on (its supervisor was SIGKILLed) is swept once it is old;
+    a young one may belong to a supervisor that is just starting, so it stays."""
+    run_dir = tmp_path / "home" / "run"
+    run_dir.mkdir(parents=True)
+    old, young = run_dir / "sess_old.sock", run_dir / "sess_young.sock"
+    for path in (old, young):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+            dead.bind(str(path))  # bound, never listening: as a killed supervisor leaves it
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert live_sessions(tmp_path / "home") == []
+    assert not old.exists()
+    assert young.exists()
