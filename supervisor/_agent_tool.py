@@ -78,6 +78,7 @@ class AgentTool:
         self._cwd = cwd
         self._parent_policy = parent_policy
         self._catalog = catalog
+        self._launch_order = host.launch_order(parent_session_id)
         #: Places in line taken by ``reserve``, by tool call id.
         self._tickets: dict[str, int] = {}
         # S-TOOL-4: agents whose `task` permission is deny are neither listed
@@ -93,13 +94,13 @@ class AgentTool:
 
     def reserve(self, call: ToolCall) -> None:
         """Take the call's place in line for a worker slot (``LaunchOrder``)."""
-        self._tickets[call.id] = self._host.launch_order.ticket()
+        self._tickets[call.id] = self._launch_order.ticket()
 
     def release(self, call: ToolCall) -> None:
         """Give up the call's place if no launch took it."""
         ticket = self._tickets.pop(call.id, None)
         if ticket is not None:
-            self._host.launch_order.pass_turn(ticket)
+            self._launch_order.pass_turn(ticket)
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run one Agent (or Task) call from the model."""
@@ -108,13 +109,13 @@ class AgentTool:
             if ticket is not None:
                 # Plan in call order too, so that max_subagents_per_session
                 # refuses the last calls of a message, not random ones.
-                await self._host.launch_order.wait_turn(ticket)
+                await self._launch_order.wait_turn(ticket)
             return await self.invoke(call.input, tool_use_id=call.id, ticket=ticket)
         finally:
             # By now its run has queued for a slot (or ended, or never
             # started): passing again is a no-op, and never holds others back.
             if ticket is not None:
-                self._host.launch_order.pass_turn(ticket)
+                self._launch_order.pass_turn(ticket)
 
     async def invoke(
         self,
@@ -128,7 +129,7 @@ class AgentTool:
 
         ``model`` is a one-shot override for this launch (S-MODEL-1), for
         harnesses; the model itself cannot choose one. ``ticket``, from
-        ``host.launch_order.ticket()``, is its place in line for a worker
+        ``host.launch_order(parent).ticket()``, is its place in line for a worker
         slot when several launches wait (default: behind all so far); the
         caller passes it once this returns.
         """

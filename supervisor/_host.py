@@ -84,8 +84,9 @@ class Subvisor:
         self.runs: dict[str, SubagentRun] = {}
         #: Subagent lifecycle events for live watchers (the control channel, S-OBS-1).
         self.lifecycle = LifecycleFeed()
-        #: Launches waiting for a worker slot start in launch order.
-        self.launch_order = LaunchOrder()
+        # Per parent session: one session's launch held back (by an approval,
+        # say) must not hold back another session's.
+        self._launch_orders: dict[str, LaunchOrder] = {}
         self._by_worker: dict[str, SubagentRun] = {}
         #: Workers that no SubagentRun drives (a workflow's actors) answer here.
         self._worker_servers: dict[str, RequestHandler] = {}
@@ -137,11 +138,18 @@ class Subvisor:
             queue = self._queues[session_id] = CommandQueue()
         return queue
 
+    def launch_order(self, parent_session_id: str) -> LaunchOrder:
+        """The order in which a session's launches queue for worker slots."""
+        order = self._launch_orders.get(parent_session_id)
+        if order is None:
+            order = self._launch_orders[parent_session_id] = LaunchOrder()
+        return order
+
     def start(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun:
         """Register and start a subagent; it runs in the host's nursery.
 
         ``ticket`` is its place in line for a worker slot, taken earlier from
-        ``launch_order`` (default: behind every launch so far).
+        ``launch_order(parent)`` (default: behind every launch so far).
         """
         if self._nursery is None:
             raise RuntimeError("Subvisor is not running: use `async with Subvisor()`")
@@ -151,7 +159,7 @@ class Subvisor:
             self.runs[run.task_id] = run
             self._nursery.start_soon(run.run)
         except BaseException:
-            self.launch_order.pass_turn(run.ticket)  # it will never queue
+            run.launch_order.pass_turn(run.ticket)  # it will never queue
             raise
         return run
 

@@ -9,7 +9,9 @@ and trio deliberately starts a batch of new tasks in either order.
 
 So each launch takes a ticket, in call order, before the calls start
 (``Toolbox.reserve``), and its run joins the slot queue only on its turn:
-once every earlier ticket has joined or been given up. Invariants:
+once every earlier ticket has joined or been given up. There is one line per
+parent session (``Subvisor.launch_order``): a launch held back in one session
+(waiting for an approval, say) never holds back another session's. Invariants:
 
 - tickets are issued in increasing order, and each is passed exactly once
   (``pass_turn`` is idempotent, so "pass on every exit path" is safe);

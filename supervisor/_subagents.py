@@ -104,8 +104,9 @@ class SubagentRun:
         self.host = host
         self.launch = launch
         self.task_id = launch.agent_id
-        #: Its place in line for a worker slot (``LaunchOrder``).
-        self.ticket = ticket if ticket is not None else host.launch_order.ticket()
+        #: Its session's line for worker slots, and its place in it.
+        self.launch_order = host.launch_order(launch.parent_session_id)
+        self.ticket = ticket if ticket is not None else self.launch_order.ticket()
         self.handle: WorkerHandle | None = None
         self.ready = trio.Event()
         self.done = trio.Event()
@@ -203,7 +204,7 @@ class SubagentRun:
         try:
             with self._cancel_scope:
                 # Launches queue for worker slots in launch order.
-                await self.host.launch_order.wait_turn(self.ticket)
+                await self.launch_order.wait_turn(self.ticket)
                 self.handle = await self.host.supervisor.spawn(
                     self.launch.limits,
                     sandbox=self.launch.sandbox,
@@ -249,7 +250,7 @@ class SubagentRun:
                     self.done.set()
 
     def _pass_turn(self) -> None:
-        self.host.launch_order.pass_turn(self.ticket)
+        self.launch_order.pass_turn(self.ticket)
 
     @property
     def requester(self) -> Requester:

@@ -800,7 +800,7 @@ async def test_launches_past_max_concurrent_subagents_start_in_call_order(tmp_pa
         with trio.fail_after(30):
             for run in runs:
                 await run.done.wait()
-        assert host.launch_order.waiting_behind == 0
+        assert host.launch_order(root.session_id).waiting_behind == 0
     started = sorted(runs, key=lambda run: run.ready_at or 0.0)
     assert [run.launch.description for run in started] == [f"job {i}" for i in range(10)]
 
