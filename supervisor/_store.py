@@ -45,6 +45,7 @@ __all__ = [
     "SessionTaskType",
     "StoreError",
     "UnknownSessionError",
+    "connect_database",
 ]
 
 #: The schema this code writes (``PRAGMA user_version``). 2 added ``session_usage``;
@@ -113,6 +114,22 @@ _SESSION_COLUMNS = (
 )
 
 
+def connect_database(path: Path | str) -> sqlite3.Connection:
+    """A connection to the state database at ``path`` (WAL, waits out other writers).
+
+    Creates the parent dir unless ``path`` is ``":memory:"``. With
+    ``isolation_level=None`` the sqlite3 module opens no implicit
+    transactions: callers that write several statements begin one explicitly.
+    """
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    return db
+
+
 class StoreError(SubvisorError):
     """The session store cannot do what was asked."""
 
@@ -164,16 +181,7 @@ class SessionStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = path if path == ":memory:" else Path(path)
-        if isinstance(self.path, Path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: the sqlite3 module opens no implicit
-        # transactions; multi-statement writes use ``_write`` explicitly.
-        self._db = sqlite3.connect(
-            str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
-        )
-        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db = connect_database(self.path)
         self._db.execute("PRAGMA foreign_keys = ON")
         self._next_seq: dict[tuple[str, str], int] = {}
         self._create_schema()

@@ -18,6 +18,7 @@ worker on it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -198,19 +199,14 @@ class Actor:
     def _replay_ask(self, cached: AskRecord, schema: AnswerSchema[Any] | None) -> Any:
         now = time.time()
         self.history.extend(cached.messages)
+        # The earlier answer, journaled again as this run's, costing nothing.
         self._env.journal.record_ask(
-            AskRecord(
+            dataclasses.replace(
+                cached,
                 run_id=self._env.run_id,
                 actor_key=self.definition.key,
-                ask_index=cached.ask_index,
-                prompt_hash=cached.prompt_hash,
-                prompt=cached.prompt,
-                schema_name=cached.schema_name,
-                model=cached.model,
                 status="answered",
-                answer=cached.answer,
                 error=None,
-                messages=cached.messages,
                 source="cached",
                 replayed_from=cached.replayed_from or self._replayed_from,
                 usage=Usage(),

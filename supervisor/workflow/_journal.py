@@ -31,7 +31,7 @@ from typing import Any, Literal, Self
 
 from protocol import ChatMessage, Usage
 
-from .._store import BUSY_TIMEOUT_MS
+from .._store import connect_database
 from ._errors import WorkflowError
 
 __all__ = [
@@ -166,13 +166,8 @@ class WorkflowJournal:
 
     def __init__(self, path: Path | str) -> None:
         self.path = path
-        if isinstance(path, Path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        self._db = connect_database(path)
         self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
