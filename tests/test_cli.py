@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,27 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli_env, run_cli
 from tests.support.delegation import agent_call, write_scenario
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
-    env["SUBVISOR_HOME"] = str(home)
-    env["COLUMNS"] = "200"
-    return env
-
-
-def _subvisor(
-    home: Path, *args: str, cwd: Path, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args],
-        cwd=cwd,
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _start_run(home: Path, project: Path, model: str, *flags: str) -> subprocess.Popen[str]:
@@ -40,7 +20,7 @@ def _start_run(home: Path, project: Path, model: str, *flags: str) -> subprocess
     return subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", *flags, "--model", model, "go"],
         cwd=project,
-        env=_env(home),
+        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -52,7 +32,7 @@ def _wait_for_running(home: Path, project: Path, count: int) -> list[str]:
     deadline = time.monotonic() + 60
     running: list[str] = []
     while len(running) < count and time.monotonic() < deadline:
-        ps = _subvisor(home, "ps", "--json", cwd=project)
+        ps = run_cli(home, "ps", "--json", cwd=project)
         if ps.returncode == 0:
             tasks = json.loads(ps.stdout)["tasks"]
             running = [t["task_id"] for t in tasks if t["status"] == "running"]
@@ -73,19 +53,19 @@ def project(tmp_path: Path) -> Path:
 def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: Path) -> None:
     """`subvisor demo`: parallel Explore agents, a background notification, an isolated segfault."""
     home = tmp_path / "home"
-    demo = _subvisor(home, "demo", cwd=project)
+    demo = run_cli(home, "demo", cwd=project)
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
     assert "app.py" in out  # real Glob/Grep/LS results travelled back through the pipes
     assert '[notification] Agent "background inventory" completed' in out
     assert "killed by signal SIGSEGV" in out
-    ps = _subvisor(home, "ps", "--json", cwd=project)
+    ps = run_cli(home, "ps", "--json", cwd=project)
     assert ps.returncode == 0, ps.stderr
     tasks = json.loads(ps.stdout)["tasks"]
     statuses = sorted(t["status"] for t in tasks)
     assert statuses == ["completed"] * 4 + ["failed"]
     explore = next(t for t in tasks if t["description"] == "find definitions")
-    logs = _subvisor(home, "logs", explore["task_id"][:14], cwd=project)
+    logs = run_cli(home, "logs", explore["task_id"][:14], cwd=project)
     assert logs.returncode == 0, logs.stderr
     assert "Find which files define functions or classes." in logs.stdout
     assert "app.py:2" in logs.stdout
@@ -94,12 +74,12 @@ def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: P
 def test_run_flags_set_the_fan_out_caps(tmp_path: Path, project: Path) -> None:
     """Fan-out caps come from config and from `run`/`demo` flags; a bad value names the flags."""
     home = tmp_path / "home"
-    capped = _subvisor(home, "demo", "--json", "--max-subagents-per-session", "2", cwd=project)
+    capped = run_cli(home, "demo", "--json", "--max-subagents-per-session", "2", cwd=project)
     assert capped.returncode == 0, capped.stderr
     report = json.loads(capped.stdout)
     assert len(report["tasks"]) == 2
     assert "its max_subagents_per_session" in capped.stdout
-    bad = _subvisor(home, "demo", "--max-concurrent-subagents", "0", cwd=project)
+    bad = run_cli(home, "demo", "--max-concurrent-subagents", "0", cwd=project)
     assert bad.returncode == 2
     assert "max_concurrent_subagents" in bad.stdout + bad.stderr
     assert "the command-line flags" in " ".join((bad.stdout + bad.stderr).split())
@@ -119,9 +99,7 @@ def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) 
             ],
         },
     )
-    run = _subvisor(
-        tmp_path / "home", "run", "--json", "--model", model, "look around", cwd=project
-    )
+    run = run_cli(tmp_path / "home", "run", "--json", "--model", model, "look around", cwd=project)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert "# demo project" in report["answer"]
@@ -131,13 +109,13 @@ def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) 
 
 
 def test_run_without_a_model_says_how_to_choose_one(tmp_path: Path, project: Path) -> None:
-    run = _subvisor(tmp_path / "home", "run", "hello", cwd=project)
+    run = run_cli(tmp_path / "home", "run", "hello", cwd=project)
     assert run.returncode == 2
     assert "no model configured" in run.stderr and "--model" in run.stderr
 
 
 def test_run_with_an_unknown_provider_is_a_clear_error(tmp_path: Path, project: Path) -> None:
-    run = _subvisor(tmp_path / "home", "run", "--model", "nosuch:model", "hello", cwd=project)
+    run = run_cli(tmp_path / "home", "run", "--model", "nosuch:model", "hello", cwd=project)
     assert run.returncode == 1
     assert "nosuch" in run.stderr and "openai" in run.stderr
 
@@ -159,7 +137,7 @@ def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None
     runner = _start_run(home, project, model, "--json")
     try:
         [task_id] = _wait_for_running(home, project, 1)
-        stop = _subvisor(home, "stop", task_id, cwd=project)
+        stop = run_cli(home, "stop", task_id, cwd=project)
         assert stop.returncode == 0, stop.stdout + stop.stderr
         out, err = runner.communicate(timeout=60)
     finally:
@@ -171,7 +149,7 @@ def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None
 
 
 def test_doctor_passes_here(tmp_path: Path) -> None:
-    doctor = _subvisor(tmp_path / "home", "doctor", cwd=tmp_path)
+    doctor = run_cli(tmp_path / "home", "doctor", cwd=tmp_path)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "all checks passed" in doctor.stdout
 
@@ -182,7 +160,7 @@ def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -
     agents.mkdir(parents=True)
     (agents / "reviewer.md").write_text("---\nname: reviewer\ndescription: Reviews\n---\nReview.\n")
     (agents / "broken.md").write_text("---\nname: broken\ndescription: [oops\n---\nx\n")
-    listing = _subvisor(tmp_path / "home", "agents", "--json", cwd=project)
+    listing = run_cli(tmp_path / "home", "agents", "--json", cwd=project)
     assert listing.returncode == 1  # one profile is broken
     entries = {e["name"]: e for e in json.loads(listing.stdout)["profiles"]}
     assert entries["reviewer"]["scope"] == "project" and entries["reviewer"]["launchable"]
@@ -216,7 +194,7 @@ def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) ->
         runner.kill()
     assert runner.returncode == 130, err
     assert "interrupted" in err
-    tasks = json.loads(_subvisor(home, "ps", "--json", cwd=project).stdout)["tasks"]
+    tasks = json.loads(run_cli(home, "ps", "--json", cwd=project).stdout)["tasks"]
     assert sorted(t["status"] for t in tasks) == ["killed"] * 3
 
 
@@ -230,7 +208,7 @@ def test_run_timeout_stops_everything_as_killed(tmp_path: Path, project: Path) -
             "slow": [{"text": "never", "latency_ms": 60000}],
         },
     )
-    run = _subvisor(home, "run", "--json", "--timeout", "1", "--model", model, "go", cwd=project)
+    run = run_cli(home, "run", "--json", "--timeout", "1", "--model", model, "go", cwd=project)
     assert run.returncode == 124, run.stderr
     report = json.loads(run.stdout)
     assert report["status"] == "timeout"
@@ -256,7 +234,7 @@ def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path
     runner = _start_run(home, project, model, "--json")
     try:
         [task_id] = _wait_for_running(home, project, 1)
-        moved = _subvisor(home, "bg", task_id, cwd=project)
+        moved = run_cli(home, "bg", task_id, cwd=project)
         assert moved.returncode == 0, moved.stdout + moved.stderr
         out, err = runner.communicate(timeout=60)
     finally:

@@ -45,6 +45,7 @@ from supervisor._sandbox import (
     choose_sandbox,
 )
 from supervisor._tasks import TaskRecord
+from tests.support.cli import run_cli
 from tests.support.delegation import agent_call, subvisor, write_scenario
 from worker._sandbox import landlock_abi
 
@@ -701,19 +702,6 @@ def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(
         load_settings(tmp_path)
 
 
-def _cli(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
-    env.update(SUBVISOR_HOME=str(home), COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @needs_landlock
 def test_run_sandbox_flag_overrides_the_profile_and_ps_logs_show_it(
     tmp_path: Path, project: Path
@@ -731,14 +719,16 @@ def test_run_sandbox_flag_overrides_the_profile_and_ps_logs_show_it(
             "writer": [{"tool_calls": [bash(f"touch {project}/x")]}, {"text": "{{tool_result}}"}],
         },
     )
-    run = _cli(home, "run", "--sandbox", "read-only", "--json", "--model", model, "go", cwd=project)
+    run = run_cli(
+        home, "run", "--sandbox", "read-only", "--json", "--model", model, "go", cwd=project
+    )
     assert run.returncode == 0, run.stderr
     [task] = json.loads(run.stdout)["tasks"]
     assert task["sandbox_enforced"] is True
     assert (task["sandbox"]["mode"], task["sandbox"]["network"]) == ("read-only", "deny")
     assert not (project / "x").exists()
-    ps = _cli(home, "ps", cwd=project)
+    ps = run_cli(home, "ps", cwd=project)
     assert "read-only, net deny" in ps.stdout, ps.stdout
-    logs = _cli(home, "logs", task["agentId"], cwd=project)
+    logs = run_cli(home, "logs", task["agentId"], cwd=project)
     assert f"sandbox: read-only, network deny (Landlock ABI {KERNEL_ABI})" in logs.stdout
     assert "Permission denied" in logs.stdout

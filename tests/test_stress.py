@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from supervisor._stress import (
     run_stress,
 )
 from supervisor.cli import main
+from tests.support.cli import cli_env
 
 FAULT_REASONS = {
     "killed by signal SIGSEGV (segmentation fault)",
@@ -153,8 +153,7 @@ def test_stress_refuses_bad_options_before_running(
 
 
 def test_stress_command_reports_json(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "SUBVISOR_TREE"}
-    env["SUBVISOR_HOME"] = str(tmp_path / "home")
+    env = cli_env(tmp_path / "home")
     run = subprocess.run(
         [
             sys.executable,

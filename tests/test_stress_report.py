@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import struct
 import subprocess
@@ -20,6 +19,7 @@ from supervisor._stress_report import (
     outcome_colour,
     write_report,
 )
+from tests.support.cli import cli_env
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -137,8 +137,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -> None:
     """The run is not lost: its result is printed, then the report's error, exit 2."""
-    env = {k: v for k, v in os.environ.items() if k != "SUBVISOR_TREE"}
-    env["SUBVISOR_HOME"] = str(tmp_path / "home")
+    env = cli_env(tmp_path / "home")
     report = tmp_path / "r.html"
     run = subprocess.run(
         [
@@ -166,8 +165,7 @@ def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -
 
 
 def test_stress_command_writes_the_report(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "SUBVISOR_TREE"}
-    env["SUBVISOR_HOME"] = str(tmp_path / "home")
+    env = cli_env(tmp_path / "home")
     report, page = tmp_path / "r.png", tmp_path / "r.html"
     reports = ("--report", str(report), "--report", str(page))
     run = subprocess.run(

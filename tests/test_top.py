@@ -26,6 +26,7 @@ from textual.widgets import DataTable, RichLog, Static
 
 from supervisor._top import TopApp
 from supervisor._top_client import LiveSession, control_request, live_sessions
+from tests.support.cli import cli_env
 from tests.support.delegation import READ_README, agent_call, readme_project, write_scenario
 
 
@@ -34,18 +35,11 @@ def project(tmp_path: Path) -> Path:
     return readme_project(tmp_path)
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
-    env["SUBVISOR_HOME"] = str(home)
-    env["COLUMNS"] = "200"
-    return env
-
-
 def _start_run(home: Path, project: Path, model: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
         cwd=project,
-        env=_env(home),
+        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -236,7 +230,7 @@ def test_top_without_a_live_session_says_how_to_start_one(tmp_path: Path) -> Non
     home = tmp_path / "home"
     top = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "top"],
-        env=_env(home),
+        env=cli_env(home),
         capture_output=True,
         text=True,
         timeout=60,
@@ -249,7 +243,7 @@ def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
     """S-OBS-1: at most 100 subagents per page."""
     top = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "top", "--page-size", "101"],
-        env=_env(tmp_path / "home"),
+        env=cli_env(tmp_path / "home"),
         capture_output=True,
         text=True,
         timeout=60,

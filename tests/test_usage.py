@@ -8,10 +8,7 @@ subagent's, field by field, in ``subvisor ps``, ``subvisor top`` and ``run --jso
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ from supervisor._control import send_control_request, serve_control
 from supervisor._store import SCHEMA_VERSION, SessionStore
 from supervisor._tasks import TaskUsage
 from supervisor._usage import UsageRollup, add_usage, sum_usage
+from tests.support.cli import run_cli
 from tests.support.delegation import (
     READ_README,
     agent_call,
@@ -121,28 +119,10 @@ async def test_a_session_rolls_up_its_root_and_every_subagent(
     assert stored.summary()["total_tokens"] == stored.total.total_tokens
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
-    env["SUBVISOR_HOME"] = str(home)
-    env["COLUMNS"] = "200"
-    return env
-
-
-def _subvisor(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args],
-        cwd=cwd,
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_run_json_and_ps_show_the_same_stored_rollup(tmp_path: Path, project: Path) -> None:
     """`run --json`'s usage is what `ps` reads back from SQLite afterwards: root + subagents."""
     home = tmp_path / "home"
-    run = _subvisor(home, project, "run", "--json", "--model", scenario(tmp_path), "go")
+    run = run_cli(home, "run", "--json", "--model", scenario(tmp_path), "go", cwd=project)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     usage = report["usage"]
@@ -158,11 +138,11 @@ def test_run_json_and_ps_show_the_same_stored_rollup(tmp_path: Path, project: Pa
         usage["total"][k]
         for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
     )
-    ps = _subvisor(home, project, "ps", "--json")
+    ps = run_cli(home, "ps", "--json", cwd=project)
     assert ps.returncode == 0, ps.stderr
     listed = json.loads(ps.stdout)
     assert not listed["live"] and listed["usage"] == usage
-    table = _subvisor(home, project, "ps")
+    table = run_cli(home, "ps", cwd=project)
     assert f"tokens {usage['total_tokens']} " in table.stdout
     assert "root + 3 subagents" in table.stdout
 
