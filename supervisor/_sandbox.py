@@ -92,13 +92,22 @@ class WorkerTempDirs:
     removed when the supervisor closes. A supervisor killed by SIGKILL cannot
     do that, so the first sandboxed spawn of the next one removes the dirs of
     supervisors whose pid no longer exists.
+
+    A worker that leaves its dir empty (most do) leaves it until close, or
+    until ``MAX_KEPT_EMPTY`` pile up: on ext4 without a journal every removal
+    slows each file created in the next minute (see ``_atomic_write``), so
+    removing them while subagents start only makes the starts slower. An
+    empty dir is never handed to another worker: a process the old worker
+    left behind could still write into it.
     """
 
     PREFIX = "subvisor-sandbox-"
+    MAX_KEPT_EMPTY = 1024
 
     def __init__(self) -> None:
         self._root: str | None = None
         self._dirs: dict[str, str] = {}
+        self._kept_empty: list[str] = []
 
     def make(self, worker_id: str) -> str:
         """A fresh temp dir for ``worker_id``."""
@@ -108,10 +117,32 @@ class WorkerTempDirs:
         path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=self._root)
         return path
 
-    def remove(self, worker_id: str) -> None:
-        """Remove the worker's temp dir, if it has one (blocking: call from a thread)."""
+    def release(self, worker_id: str) -> list[str]:
+        """Forget the worker's temp dir; return the dirs to remove now (with ``remove``).
+
+        That is the worker's dir if it holds anything, or every kept empty
+        dir once there are ``MAX_KEPT_EMPTY`` of them; else nothing.
+        """
         path = self._dirs.pop(worker_id, None)
-        if path is not None:
+        if path is None:
+            return []
+        try:
+            with os.scandir(path) as entries:
+                empty = next(entries, None) is None
+        except OSError:
+            empty = False
+        if not empty:
+            return [path]
+        self._kept_empty.append(path)
+        if len(self._kept_empty) < self.MAX_KEPT_EMPTY:
+            return []
+        doomed, self._kept_empty = self._kept_empty, []
+        return doomed
+
+    @staticmethod
+    def remove(paths: list[str]) -> None:
+        """Remove ``paths`` and all they hold (blocking: call from a thread)."""
+        for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
     def has(self, worker_id: str) -> bool:
@@ -121,6 +152,7 @@ class WorkerTempDirs:
     def close(self) -> None:
         """Remove every temp dir (blocking)."""
         self._dirs.clear()
+        self._kept_empty.clear()
         root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)

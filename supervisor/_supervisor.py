@@ -198,7 +198,7 @@ class Supervisor:
             process = await self._spawners[mode].spawn(worker_id, limits, policy)
         except BaseException:
             self._slots.release()
-            self._temp_dirs.remove(worker_id)
+            self._temp_dirs.remove(self._temp_dirs.release(worker_id))
             raise
         handle = WorkerHandle(
             process,
@@ -284,9 +284,10 @@ class Supervisor:
         finally:
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
-            if self._temp_dirs.has(handle.worker_id):
+            doomed = self._temp_dirs.release(handle.worker_id)
+            if doomed:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._temp_dirs.remove, handle.worker_id)
+                    await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
 
     async def _sample_memory(self) -> None:
         assert self._nursery is not None

@@ -4,7 +4,8 @@ Every task has a record (``TaskRecord``) in three places that agree: the
 registry's memory (this process), the session store (other processes,
 later runs), and ``metadata.json`` in its output dir (people and scripts).
 Its output dir also holds ``task.output`` (the running log) and
-``output.txt`` (the final result or error).
+``output.txt`` (the final result or error, written once when the task ends,
+so it is complete once the record says the task ended).
 
 Invariants:
 
@@ -19,7 +20,6 @@ Invariants:
 from __future__ import annotations
 
 import builtins
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocol import SandboxReport
 
+from ._atomic_write import write_atomically
 from ._errors import SubvisorError
 from ._paths import agent_output_dir
 
@@ -304,8 +305,11 @@ class TaskRegistry:
                 "ended_at": ended_at,
             }
         )
-        output = result if result is not None else (error or "")
-        _write_atomically(Path(record.output_file), output)
+        # Written in place: the file is empty until now, like a log not yet
+        # written, and the ended record is published only after it.
+        Path(record.output_file).write_text(
+            result if result is not None else (error or ""), encoding="utf-8"
+        )
         self._persist(record)
         entry.record = record
         entry.stopper = None
@@ -414,15 +418,7 @@ class TaskRegistry:
 
 
 def _write_metadata(record: TaskRecord) -> None:
-    _write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # Other processes (``subvisor logs``) read these files while we write:
-    # they must see the old content or the new one, never half of it.
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
 
 
 def _unknown_task(task_id: str) -> UnknownTaskError:

@@ -445,6 +445,37 @@ async def test_temp_dirs_are_private_and_a_killed_supervisors_are_swept(
     assert _exist([alive]) == [True] and _entries(tmp_path) == [alive.parent.name]
 
 
+@needs_landlock
+async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_never_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SBX-1: a temp dir its worker wrote into is removed as soon as the worker ends;
+    an empty one stays until the supervisor closes (removing it early only slows later
+    file creation) and is never handed to another worker."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    model = _scripted_model(Path("$TMPDIR/scratch.txt"))
+    async with Supervisor(SupervisorConfig(), request_handler=model) as sup:
+        used = await sup.spawn(sandbox=policy)
+        spec = AgentRunSpec(
+            agent_id="a", system="", prompt="go", tools=("Bash",),
+            preapproved_tools=("Bash",), cwd=str(tmp_path),
+        )  # fmt: skip
+        raw = await used.request("agent.run", spec.model_dump(mode="python"))
+        assert AgentOutcome.model_validate(raw).text.startswith("OK ")
+        idle = await sup.spawn(sandbox=policy)
+        used_dir, idle_dir = (h.sandbox.temp_dir for h in (used, idle) if h.sandbox)
+        assert used_dir and idle_dir and os.listdir(used_dir) == ["scratch.txt"]
+        await used.shutdown()
+        await idle.shutdown()
+        assert _exist([used_dir, idle_dir]) == [False, True]
+        later = await sup.spawn(sandbox=policy)
+        assert later.sandbox is not None and later.sandbox.temp_dir not in (used_dir, idle_dir)
+    assert _exist([idle_dir]) == [False]
+
+
 def _exist(paths: Any) -> list[bool]:
     return [p is not None and os.path.exists(p) for p in paths]
 

@@ -11,6 +11,7 @@ import pytest
 import trio
 from pydantic import ValidationError
 
+from supervisor import _atomic_write
 from supervisor._paths import agent_output_dir, database_path, subvisor_home
 from supervisor._store import SessionStore
 from supervisor._tasks import (
@@ -111,6 +112,27 @@ def test_update_validates_and_persists(registry: TaskRegistry, store: SessionSto
     with pytest.raises(UnknownTaskError, match="agent_9"):
         registry.update("agent_9", status="running")
     assert registry.get("agent_1") == updated
+
+
+@pytest.mark.skipif(_atomic_write._renameat2 is None, reason="no renameat2 in this libc")
+def test_metadata_rewrites_swap_two_inodes_and_free_none_s_run_1(
+    registry: TaskRegistry,
+) -> None:
+    """S-RUN-1: a rewrite of metadata.json is atomic (a reader that opened the old file
+    reads the old version whole) and, from the second write on, neither creates nor
+    frees an inode: the old one becomes the scratch file of the next rewrite."""
+    record = registry.register(agent(status="running"))
+    path = Path(record.output_dir) / "metadata.json"
+    scratch = path.with_name(".metadata.json.partial")
+    inodes = {path.stat().st_ino}
+    for turn in range(4):
+        with path.open() as before:
+            registry.update("agent_1", child_session_id=f"sess_{turn}")
+            old = json.loads(before.read())["child_session_id"]
+        assert old == (f"sess_{turn - 1}" if turn else None)
+        assert read_metadata(registry.get("agent_1")).child_session_id == f"sess_{turn}"
+        inodes |= {path.stat().st_ino, scratch.stat().st_ino}
+    assert len(inodes) == 2
 
 
 def test_output_log_while_running_then_result_after_finish_s_run_6(
