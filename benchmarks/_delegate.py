@@ -94,13 +94,13 @@ def run(args: argparse.Namespace) -> Report:
         # JSON, not YAML: parsing a 200-agent YAML script takes PyYAML ~0.3 s,
         # which is the fixture's cost, not subvisor's.
         (work / "scenario.json").write_text(json.dumps(_scenario(agents, latency_ms)))
-        cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_before = _cpu_seconds(resource.RUSAGE_SELF)
+        children_before = _cpu_seconds(resource.RUSAGE_CHILDREN)
         wall, completed, worker_cpu = trio.run(_delegate, work, agents, concurrency)
-        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+        supervisor_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before
+        # The zygote is reaped when the host closes, and with it every worker it reaped.
+        children_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
     scripted_s = math.ceil(agents / concurrency) * 3 * latency_ms / 1000
-    supervisor_cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (
-        cpu_after.ru_stime - cpu_before.ru_stime
-    )
     return {
         "agents": agents,
         "completed": completed,
@@ -111,4 +111,13 @@ def run(args: argparse.Namespace) -> Report:
         "supervisor_cpu_s": rounded(supervisor_cpu),
         "supervisor_cpu_per_agent_ms": rounded(supervisor_cpu / agents * 1000),
         "worker_cpu_per_agent_ms": rounded(worker_cpu / agents * 1000),
+        # The zygote's forks and reaping, and the standby workers it kept.
+        "zygote_cpu_per_agent_ms": rounded(max(0.0, children_cpu - worker_cpu) / agents * 1000),
+        # On 2 cores the wall time cannot go below half of this per agent.
+        "total_cpu_per_agent_ms": rounded((supervisor_cpu + children_cpu) / agents * 1000),
     }
+
+
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime

@@ -203,9 +203,7 @@ class AgentTool:
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None
     ) -> SubagentLaunch:
         cap = self._host.settings.max_subagents_per_session
-        launched = sum(
-            1 for r in self._host.registry.list(self._parent_session_id) if r.kind == "local_agent"
-        )
+        launched = self._host.registry.count(self._parent_session_id, "local_agent")
         if launched >= cap:
             raise SubvisorError(
                 f"this session already launched {launched} subagents, its "

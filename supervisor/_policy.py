@@ -9,6 +9,7 @@ kernel sandbox, not this check, is the boundary against a hostile worker.)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -77,21 +78,7 @@ class ToolPolicy:
         one of them allows every subject. Modes other than ``default`` and
         ``bypassPermissions`` change answers per call, so they never qualify.
         """
-        if self.mode not in ("default", "bypassPermissions"):
-            return False
-        wanted = (permission_name(tool_name), "external_directory")
-        relevant = [
-            rule
-            for rule in self.rules
-            if any(wildcard_match(rule.permission, name) for name in wanted)
-        ]
-        covers_everything = {
-            name
-            for name in wanted
-            for rule in relevant
-            if rule.pattern == "*" and wildcard_match(rule.permission, name)
-        }
-        return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)
+        return _always_allows(self, tool_name)
 
     def remembering(self, tool_name: str, tool_input: Mapping[str, Any]) -> ToolPolicy:
         """This policy plus rules allowing what this call needs ("allow always")."""
@@ -119,3 +106,23 @@ class PolicyHolder(Protocol):
     """An agent whose policy can grow ("allow always" adds rules for it)."""
 
     policy: ToolPolicy
+
+
+# Asked for each tool at every launch; policies are immutable and few.
+@functools.lru_cache(maxsize=1024)
+def _always_allows(policy: ToolPolicy, tool_name: str) -> bool:
+    if policy.mode not in ("default", "bypassPermissions"):
+        return False
+    wanted = (permission_name(tool_name), "external_directory")
+    relevant = [
+        rule
+        for rule in policy.rules
+        if any(wildcard_match(rule.permission, name) for name in wanted)
+    ]
+    covers_everything = {
+        name
+        for name in wanted
+        for rule in relevant
+        if rule.pattern == "*" and wildcard_match(rule.permission, name)
+    }
+    return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)

@@ -144,53 +144,56 @@ class SubagentRun:
     def register(self) -> TaskRecord:
         """Persist the child session, announce it, register the task (steps 1-2)."""
         launch, store = self.launch, self.host.store
-        store.create_session(
-            launch.child_session_id,
-            parent_id=launch.parent_session_id,
-            task_type="subagent_child",
-            agent_type=launch.subagent_type,
-            description=launch.description,
-            model=launch.model,
-            cwd=launch.cwd,
-        )
-        store.append_event(
-            launch.parent_session_id,
-            "SubagentSpawned",
-            {
-                "agentId": self.task_id,
-                "child_session_id": launch.child_session_id,
-                "description": launch.description,
-                "subagent_type": launch.subagent_type,
-                "background": launch.background,
-                "model": launch.model,
-            },
-        )
-        for message in launch.history:
-            store.append_message(launch.child_session_id, message)
-        output_dir = self.host.output_dir(launch.parent_session_id, self.task_id)
-        self.record = self.host.registry.register(
-            TaskRecord(
-                task_id=self.task_id,
-                kind="local_agent",
-                parent_session_id=launch.parent_session_id,
-                child_session_id=launch.child_session_id,
+        # One transaction: the child session, SubagentSpawned and the task are
+        # visible together or not at all (S-RUN-2), for one commit instead of several.
+        with store.batch():
+            store.create_session(
+                launch.child_session_id,
+                parent_id=launch.parent_session_id,
+                task_type="subagent_child",
+                agent_type=launch.subagent_type,
                 description=launch.description,
-                subagent_type=launch.subagent_type,
-                prompt=launch.prompt,
                 model=launch.model,
-                status="pending",
-                background=launch.background,
-                tool_use_id=launch.tool_use_id,
-                output_dir=str(output_dir),
-                output_file=str(output_dir / "output.txt"),
-                result=None,
-                error=None,
-                usage=TaskUsage(),
-                generation=launch.generation,
-                created_at=time.time(),
-                ended_at=None,
+                cwd=launch.cwd,
             )
-        )
+            store.append_event(
+                launch.parent_session_id,
+                "SubagentSpawned",
+                {
+                    "agentId": self.task_id,
+                    "child_session_id": launch.child_session_id,
+                    "description": launch.description,
+                    "subagent_type": launch.subagent_type,
+                    "background": launch.background,
+                    "model": launch.model,
+                },
+            )
+            for message in launch.history:
+                store.append_message(launch.child_session_id, message)
+            output_dir = self.host.output_dir(launch.parent_session_id, self.task_id)
+            self.record = self.host.registry.register(
+                TaskRecord(
+                    task_id=self.task_id,
+                    kind="local_agent",
+                    parent_session_id=launch.parent_session_id,
+                    child_session_id=launch.child_session_id,
+                    description=launch.description,
+                    subagent_type=launch.subagent_type,
+                    prompt=launch.prompt,
+                    model=launch.model,
+                    status="pending",
+                    background=launch.background,
+                    tool_use_id=launch.tool_use_id,
+                    output_dir=str(output_dir),
+                    output_file=str(output_dir / "output.txt"),
+                    result=None,
+                    error=None,
+                    usage=TaskUsage(),
+                    generation=launch.generation,
+                    created_at=time.time(),
+                    ended_at=None,
+                )
+            )
         self.host.registry.set_stopper(self.task_id, self.stop)
         self._publish("task.registered", status="pending")
         return self.record
@@ -468,16 +471,22 @@ class SubagentRun:
             peak_rss_bytes=exit.peak_rss_bytes if exit is not None else 0,
         )
         host, launch = self.host, self.launch
-        self.record = host.registry.finish(
-            self.task_id, status, result=result, error=error, usage=usage, worker_exit=worker_exit
-        )
-        host.store.set_session_status(launch.child_session_id, status)
-        host.store.record_usage(launch.child_session_id, self.record.usage)
-        host.store.append_event(
-            launch.parent_session_id,
-            "SubagentStopped",
-            {"agentId": self.task_id, "status": status, "error": error},
-        )
+        with host.store.batch():
+            self.record = host.registry.finish(
+                self.task_id,
+                status,
+                result=result,
+                error=error,
+                usage=usage,
+                worker_exit=worker_exit,
+            )
+            host.store.set_session_status(launch.child_session_id, status)
+            host.store.record_usage(launch.child_session_id, self.record.usage)
+            host.store.append_event(
+                launch.parent_session_id,
+                "SubagentStopped",
+                {"agentId": self.task_id, "status": status, "error": error},
+            )
         self._publish("task.ended", status=status)
         if self.record.background and host.registry.mark_notified(self.task_id):
             host.command_queue(launch.parent_session_id).enqueue(

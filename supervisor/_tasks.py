@@ -20,6 +20,8 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import collections
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -163,7 +165,7 @@ class TaskRecord(BaseModel):
     @property
     def log_file(self) -> str:
         """Path of ``task.output``, the task's running log."""
-        return str(Path(self.output_dir) / LOG_FILE)
+        return os.path.join(self.output_dir, LOG_FILE)
 
 
 def new_task_id(kind: TaskKind) -> str:
@@ -191,6 +193,7 @@ class TaskRegistry:
         self._store = store
         self._home = home
         self._entries: dict[str, _Entry] = {}
+        self._launched: collections.Counter[tuple[str, TaskKind]] = collections.Counter()
 
     def register(self, record: TaskRecord) -> TaskRecord:
         """Add a new pending or running task; creates its output dir and files (S-RUN-1).
@@ -220,6 +223,7 @@ class TaskRegistry:
         Path(record.log_file).write_text("", encoding="utf-8")
         self._persist(record)
         self._entries[record.task_id] = _Entry(record)
+        self._launched[record.parent_session_id, record.kind] += 1
         return record
 
     def get(self, task_id: str) -> TaskRecord | None:
@@ -234,6 +238,10 @@ class TaskRegistry:
             for entry in self._entries.values()
             if parent_session_id is None or entry.record.parent_session_id == parent_session_id
         ]
+
+    def count(self, parent_session_id: str, kind: TaskKind) -> int:
+        """How many tasks of ``kind`` this process registered for one parent session."""
+        return self._launched[parent_session_id, kind]
 
     def running(self) -> builtins.list[TaskRecord]:
         """This process's tasks that have not ended yet (pending or running)."""

@@ -146,8 +146,7 @@ def abi_version() -> int:
     return result
 
 
-def fs_access_for_abi(abi: int) -> FsAccess:
-    """Every filesystem right the given ABI knows."""
+def _fs_access(abi: int) -> FsAccess:
     if abi < 1:
         return FsAccess(0)
     access = _FS_ABI_1
@@ -160,14 +159,31 @@ def fs_access_for_abi(abi: int) -> FsAccess:
     return access
 
 
+# Built at import, so in the zygote: a flag value first made in a worker
+# costs each worker a trip through ``Flag._missing_`` (about 50 us each).
+_KNOWN_ABIS = range(8)
+_FS_BY_ABI = tuple(_fs_access(abi) for abi in _KNOWN_ABIS)
+_NET_BY_ABI = tuple(
+    NetAccess.BIND_TCP | NetAccess.CONNECT_TCP if abi >= 4 else NetAccess(0) for abi in _KNOWN_ABIS
+)
+_SCOPES_BY_ABI = tuple(
+    Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL if abi >= 6 else Scope(0) for abi in _KNOWN_ABIS
+)
+
+
+def fs_access_for_abi(abi: int) -> FsAccess:
+    """Every filesystem right the given ABI knows."""
+    return _FS_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
+
+
 def net_access_for_abi(abi: int) -> NetAccess:
     """Every network right the given ABI knows."""
-    return NetAccess.BIND_TCP | NetAccess.CONNECT_TCP if abi >= 4 else NetAccess(0)
+    return _NET_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
 
 
 def scopes_for_abi(abi: int) -> Scope:
     """Every scope the given ABI knows."""
-    return Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL if abi >= 6 else Scope(0)
+    return _SCOPES_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
 
 
 def thread_count() -> int:
@@ -209,13 +225,13 @@ def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> None:
             exc.errno, f"cannot open {rule.path} for a rule: {exc.strerror}"
         ) from exc
     try:
-        access = rule.access & handled
+        access = int(rule.access) & int(handled)
         if not os.path.isdir(f"/proc/self/fd/{fd}"):
             # A rule on a file may only carry file rights (else EINVAL).
-            access &= FILE_ACCESS
+            access &= int(FILE_ACCESS)
         if not access:
             return
-        attr = _PathBeneathAttr(allowed_access=int(access), parent_fd=fd)
+        attr = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
         if _syscall(_SYS_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, ctypes.byref(attr), 0) < 0:
             raise _fail(f"landlock_add_rule({rule.path})")
     finally:

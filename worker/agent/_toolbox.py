@@ -80,6 +80,10 @@ class Toolbox:
         # Bash adds run_in_background); the model sees it once.
         local_specs = (spec for spec in local.specs if spec.name not in self._host)
         self._specs = (*local_specs, *(tool.spec for tool in host_tools))
+        # Checked once: isinstance against a Protocol walks its members each time.
+        self._queueing = {
+            name: tool for name, tool in self._host.items() if isinstance(tool, QueueingHostTool)
+        }
 
     @property
     def specs(self) -> Sequence[ToolSpec]:
@@ -101,15 +105,15 @@ class Toolbox:
     def reserve(self, calls: Sequence[ToolCall]) -> None:
         """Before a batch of calls starts at once: queueing host tools take places in order."""
         for call in calls:
-            tool = self._host.get(call.name)
-            if isinstance(tool, QueueingHostTool):
+            tool = self._queueing.get(call.name)
+            if tool is not None:
                 tool.reserve(call)
 
     def release(self, calls: Sequence[ToolCall]) -> None:
         """After the batch: give up whatever place a call left unused."""
         for call in calls:
-            tool = self._host.get(call.name)
-            if isinstance(tool, QueueingHostTool):
+            tool = self._queueing.get(call.name)
+            if tool is not None:
                 tool.release(call)
 
     async def call(self, call: ToolCall) -> ToolOutput:
