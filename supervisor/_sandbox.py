@@ -145,10 +145,6 @@ class WorkerTempDirs:
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
-    def has(self, worker_id: str) -> bool:
-        """Whether ``worker_id`` has a temp dir here."""
-        return worker_id in self._dirs
-
     def close(self) -> None:
         """Remove every temp dir (blocking)."""
         self._dirs.clear()
