@@ -150,6 +150,9 @@ class Connection:
         self._sendable = _SENDABLE[our_role]
         self._peer_types = _KNOWN_TYPES[self._peer]
         self._validate = _ADAPTERS[self._peer].validator.validate_python
+        # One packer per connection: ``msgpack.packb`` sets up a new one (and
+        # its buffer) per call. Its buffer grows to the largest frame sent.
+        self._pack = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
         self._decoder = FrameDecoder(self.limits)
         self._error: ProtocolError | None = None
         # Ids of requests each side sent and the other has not yet answered.
@@ -198,7 +201,7 @@ class Connection:
             # dump it (hello's sandbox report); those take the slow path.
             fields = message.__dict__
             try:
-                body: bytes = msgpack.packb(fields, use_bin_type=True)
+                body: bytes = self._pack(fields)
             except (TypeError, ValueError, OverflowError):
                 return encode_frame(message.model_dump(mode="python"), self.limits)
             return frame_body(fields, body, self.limits)
@@ -274,11 +277,11 @@ class Connection:
                 f"{sender.value} may not send {kind!r} while the connection is {self._state.value}"
             )
         if isinstance(message, _ANSWERS):
-            self._answered(sender.peer, receivers_requests, message.id, kind).discard(message.id)
+            self._answered(sender, receivers_requests, message.id, kind).discard(message.id)
         elif isinstance(message, _REQUESTS):
             self._open_request(sender, senders_requests, message.id)
         elif isinstance(message, Progress):
-            self._answered(sender.peer, receivers_requests, message.id, kind)
+            self._answered(sender, receivers_requests, message.id, kind)
         elif isinstance(message, Hello):
             self._check_version(sender, message.protocol_version)
             self.worker_id = message.worker_id
@@ -314,10 +317,10 @@ class Connection:
         pending.add(request_id)
 
     @staticmethod
-    def _answered(requester: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
+    def _answered(sender: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
         if request_id not in pending:
             raise ProtocolError(
-                f"{kind!r} for request id {request_id}, which {requester.value} has no "
+                f"{kind!r} for request id {request_id}, which {sender.peer.value} has no "
                 "pending request with"
             )
         return pending
