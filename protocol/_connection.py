@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -133,6 +134,14 @@ _MOVES: dict[tuple[ConnectionState, Role], dict[str, ConnectionState]] = {
 }
 
 
+_PACKER_KEEP = 64 * 1024
+
+
+def _new_packer() -> Callable[[Any], bytes]:
+    pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+    return pack
+
+
 class Connection:
     """Protocol state for one end (``our_role``) of a worker connection."""
 
@@ -151,8 +160,8 @@ class Connection:
         self._peer_types = _KNOWN_TYPES[self._peer]
         self._validate = _ADAPTERS[self._peer].validator.validate_python
         # One packer per connection: ``msgpack.packb`` sets up a new one (and
-        # its buffer) per call. Its buffer grows to the largest frame sent.
-        self._pack = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+        # its buffer) per call.
+        self._pack = _new_packer()
         self._decoder = FrameDecoder(self.limits)
         self._error: ProtocolError | None = None
         # Ids of requests each side sent and the other has not yet answered.
@@ -204,6 +213,9 @@ class Connection:
                 body: bytes = self._pack(fields)
             except (TypeError, ValueError, OverflowError):
                 return encode_frame(message.model_dump(mode="python"), self.limits)
+            if len(body) > _PACKER_KEEP:
+                # Its buffer grew to this frame's size and would never shrink.
+                self._pack = _new_packer()
             return frame_body(fields, body, self.limits)
         except ProtocolError as exc:
             self._fail(exc)
