@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 
 class Outcome(Generic[T]):
-    """Set once (later sets are ignored); ``wait`` parks until then.
+    """Set once (later sets are ignored; ``None`` means unset); ``wait`` parks until then.
 
     Cheaper than a ``trio.Event`` plus a result attribute: the setter
     reschedules the one waiting task directly, and waiting is the single
