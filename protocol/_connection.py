@@ -19,13 +19,15 @@ Invariants:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
+import msgpack
 from pydantic import TypeAdapter, ValidationError
 
 from ._errors import ProtocolError
-from ._frame import FrameDecoder, FrameLimits, encode_frame
+from ._frame import FrameDecoder, FrameLimits, encode_frame, frame_body
 from ._messages import (
     PROTOCOL_VERSION,
     ErrorReply,
@@ -75,6 +77,7 @@ class ConnectionClosed:
 _S, _W = Role.SUPERVISOR, Role.WORKER
 _AWAIT_HELLO, _AWAIT_WELCOME = ConnectionState.AWAIT_HELLO, ConnectionState.AWAIT_WELCOME
 _OPEN, _CLOSING = ConnectionState.OPEN, ConnectionState.CLOSING
+_CLOSED = ConnectionState.CLOSED
 
 _OPEN_TRAFFIC = ("request", "response", "error", "progress", "heartbeat")
 # The pipes are full duplex: whatever the worker sent before it read the
@@ -114,6 +117,29 @@ _SENDABLE: dict[Role, tuple[type, ...]] = {
     _W: get_args(get_args(WorkerMessage)[0]),
     _S: get_args(get_args(SupervisorMessage)[0]),
 }
+# Tuples, not ``A | B``: that would build a union object on every check.
+_ANSWERS = (Response, ErrorReply)
+_REQUESTS = (WorkerRequest, SupervisorRequest)
+#: ``_TRANSITIONS`` split by (state, sender): message type -> next state. A
+#: connection holds the two tables for its current state, so checking a
+#: message is one lookup by its type.
+_MOVES: dict[tuple[ConnectionState, Role], dict[str, ConnectionState]] = {
+    (state, role): {
+        kind: after
+        for (before, sender, kind), after in _TRANSITIONS.items()
+        if before is state and sender is role
+    }
+    for state in ConnectionState
+    for role in Role
+}
+
+
+_PACKER_KEEP = 64 * 1024
+
+
+def _new_packer() -> Callable[[Any], bytes]:
+    pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+    return pack
 
 
 class Connection:
@@ -129,14 +155,34 @@ class Connection:
         self.our_role = our_role
         self.limits = limits or FrameLimits()
         self.max_pending_requests = max_pending_requests
-        self.state = ConnectionState.AWAIT_HELLO
+        self._peer = our_role.peer
+        self._sendable = _SENDABLE[our_role]
+        self._peer_types = _KNOWN_TYPES[self._peer]
+        self._validate = _ADAPTERS[self._peer].validator.validate_python
+        # One packer per connection: ``msgpack.packb`` sets up a new one (and
+        # its buffer) per call.
+        self._pack = _new_packer()
         self._decoder = FrameDecoder(self.limits)
         self._error: ProtocolError | None = None
         # Ids of requests each side sent and the other has not yet answered.
         self._pending: dict[Role, set[int]] = {_S: set(), _W: set()}
+        self._ours = self._pending[our_role]
+        self._theirs = self._pending[self._peer]
         self._next_id = 0
         #: The worker's id, from its hello (None before the handshake).
         self.worker_id: str | None = None
+        self.state = ConnectionState.AWAIT_HELLO
+
+    @property
+    def state(self) -> ConnectionState:
+        """Where the conversation is; both ends agree."""
+        return self._state
+
+    @state.setter
+    def state(self, state: ConnectionState) -> None:
+        self._state = state
+        self._our_moves = _MOVES[state, self.our_role]
+        self._peer_moves = _MOVES[state, self._peer]
 
     # -- public API -------------------------------------------------------------
 
@@ -153,13 +199,24 @@ class Connection:
         """Check that we may send ``message`` now and return its frame."""
         self._raise_if_failed()
         try:
-            if not isinstance(message, _SENDABLE[self.our_role]):
+            if not isinstance(message, self._sendable):
                 raise ProtocolError(
                     f"{self.our_role.value} may not send {type(message).__name__}: "
                     "it belongs to the other direction"
                 )
-            self._apply(self.our_role, message)
-            return encode_frame(message.model_dump(mode="python"), self.limits)
+            self._apply(self.our_role, message, self._our_moves, self._ours, self._theirs)
+            # The models hold only their fields, so ``__dict__`` is what
+            # ``model_dump`` would return unless a value needs pydantic to
+            # dump it (hello's sandbox report); those take the slow path.
+            fields = message.__dict__
+            try:
+                body: bytes = self._pack(fields)
+            except (TypeError, ValueError, OverflowError):
+                return encode_frame(message.model_dump(mode="python"), self.limits)
+            if len(body) > _PACKER_KEEP:
+                # Its buffer grew to this frame's size and would never shrink.
+                self._pack = _new_packer()
+            return frame_body(fields, body, self.limits)
         except ProtocolError as exc:
             self._fail(exc)
             raise
@@ -180,7 +237,7 @@ class Connection:
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise self._error
-        if self.state is ConnectionState.CLOSED:
+        if self._state is _CLOSED:
             raise ProtocolError("connection is closed")
 
     def _fail(self, exc: ProtocolError) -> None:
@@ -192,38 +249,52 @@ class Connection:
             raise ProtocolError(
                 f"connection closed in the middle of a frame ({self._decoder.buffered} bytes)"
             )
-        self.state = ConnectionState.CLOSED
+        self.state = _CLOSED
         return ConnectionClosed()
 
     def _accept(self, raw: Any) -> Message:
-        peer = self.our_role.peer
         if not isinstance(raw, dict):
-            raise ProtocolError(f"frame from {peer.value} is a {type(raw).__name__}, not a map")
-        kind = raw.get("type")
-        if not isinstance(kind, str) or kind not in _KNOWN_TYPES[peer]:
             raise ProtocolError(
-                f"message type {kind!r} is not part of the {peer.value}->"
+                f"frame from {self._peer.value} is a {type(raw).__name__}, not a map"
+            )
+        kind = raw.get("type")
+        if not isinstance(kind, str) or kind not in self._peer_types:
+            raise ProtocolError(
+                f"message type {kind!r} is not part of the {self._peer.value}->"
                 f"{self.our_role.value} protocol"
             )
         try:
-            message: Message = _ADAPTERS[peer].validate_python(raw)
+            message: Message = self._validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"][1:]) or "message"
             raise ProtocolError(
-                f"invalid {kind!r} message from {peer.value}: {where}: {first['msg']}"
+                f"invalid {kind!r} message from {self._peer.value}: {where}: {first['msg']}"
             ) from None
-        self._apply(peer, message)
+        self._apply(self._peer, message, self._peer_moves, self._theirs, self._ours)
         return message
 
-    def _apply(self, sender: Role, message: Message) -> None:
+    def _apply(
+        self,
+        sender: Role,
+        message: Message,
+        moves: dict[str, ConnectionState],
+        senders_requests: set[int],
+        receivers_requests: set[int],
+    ) -> None:
         kind = message.type
-        next_state = _TRANSITIONS.get((self.state, sender, kind))
+        next_state = moves.get(kind)
         if next_state is None:
             raise ProtocolError(
-                f"{sender.value} may not send {kind!r} while the connection is {self.state.value}"
+                f"{sender.value} may not send {kind!r} while the connection is {self._state.value}"
             )
-        if isinstance(message, Hello):
+        if isinstance(message, _ANSWERS):
+            self._answered(sender, receivers_requests, message.id, kind).discard(message.id)
+        elif isinstance(message, _REQUESTS):
+            self._open_request(sender, senders_requests, message.id)
+        elif isinstance(message, Progress):
+            self._answered(sender, receivers_requests, message.id, kind)
+        elif isinstance(message, Hello):
             self._check_version(sender, message.protocol_version)
             self.worker_id = message.worker_id
         elif isinstance(message, Welcome):
@@ -233,13 +304,8 @@ class Connection:
                     f"welcome for worker {message.worker_id!r} answers the hello of "
                     f"{self.worker_id!r}"
                 )
-        elif isinstance(message, WorkerRequest | SupervisorRequest):
-            self._open_request(sender, message.id)
-        elif isinstance(message, Response | ErrorReply):
-            self._answered(sender.peer, message.id, kind).discard(message.id)
-        elif isinstance(message, Progress):
-            self._answered(sender.peer, message.id, kind)
-        self.state = next_state
+        if next_state is not self._state:
+            self.state = next_state
 
     def _check_version(self, sender: Role, version: int) -> None:
         if version != PROTOCOL_VERSION:
@@ -250,8 +316,7 @@ class Connection:
                 "installation on both sides"
             )
 
-    def _open_request(self, sender: Role, request_id: int) -> None:
-        pending = self._pending[sender]
+    def _open_request(self, sender: Role, pending: set[int], request_id: int) -> None:
         if request_id in pending:
             raise ProtocolError(
                 f"{sender.value} reused request id {request_id} while it is pending"
@@ -263,11 +328,11 @@ class Connection:
             )
         pending.add(request_id)
 
-    def _answered(self, requester: Role, request_id: int, kind: str) -> set[int]:
-        pending = self._pending[requester]
+    @staticmethod
+    def _answered(sender: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
         if request_id not in pending:
             raise ProtocolError(
-                f"{kind!r} for request id {request_id}, which {requester.value} has no "
+                f"{kind!r} for request id {request_id}, which {sender.peer.value} has no "
                 "pending request with"
             )
         return pending

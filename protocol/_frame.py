@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
 from ._errors import ProtocolError
 
-__all__ = ["FrameDecoder", "FrameLimits", "encode_frame"]
+__all__ = ["FrameDecoder", "FrameLimits", "encode_frame", "frame_body"]
 
 _HEADER = struct.Struct(">I")
 # Every msgpack map or array starts with one of these bytes (fixmap, fixarray,
@@ -50,27 +50,39 @@ class FrameLimits:
     max_bin_len: int = 8 * 1024 * 1024
     max_array_len: int = 100_000
     max_map_len: int = 10_000
+    #: A body no longer than this cannot break a str/bin/array/map limit.
+    smallest_len: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        smallest = min(self.max_str_len, self.max_bin_len, self.max_array_len, 2 * self.max_map_len)
+        object.__setattr__(self, "smallest_len", smallest)
+
+
+_DEFAULT_LIMITS = FrameLimits()
 
 
 def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     """Encode ``obj`` as one frame; refuse to produce a frame the peer would reject."""
-    limits = limits or FrameLimits()
     try:
         body: bytes = msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"cannot encode frame: {exc}") from exc
-    smallest = min(
-        limits.max_str_len, limits.max_bin_len, limits.max_array_len, 2 * limits.max_map_len
-    )
-    if len(body) > smallest or _may_nest_deeper_than(body, limits.max_nesting):
-        _check_object(obj, limits, encoded_size=len(body))
-    max_size = limits.max_frame_size
-    if len(body) > max_size:
+    return frame_body(obj, body, limits or _DEFAULT_LIMITS)
+
+
+def frame_body(obj: Any, body: bytes, limits: FrameLimits) -> bytes:
+    """The frame for ``body``, the msgpack encoding of ``obj``, once it is within ``limits``."""
+    size = len(body)
+    if size > limits.smallest_len or (
+        size > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting)
+    ):
+        _check_object(obj, limits, encoded_size=size)
+    if size > limits.max_frame_size:
         raise ProtocolError(
-            f"frame of {len(body)} bytes exceeds max_frame_size ({max_size})",
+            f"frame of {size} bytes exceeds max_frame_size ({limits.max_frame_size})",
             limit="max_frame_size",
         )
-    return _HEADER.pack(len(body)) + body
+    return _HEADER.pack(size) + body
 
 
 def _check_object(obj: Any, limits: FrameLimits, *, encoded_size: int | None = None) -> None:
@@ -144,30 +156,41 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         try:
-            self._buffer += data
-            return self._drain()
+            buffer = self._buffer
+            if not buffer:
+                # Usually the read holds whole frames: decode them straight
+                # from ``data`` and buffer only an incomplete tail.
+                out, used = self._drain(data)
+                if used < len(data):
+                    buffer += memoryview(data)[used:]
+                return out
+            buffer += data
+            out, used = self._drain(buffer)
+            del buffer[:used]
+            return out
         except ProtocolError as exc:
             self._error = exc
             self._buffer.clear()
             raise
 
-    def _drain(self) -> list[Any]:
+    def _drain(self, data: bytes | bytearray) -> tuple[list[Any], int]:
+        """The objects of the complete frames at the start of ``data``, and the bytes they used."""
         out: list[Any] = []
-        limits = self.limits
-        while len(self._buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self._buffer)
-            if size > limits.max_frame_size:
+        max_size = self.limits.max_frame_size
+        pos, available = 0, len(data)
+        while available - pos >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(data, pos)
+            if size > max_size:
                 raise ProtocolError(
-                    f"frame of {size} bytes exceeds max_frame_size ({limits.max_frame_size})",
+                    f"frame of {size} bytes exceeds max_frame_size ({max_size})",
                     limit="max_frame_size",
                 )
-            end = _HEADER.size + size
-            if len(self._buffer) < end:
+            end = pos + _HEADER.size + size
+            if end > available:
                 break
-            body = bytes(self._buffer[_HEADER.size : end])
-            del self._buffer[:end]
-            out.append(self._decode_body(body))
-        return out
+            out.append(self._decode_body(bytes(data[pos + _HEADER.size : end])))
+            pos = end
+        return out, pos
 
     def _decode_body(self, body: bytes) -> Any:
         limits = self.limits
@@ -198,6 +221,6 @@ class FrameDecoder:
             match = _MSGPACK_LIMIT.search(str(exc))
             limit = match.group(0) if match else None
             raise ProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
-        if _may_nest_deeper_than(body, limits.max_nesting):
+        if len(body) > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting):
             _check_object(obj, limits)
         return obj

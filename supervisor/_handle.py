@@ -47,7 +47,7 @@ from protocol import (
     Welcome,
     WorkerRequest,
 )
-from worker import PipeStream
+from worker import Outcome, PipeStream
 
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
@@ -59,6 +59,7 @@ _READ_SIZE = 256 * 1024
 _EOF_AFTER_EXIT_S = 1.0
 
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+_ANSWERS = (Response, ErrorReply)
 
 
 class RequestRefused(SubvisorError):
@@ -76,13 +77,12 @@ RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[Any]]
 WireTap = Callable[[str, bytes], None]
 
 
-class _Pending:
-    __slots__ = ("done", "on_progress", "outcome")
+class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
+    __slots__ = ("on_progress",)
 
     def __init__(self, on_progress: ProgressCallback | None) -> None:
-        self.done = trio.Event()
+        super().__init__()
         self.on_progress = on_progress
-        self.outcome: Response | ErrorReply | WorkerExit | None = None
 
 
 class WorkerHandle:
@@ -159,7 +159,7 @@ class WorkerHandle:
         try:
             self.last_activity = trio.current_time()
             await self._send(SupervisorRequest(id=request_id, method=method, params=params or {}))
-            await pending.done.wait()
+            await pending.wait()
         except trio.Cancelled:
             if self.alive:
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
@@ -167,7 +167,7 @@ class WorkerHandle:
             raise
         finally:
             self._pending.pop(request_id, None)
-        outcome = pending.outcome
+        outcome = pending.value
         if isinstance(outcome, WorkerExit):
             raise WorkerExitedError(outcome)
         if isinstance(outcome, ErrorReply):
@@ -343,10 +343,12 @@ class WorkerHandle:
         try:
             while True:
                 data = await self._pipe.receive_some(_READ_SIZE)
-                for message in self._connection.receive_data(data):
+                messages = self._connection.receive_data(data)
+                now = trio.current_time()
+                for message in messages:
                     if isinstance(message, ConnectionClosed):
                         return
-                    self.last_activity = trio.current_time()
+                    self.last_activity = now
                     await self._dispatch(message, nursery)
         except ProtocolError as exc:
             nursery.start_soon(
@@ -358,7 +360,30 @@ class WorkerHandle:
             self._eof.set()
 
     async def _dispatch(self, message: Message, nursery: trio.Nursery) -> None:
-        if isinstance(message, Hello):
+        # Most frequent first. The reader yields once per read (in
+        # ``receive_some``), not per message: an event only waits when the
+        # buffer is full.
+        if isinstance(message, Event):
+            try:
+                self._events_in.send_nowait(message)
+            except trio.WouldBlock:
+                await self._events_in.send(message)
+        elif isinstance(message, _ANSWERS):
+            pending = self._pending.get(message.id)
+            if pending is not None:
+                pending.set(message)
+        elif isinstance(message, Progress):
+            pending = self._pending.get(message.id)
+            if pending is not None and pending.on_progress is not None:
+                await pending.on_progress(message.data)
+        elif isinstance(message, WorkerRequest):
+            nursery.start_soon(self._answer, message)
+        elif isinstance(message, Heartbeat):
+            answered = self._heartbeats.get(message.seq)
+            if answered is None:
+                raise ProtocolError(f"heartbeat {message.seq} answers no ping")
+            answered.set()
+        elif isinstance(message, Hello):
             if message.worker_id != self.worker_id or message.pid != self.pid:
                 raise ProtocolError(
                     f"hello from worker {message.worker_id!r} (pid {message.pid}) on the pipe "
@@ -368,24 +393,6 @@ class WorkerHandle:
             self.hello = message
             self.ready_at = trio.current_time()
             self._ready.set()
-        elif isinstance(message, Response | ErrorReply):
-            pending = self._pending.get(message.id)
-            if pending is not None:
-                pending.outcome = message
-                pending.done.set()
-        elif isinstance(message, Progress):
-            pending = self._pending.get(message.id)
-            if pending is not None and pending.on_progress is not None:
-                await pending.on_progress(message.data)
-        elif isinstance(message, Event):
-            await self._events_in.send(message)
-        elif isinstance(message, Heartbeat):
-            answered = self._heartbeats.get(message.seq)
-            if answered is None:
-                raise ProtocolError(f"heartbeat {message.seq} answers no ping")
-            answered.set()
-        elif isinstance(message, WorkerRequest):
-            nursery.start_soon(self._answer, message)
 
     async def _answer(self, request: WorkerRequest) -> None:
         reply: Response | ErrorReply
@@ -435,8 +442,7 @@ class WorkerHandle:
             wall_seconds=trio.current_time() - self.started_at,
         )
         for pending in self._pending.values():
-            pending.outcome = self.exit
-            pending.done.set()
+            pending.set(self.exit)
         # Wake every other wait on the worker; each re-checks ``exit``.
         for answered in self._heartbeats.values():
             answered.set()

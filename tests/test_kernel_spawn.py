@@ -100,6 +100,33 @@ async def test_cancelled_request_is_cancelled_in_the_worker(sup: Supervisor) -> 
     assert handle.alive
 
 
+async def test_requests_in_flight_do_not_hold_up_reading(sup: Supervisor) -> None:
+    """Long requests run concurrently; the worker keeps reading and cancels each one alone."""
+    handle = await sup.spawn()
+    outcomes: dict[int, str] = {}
+    scopes = [trio.CancelScope() for _ in range(3)]
+
+    async def sleep(i: int) -> None:
+        with scopes[i]:
+            await handle.request("sleep", {"seconds": 3600})
+        outcomes[i] = "cancelled" if scopes[i].cancelled_caught else "finished"
+
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(sleep, i)
+        # Sent after the sleeps on the same pipe: answered only if the worker reads on.
+        for n in range(20):
+            assert await handle.request("echo", {"value": n}) == n
+        assert await handle.ping() > 0
+        scopes[1].cancel()
+        assert await handle.request("echo", {"value": "still"}) == "still"
+        assert outcomes == {1: "cancelled"}
+        scopes[0].cancel()
+        scopes[2].cancel()
+    assert outcomes == {0: "cancelled", 1: "cancelled", 2: "cancelled"}
+    assert await handle.request("echo", {"value": "after"}) == "after"
+
+
 async def test_events_arrive_in_order_with_backpressure(sup: Supervisor) -> None:
     """A flood larger than the event buffer neither loses events nor grows memory unboundedly."""
     handle = await sup.spawn()

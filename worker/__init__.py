@@ -5,6 +5,7 @@ speaks the protocol over its own pipes.
 """
 
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._outcome import Outcome
 from ._pipe import PipeStream
 from ._runtime import run_worker, serve
 from ._sandbox import apply_sandbox, landlock_abi
@@ -14,6 +15,7 @@ __all__ = [
     "CommandContext",
     "CommandError",
     "CommandHandler",
+    "Outcome",
     "PipeStream",
     "apply_sandbox",
     "landlock_abi",

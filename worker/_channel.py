@@ -19,6 +19,7 @@ from protocol import (
     WorkerRequest,
 )
 
+from ._outcome import Outcome
 from ._pipe import PipeStream
 
 __all__ = ["SupervisorError", "SupervisorLink"]
@@ -35,21 +36,13 @@ class SupervisorError(Exception):
         self.message = message
 
 
-class _PendingRequest:
-    __slots__ = ("done", "outcome")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.outcome: Response | ErrorReply | None = None
-
-
 class SupervisorLink:
     """The protocol connection to the supervisor, its pipes, and our pending requests."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.connection = Connection(Role.WORKER)
         self._pipe = PipeStream(read_fd, write_fd)
-        self._pending: dict[int, _PendingRequest] = {}
+        self._pending: dict[int, Outcome[Response | ErrorReply]] = {}
         self._background: trio.Nursery | None = None
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -85,13 +78,14 @@ class SupervisorLink:
     async def request(self, method: WorkerMethod, params: dict[str, Any]) -> Any:
         """Ask the supervisor something and wait for its answer."""
         request_id = self.connection.next_request_id()
-        pending = self._pending[request_id] = _PendingRequest()
+        pending: Outcome[Response | ErrorReply] = Outcome()
+        self._pending[request_id] = pending
         try:
             await self.send(WorkerRequest(id=request_id, method=method, params=params))
-            await pending.done.wait()
+            await pending.wait()
         finally:
             self._pending.pop(request_id, None)
-        outcome = pending.outcome
+        outcome = pending.value
         if isinstance(outcome, ErrorReply):
             raise SupervisorError(outcome.code, outcome.message)
         assert outcome is not None
@@ -106,16 +100,14 @@ class SupervisorLink:
             # The requesting task was cancelled; the connection already
             # checked that the id was ours, so the answer is just dropped.
             return
-        pending.outcome = message
-        pending.done.set()
+        pending.set(message)
 
     def fail_pending(self) -> None:
         """Wake every waiting request after the supervisor went away."""
         for request_id, pending in self._pending.items():
-            pending.outcome = ErrorReply(
-                id=request_id, code="disconnected", message="supervisor closed the pipe"
+            pending.set(
+                ErrorReply(id=request_id, code="disconnected", message="supervisor closed the pipe")
             )
-            pending.done.set()
 
     def close(self) -> None:
         """Close both pipe ends."""

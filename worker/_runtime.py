@@ -56,13 +56,77 @@ EXIT_PROTOCOL_ERROR = 65
 EXIT_INTERNAL_ERROR = 70
 
 
+#: Tasks kept waiting to take over reading; more than this exit after their request.
+_MAX_IDLE_READERS = 8
+
+
 class _Session:
-    """One worker's request table: which command task answers which request id."""
+    """One worker's request table, and the tasks that read and answer the supervisor.
+
+    Exactly one task reads at a time. When a read ends with a request, that
+    task passes the reading on to an idle task (or a new one) and answers the
+    request itself: the reply goes out in the same scheduler batch as the
+    read, and no task is spawned per request. Requests still run
+    concurrently, each in its own task with its own cancel scope.
+    """
 
     def __init__(self, link: SupervisorLink, commands: dict[str, CommandHandler]) -> None:
         self.link = link
         self.commands = commands
         self.scopes: dict[int, trio.CancelScope] = {}
+        self._idle: list[trio.lowlevel.Task] = []
+
+    async def read_and_answer(self, nursery: trio.Nursery) -> None:
+        """Read until a request arrives, answer it, then wait to read again; until shutdown."""
+        while True:
+            request = await self._read_until_request(nursery)
+            if request is None:
+                return
+            self._pass_reading_on(nursery)
+            await self.run_request(request)
+            if len(self._idle) >= _MAX_IDLE_READERS:
+                return
+            await self._wait_to_read()
+
+    async def _read_until_request(self, nursery: trio.Nursery) -> SupervisorRequest | None:
+        """Route messages until a read ends with a request (returned); None after shutdown."""
+        link = self.link
+        while True:
+            messages = await link.receive()
+            last = messages[-1]
+            for message in messages:
+                if isinstance(message, SupervisorRequest):
+                    if message is last:
+                        return message
+                    nursery.start_soon(self.run_request, message)
+                elif isinstance(message, _END):
+                    link.fail_pending()
+                    nursery.cancel_scope.cancel()
+                    return None
+                elif isinstance(message, Cancel):
+                    self.cancel(message.id)
+                elif isinstance(message, Heartbeat):
+                    await link.send(Heartbeat(seq=message.seq))
+                elif isinstance(message, _ANSWERS):
+                    link.deliver(message)
+                elif not isinstance(message, Welcome):
+                    raise ProtocolError(f"unexpected {message.type!r} from supervisor")
+
+    def _pass_reading_on(self, nursery: trio.Nursery) -> None:
+        if self._idle:
+            trio.lowlevel.reschedule(self._idle.pop())
+        else:
+            nursery.start_soon(self.read_and_answer, nursery)
+
+    async def _wait_to_read(self) -> None:
+        task = trio.lowlevel.current_task()
+        self._idle.append(task)
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def run_request(self, request: SupervisorRequest) -> None:
         handler = self.commands.get(request.method)
@@ -96,6 +160,10 @@ class _Session:
             scope.cancel()
 
 
+_END = (ConnectionClosed, Shutdown)
+_ANSWERS = (Response, ErrorReply, Progress)
+
+
 async def serve(
     link: SupervisorLink,
     *,
@@ -120,23 +188,9 @@ async def serve(
     session = _Session(link, commands if commands is not None else WORKER_COMMANDS)
     async with trio.open_nursery() as nursery:
         link.attach(nursery)
-        while True:
-            for message in await link.receive():
-                if isinstance(message, ConnectionClosed | Shutdown):
-                    link.fail_pending()
-                    nursery.cancel_scope.cancel()
-                    return EXIT_OK
-                if isinstance(message, SupervisorRequest):
-                    nursery.start_soon(session.run_request, message)
-                elif isinstance(message, Cancel):
-                    session.cancel(message.id)
-                elif isinstance(message, Heartbeat):
-                    await link.send(Heartbeat(seq=message.seq))
-                elif isinstance(message, Response | ErrorReply | Progress):
-                    link.deliver(message)
-                elif not isinstance(message, Welcome):
-                    raise ProtocolError(f"unexpected {message.type!r} from supervisor")
-    raise AssertionError("unreachable")
+        # The nursery ends after shutdown or EOF, which cancel everything in it.
+        await session.read_and_answer(nursery)
+    return EXIT_OK
 
 
 async def _serve_fds(read_fd: int, write_fd: int, **kwargs: Any) -> int:
