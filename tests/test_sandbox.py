@@ -384,6 +384,16 @@ def _scripted_model(target: Path) -> Any:
     return handle
 
 
+async def _run_bash_agent(handle: WorkerHandle, cwd: Path) -> str:
+    """Run an agent with Bash alone in ``handle``'s worker; its final text."""
+    spec = AgentRunSpec(
+        agent_id="a", system="", prompt="go", tools=("Bash",),
+        preapproved_tools=("Bash",), cwd=str(cwd),
+    )  # fmt: skip
+    raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+    return AgentOutcome.model_validate(raw).text
+
+
 @needs_landlock
 @pytest.mark.parametrize(
     ("spawn_mode", "standby"),
@@ -402,12 +412,7 @@ async def test_every_spawn_path_applies_the_sandbox_before_hello(
         outcomes = []
         for sandbox in (policy, SandboxPolicy(mode="full", network="allow")):
             handle = await sup.spawn(sandbox=sandbox)
-            spec = AgentRunSpec(
-                agent_id="a", system="", prompt="go", tools=("Bash",),
-                preapproved_tools=("Bash",), cwd=str(tmp_path),
-            )  # fmt: skip
-            raw = await handle.request("agent.run", spec.model_dump(mode="python"))
-            outcomes.append((handle.sandbox, AgentOutcome.model_validate(raw).text))
+            outcomes.append((handle.sandbox, await _run_bash_agent(handle, tmp_path)))
             await handle.shutdown()
     (sandboxed, denied), (unsandboxed, allowed) = outcomes
     assert sandboxed is not None and sandboxed.enforced and sandboxed.filesystem
@@ -459,12 +464,7 @@ async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_nev
     model = _scripted_model(Path("$TMPDIR/scratch.txt"))
     async with Supervisor(SupervisorConfig(), request_handler=model) as sup:
         used = await sup.spawn(sandbox=policy)
-        spec = AgentRunSpec(
-            agent_id="a", system="", prompt="go", tools=("Bash",),
-            preapproved_tools=("Bash",), cwd=str(tmp_path),
-        )  # fmt: skip
-        raw = await used.request("agent.run", spec.model_dump(mode="python"))
-        assert AgentOutcome.model_validate(raw).text.startswith("OK ")
+        assert (await _run_bash_agent(used, tmp_path)).startswith("OK ")
         idle = await sup.spawn(sandbox=policy)
         used_dir, idle_dir = (h.sandbox.temp_dir for h in (used, idle) if h.sandbox)
         assert used_dir and idle_dir and os.listdir(used_dir) == ["scratch.txt"]
