@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["agent_output_dir", "database_path", "subvisor_home"]
+__all__ = ["agent_output_dir", "agents_dir", "database_path", "subvisor_home"]
 
 
 def subvisor_home() -> Path:
@@ -25,6 +25,11 @@ def database_path(home: Path) -> Path:
     return home / "subvisor.db"
 
 
+def agents_dir(home: Path) -> Path:
+    """Where the output dirs of every session's tasks live: ``home/agents``."""
+    return home / "agents"
+
+
 def agent_output_dir(home: Path, parent_session_id: str, agent_id: str) -> Path:
     """A task's output dir, ``home/agents/<parent_session_id>/<agent_id>`` (S-RUN-1).
 
@@ -34,7 +39,7 @@ def agent_output_dir(home: Path, parent_session_id: str, agent_id: str) -> Path:
     """
     for label, value in (("parent session id", parent_session_id), ("agent id", agent_id)):
         _check_path_component(label, value)
-    return home / "agents" / parent_session_id / agent_id
+    return agents_dir(home) / parent_session_id / agent_id
 
 
 def _check_path_component(label: str, value: str) -> None:

@@ -39,6 +39,7 @@ from protocol import (
 )
 
 from ._errors import SpawnError, SubvisorError
+from ._top_directory import mark_top_directory
 
 if TYPE_CHECKING:
     from ._profile import AgentProfile
@@ -88,7 +89,7 @@ class SandboxSettings(BaseModel):
 class WorkerTempDirs:
     """The private temp dirs of one supervisor's sandboxed workers.
 
-    All live under one dir per supervisor, ``$TMPDIR/subvisor-sandbox-<pid>-*``,
+    All live under one dir per supervisor, ``$TMPDIR/subvisor-sandbox-<pid>-*/workers``,
     removed when the supervisor closes. A supervisor killed by SIGKILL cannot
     do that, so the first sandboxed spawn of the next one removes the dirs of
     supervisors whose pid no longer exists.
@@ -106,15 +107,22 @@ class WorkerTempDirs:
 
     def __init__(self) -> None:
         self._root: str | None = None
+        self._parent: str | None = None
         self._dirs: dict[str, str] = {}
         self._kept_empty: list[str] = []
 
     def make(self, worker_id: str) -> str:
         """A fresh temp dir for ``worker_id``."""
-        if self._root is None:
+        if self._parent is None:
             _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
             self._root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
-        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=self._root)
+            # Marked as a top dir, the root puts its one subdir in a fresh
+            # ext4 block group, and the workers' dirs follow it there: cheap
+            # to create even when $TMPDIR's group saw many deletions.
+            mark_top_directory(Path(self._root))
+            self._parent = os.path.join(self._root, "workers")
+            os.mkdir(self._parent, 0o700)
+        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=self._parent)
         return path
 
     def release(self, worker_id: str) -> list[str]:
@@ -149,7 +157,7 @@ class WorkerTempDirs:
         """Remove every temp dir (blocking)."""
         self._dirs.clear()
         self._kept_empty.clear()
-        root, self._root = self._root, None
+        root, self._root, self._parent = self._root, None, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -36,7 +36,8 @@ from protocol import SandboxReport
 
 from ._atomic_write import write_atomically
 from ._errors import SubvisorError
-from ._paths import agent_output_dir
+from ._paths import agent_output_dir, agents_dir
+from ._top_directory import mark_top_directory
 
 if TYPE_CHECKING:
     from ._store import SessionStore
@@ -194,6 +195,7 @@ class TaskRegistry:
         self._home = home
         self._entries: dict[str, _Entry] = {}
         self._launched: collections.Counter[tuple[str, TaskKind]] = collections.Counter()
+        self._agents_dir_marked = False
 
     def register(self, record: TaskRecord) -> TaskRecord:
         """Add a new pending or running task; creates its output dir and files (S-RUN-1).
@@ -218,6 +220,12 @@ class TaskRegistry:
                 "output_file": record.output_file or str(Path(output_dir) / RESULT_FILE),
             }
         )
+        if not self._agents_dir_marked:
+            # Each session's dir then starts in a fresh ext4 block group,
+            # where creating its tasks' files is cheap (see _top_directory).
+            agents_dir(self._home).mkdir(parents=True, exist_ok=True)
+            mark_top_directory(agents_dir(self._home))
+            self._agents_dir_marked = True
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         Path(record.output_file).write_text("", encoding="utf-8")
         Path(record.log_file).write_text("", encoding="utf-8")

@@ -24,6 +24,7 @@ from supervisor._tasks import (
     UnknownTaskError,
     new_task_id,
 )
+from tests.support.filesystem import can_mark_top_directories, is_top_directory
 
 
 @pytest.fixture
@@ -133,6 +134,18 @@ def test_metadata_rewrites_swap_two_inodes_and_free_none_s_run_1(
         assert read_metadata(registry.get("agent_1")).child_session_id == f"sess_{turn}"
         inodes |= {path.stat().st_ino, scratch.stat().st_ino}
     assert len(inodes) == 2
+
+
+def test_the_agents_dir_is_marked_as_a_top_directory_where_the_filesystem_can(
+    registry: TaskRegistry, home: Path, tmp_path: Path
+) -> None:
+    """S-RUN-1: ``agents/`` carries ext4's top-directory flag (each session's dir, with
+    its tasks' files, then starts in a fresh block group), where the filesystem has it."""
+    if not can_mark_top_directories(tmp_path):
+        pytest.skip("this filesystem has no top-directory flag")
+    registry.register(agent())
+    assert is_top_directory(home / "agents")
+    assert not is_top_directory(home / "agents" / "sess_root")
 
 
 def test_output_log_while_running_then_result_after_finish_s_run_6(
