@@ -138,8 +138,10 @@ def _transmit(
     data: st.DataObject, pair: dict[Role, Connection], sender: Role, messages: list[Message]
 ) -> None:
     """Send ``messages`` from ``sender`` and deliver them to the peer in random pieces."""
-    wire = b"".join(pair[sender].send(message) for message in messages)
-    _deliver(data, pair, sender, wire, messages)
+    frames = [pair[sender].send(message) for message in messages]
+    # ``send`` packs a model's fields directly; the bytes must be model_dump's.
+    assert frames == [encode_frame(m.model_dump(mode="python")) for m in messages]
+    _deliver(data, pair, sender, b"".join(frames), messages)
 
 
 def _deliver(
