@@ -149,14 +149,7 @@ class AgentTool:
             await run.ready.wait()
             if run.done.is_set() and run.record is not None and run.record.status == "failed":
                 return self._failure(run)
-            assert run.record is not None
-            return ToolOutput(
-                format_async_launched(
-                    agent_id=run.task_id,
-                    description=launch.description,
-                    output_file=run.record.output_file,
-                )
-            )
+            return self._launched(run)
         waited = False
         try:
             await self._wait_in_foreground(run)
@@ -170,15 +163,20 @@ class AgentTool:
         if run.backgrounded.is_set():
             # S-RUN-5: moved to the background; its end will be a notification
             # (even if it ended just now: the parent must not get it twice).
-            assert run.record is not None
-            return ToolOutput(
-                format_async_launched(
-                    agent_id=run.task_id,
-                    description=launch.description,
-                    output_file=run.record.output_file,
-                )
-            )
+            return self._launched(run)
         return self._result(run)
+
+    @staticmethod
+    def _launched(run: SubagentRun) -> ToolOutput:
+        """The ``async_launched`` answer for a run that goes on in the background."""
+        assert run.record is not None
+        return ToolOutput(
+            format_async_launched(
+                agent_id=run.task_id,
+                description=run.launch.description,
+                output_file=run.record.output_file,
+            )
+        )
 
     async def _wait_in_foreground(self, run: SubagentRun) -> None:
         """Until the run ends or moves to the background (on request or after

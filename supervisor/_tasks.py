@@ -195,7 +195,10 @@ class TaskRegistry:
         self._home = home
         self._entries: dict[str, _Entry] = {}
         self._launched: collections.Counter[tuple[str, TaskKind]] = collections.Counter()
-        self._agents_dir_marked = False
+        # Each session's dir then starts in a fresh ext4 block group, where
+        # creating its tasks' files is cheap (see _top_directory).
+        agents_dir(home).mkdir(parents=True, exist_ok=True)
+        mark_top_directory(agents_dir(home))
 
     def register(self, record: TaskRecord) -> TaskRecord:
         """Add a new pending or running task; creates its output dir and files (S-RUN-1).
@@ -220,12 +223,6 @@ class TaskRegistry:
                 "output_file": record.output_file or str(Path(output_dir) / RESULT_FILE),
             }
         )
-        if not self._agents_dir_marked:
-            # Each session's dir then starts in a fresh ext4 block group,
-            # where creating its tasks' files is cheap (see _top_directory).
-            agents_dir(self._home).mkdir(parents=True, exist_ok=True)
-            mark_top_directory(agents_dir(self._home))
-            self._agents_dir_marked = True
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         Path(record.output_file).write_text("", encoding="utf-8")
         Path(record.log_file).write_text("", encoding="utf-8")
