@@ -272,8 +272,13 @@ class WorkerHandle:
 
     # -- supervision (driven by the Supervisor) -------------------------------------
 
-    async def supervise(self) -> None:
-        """Run until the worker has ended; build its single ``WorkerExit``."""
+    async def supervise(self, release: Callable[[], Awaitable[None]]) -> None:
+        """Run until the worker has ended; build its single ``WorkerExit``.
+
+        ``release`` frees what the worker held (its fleet slot, its temp dir).
+        It runs before the end is published, so whoever ``wait``s sees them
+        already freed: a spawn right after finds the slot, a check the dir gone.
+        """
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop, nursery)
@@ -285,7 +290,7 @@ class WorkerHandle:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await self._finish()
+                await self._finish(release)
 
     @property
     def stopping(self) -> bool:
@@ -427,7 +432,7 @@ class WorkerHandle:
         if self.exit is not None:
             raise WorkerExitedError(self.exit)
 
-    async def _finish(self) -> None:
+    async def _finish(self, release: Callable[[], Awaitable[None]]) -> None:
         status = self._process.status or ProcessStatus(None, None, 0.0, 0)
         kind, reason = self._classify(status)
         self.exit = WorkerExit(
@@ -441,6 +446,13 @@ class WorkerHandle:
             cpu_seconds=status.cpu_seconds,
             wall_seconds=trio.current_time() - self.started_at,
         )
+        try:
+            await release()
+        finally:
+            self._publish_end()
+
+    def _publish_end(self) -> None:
+        assert self.exit is not None
         for pending in self._pending.values():
             pending.set(self.exit)
         # Wake every other wait on the worker; each re-checks ``exit``.

@@ -276,18 +276,27 @@ class Supervisor:
             raise SpawnError(f"worker {handle.worker_id} ended before its handshake: {exit.reason}")
 
     async def _supervise(self, handle: WorkerHandle) -> None:
-        try:
-            await handle.supervise()
-        except Exception:
-            # A bug in supervising one worker must not take the fleet down.
-            log.exception("supervising worker %s failed", handle.worker_id)
-        finally:
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
+                await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
+
+        try:
+            await handle.supervise(release)
+        except Exception:
+            # A bug in supervising one worker must not take the fleet down.
+            log.exception("supervising worker %s failed", handle.worker_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await release()
 
     async def _sample_memory(self) -> None:
         assert self._nursery is not None
