@@ -16,8 +16,9 @@ import pytest
 from supervisor._builtin_profiles import BUILTIN_PROFILES
 from supervisor._profile_catalog import ProfileCatalog, ProfileDir, ProfileEntry
 
-# shared/ lies beside the checkout (here and in CI's fresh clone alike).
-COMPAT = Path(__file__).resolve().parents[2] / "shared" / "compat"
+# shared/ lies beside the checkout (here and in CI's fresh clone alike), maybe
+# through a symlink; the catalog reports resolved paths, so resolve it too.
+COMPAT = (Path(__file__).resolve().parents[2] / "shared" / "compat").resolve()
 CATEGORIES = COMPAT / "claude-code-agents" / "categories"
 OPENCODE_AGENTS = COMPAT / "opencode-agents" / ".opencode" / "agent"
 
