@@ -235,11 +235,18 @@ class ZygoteSpawner:
             pidfd = os.pidfd_open(pid)
             exited = self._zygote_exited = trio.Event()
             self._nursery.start_soon(self._watch_zygote, pid, pidfd, exited)
-            with trio.move_on_after(self._start_timeout) as scope:
-                ready = await self._receive_report(control)
-            if scope.cancelled_caught or not isinstance(ready, ZygoteReady):
-                os.kill(pid, signal.SIGKILL)
-                control.close()
+            ready = None
+            try:
+                with trio.move_on_after(self._start_timeout):
+                    ready = await self._receive_report(control)
+            finally:
+                if not isinstance(ready, ZygoteReady):
+                    # Timed out, failed or cancelled while it boots. Nothing
+                    # else knows this zygote, and its watcher, shielded, waits
+                    # until it is gone: kill it here.
+                    os.kill(pid, signal.SIGKILL)
+                    control.close()
+            if not isinstance(ready, ZygoteReady):
                 raise SpawnError(
                     "the zygote did not start (no ready report within "
                     f"{self._start_timeout} s); run `subvisor doctor` to see why"
@@ -282,7 +289,10 @@ class ZygoteSpawner:
                     else:
                         outcome = report
                     if waiter is not None:
-                        waiter.send_nowait(outcome)
+                        try:
+                            waiter.send_nowait(outcome)
+                        except trio.BrokenResourceError:
+                            self._discard(outcome)  # its spawn was cancelled
                 elif isinstance(report, WorkerExited):
                     process = self._live.pop(report.pid, None)
                     if process is not None:
@@ -307,7 +317,11 @@ class ZygoteSpawner:
             self._control = None
         control.close()
         for worker_id, waiter in list(self._waiting.items()):
-            waiter.send_nowait(SpawnFailed(worker_id=worker_id, error="the zygote exited"))
+            failed = SpawnFailed(worker_id=worker_id, error="the zygote exited")
+            try:
+                waiter.send_nowait(failed)
+            except trio.BrokenResourceError:
+                self._discard(failed)
         self._waiting.clear()
         for process in self._live.values():
             process.set_status(
@@ -334,22 +348,45 @@ class ZygoteSpawner:
                     ],
                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
                 )
-        except OSError as exc:
+        except BaseException as exc:
+            # Not sent (trio sends nothing when it raises Cancelled), so no
+            # report will come.
             self._waiting.pop(worker_id, None)
-            self._pending_fds.pop(worker_id, None)
-            for fd in (down_w, up_r):
-                os.close(fd)
-            raise SpawnError(f"could not reach the zygote: {exc}") from exc
+            self._discard(SpawnFailed(worker_id=worker_id, error="not sent"))
+            if isinstance(exc, OSError):
+                raise SpawnError(f"could not reach the zygote: {exc}") from exc
+            raise
         finally:
             # The zygote holds its own copies now (or never will).
             os.close(down_r)
             os.close(up_w)
-        outcome = await receive.receive()
+        try:
+            outcome = await receive.receive()
+        except BaseException:
+            # Cancelled after the request went out: the zygote forks the
+            # worker anyway, and nothing would ever talk to it or stop it.
+            with contextlib.suppress(trio.WouldBlock):
+                self._discard(receive.receive_nowait())
+            # A report still to come finds the channel closed (see _read_reports).
+            receive.close()
+            raise
         if isinstance(outcome, SpawnFailed):
-            for fd in self._pending_fds.pop(worker_id, ()):
-                os.close(fd)
+            self._discard(outcome)
             raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")
         return outcome
+
+    def _discard(self, outcome: SpawnedProcess | SpawnFailed) -> None:
+        """Let go of a worker no spawn will return: kill it, close our pipe ends."""
+        if isinstance(outcome, SpawnFailed):
+            fds = self._pending_fds.pop(outcome.worker_id, ())
+        else:
+            # Fresh from the fork, it has started nothing, so killing the pid
+            # is enough. It stays in ``_live`` until the zygote reports its exit.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(outcome.pid, signal.SIGKILL)
+            fds = (outcome.read_fd, outcome.write_fd)
+        for fd in fds:
+            os.close(fd)
 
     async def aclose(self) -> None:
         control, self._control = self._control, None

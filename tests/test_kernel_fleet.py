@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -89,6 +90,32 @@ async def test_no_zombies_and_no_leaked_fds_after_200_spawns() -> None:
         assert zombie_children(os.getpid()) == []
 
 
+async def test_spawns_cancelled_at_any_point_leave_no_worker_and_no_fd() -> None:
+    """DESIGN "Processes and trust": a spawn cancelled after it asked the zygote
+    for a worker kills that worker and closes its pipes; nothing piles up."""
+    async with Supervisor() as sup:
+        await (await sup.spawn()).shutdown()
+        # The zygote and its pre-forked standbys, once it has refilled them.
+        settled = 1 + sup.config.zygote_standby
+        fds_before = open_fds()
+        cancelled = 0
+        for i in range(80):
+            # From before the request is sent to after the worker is forked.
+            with trio.move_on_after(i % 40 * 0.0001) as scope:
+                handle = await sup.spawn()
+            if scope.cancelled_caught:
+                cancelled += 1
+            else:
+                await handle.shutdown()
+        assert cancelled
+        with trio.move_on_after(10):
+            while len(processes_in_tree(sup.tree_id)) > settled:  # noqa: ASYNC110 (polling /proc)
+                await trio.sleep(0.01)
+        assert len(processes_in_tree(sup.tree_id)) == settled
+        assert not sup.workers
+        assert open_fds() == fds_before
+
+
 async def test_leaving_the_block_stops_every_worker_and_the_zygote() -> None:
     async with Supervisor() as sup:
         pids = {sup.zygote_pid}
@@ -140,6 +167,81 @@ def _start_supervisor_process(workers: int) -> tuple[subprocess.Popen[str], str]
     # The zygote, the workers and the zygote's standbys.
     assert len(processes_in_tree(tree_id)) >= workers + 1
     return proc, tree_id
+
+
+async def _cancel_once_a_new_zygote_boots(
+    sup: Supervisor, old_zygote: int | None, scope: trio.CancelScope
+) -> None:
+    # The zygote takes hundreds of ms to import the worker stack, so a cancel
+    # sent as soon as its process shows up lands while it boots.
+    while not set(processes_in_tree(sup.tree_id)) - {old_zygote}:  # noqa: ASYNC110 (polling /proc)
+        await trio.sleep(0.001)
+    scope.cancel()
+
+
+async def _ends_leaving_nothing(body: Callable[[Supervisor], Awaitable[None]]) -> bool:
+    """Run ``body`` with a new supervisor; True if it ended by itself and left no process.
+
+    If it still runs after 60 s (a shielded wait for a process no one will
+    stop), kill the tree's processes so that the test fails instead of hanging.
+    """
+    sup = Supervisor()
+    rescued = False
+
+    async def watchdog() -> None:
+        nonlocal rescued
+        await trio.sleep(60)
+        rescued = True
+        for pid in processes_in_tree(sup.tree_id):
+            os.kill(pid, signal.SIGKILL)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watchdog)
+        await body(sup)
+        nursery.cancel_scope.cancel()
+    return not rescued and processes_in_tree(sup.tree_id) == []
+
+
+async def test_cancelled_while_the_zygote_boots_leaves_nothing_and_does_not_hang() -> None:
+    """DESIGN "Processes and trust": a supervisor cancelled during its start kills
+    the half-started zygote (its close used to wait for that zygote forever)."""
+
+    async def body(sup: Supervisor) -> None:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_once_a_new_zygote_boots, sup, None, scope)
+                async with sup:
+                    await trio.sleep_forever()
+
+    assert await _ends_leaving_nothing(body)
+
+
+async def test_a_spawn_cancelled_while_the_zygote_restarts_leaves_nothing() -> None:
+    """A spawn cancelled while it restarts a dead zygote kills that zygote; the
+    next spawn starts another."""
+
+    async def body(sup: Supervisor) -> None:
+        async with sup:
+            await sup.spawn()
+            old = sup.zygote_pid
+            assert old is not None
+            os.kill(old, signal.SIGKILL)
+            while old in processes_in_tree(sup.tree_id):  # noqa: ASYNC110 (polling /proc)
+                await trio.sleep(0.01)
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_once_a_new_zygote_boots, sup, old, scope)
+                    await sup.spawn()
+            assert scope.cancelled_caught
+            # Killed by the cancelled start, not left for the garbage collector.
+            with trio.move_on_after(10):
+                while processes_in_tree(sup.tree_id):  # noqa: ASYNC110 (polling /proc)
+                    await trio.sleep(0.01)
+            assert processes_in_tree(sup.tree_id) == []
+            handle = await sup.spawn()
+            assert await handle.request("echo", {"value": 1}) == 1
+
+    assert await _ends_leaving_nothing(body)
 
 
 def test_supervisor_killed_with_sigkill_leaves_no_process_of_its_tree() -> None:
