@@ -220,6 +220,13 @@ def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path
     """S-RUN-5: `subvisor bg ID` moves a running foreground agent; the run ends after its
     notification."""
     home = tmp_path / "home"
+    # The agent waits for this file, so it is still running when `bg` reaches
+    # it however slow the machine is.
+    gate = project / "gate"
+    wait_for_gate = {
+        "name": "Bash",
+        "input": {"command": f"until [ -e {gate} ]; do sleep 0.05; done"},
+    }
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -228,7 +235,7 @@ def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path
                 {"text": "moved on: {{tool_result}}"},
                 {"text": "notified"},
             ],
-            "slow": [{"text": "late answer", "latency_ms": 3000}],
+            "slow": [{"tool_calls": [wait_for_gate]}, {"text": "late answer"}],
         },
     )
     runner = _start_run(home, project, model, "--json")
@@ -236,6 +243,7 @@ def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path
         [task_id] = _wait_for_running(home, project, 1)
         moved = run_cli(home, "bg", task_id, cwd=project)
         assert moved.returncode == 0, moved.stdout + moved.stderr
+        gate.touch()
         out, err = runner.communicate(timeout=60)
     finally:
         runner.kill()

@@ -99,21 +99,25 @@ async def test_spawns_cancelled_at_any_point_leave_no_worker_and_no_fd() -> None
         settled = 1 + sup.config.zygote_standby
         fds_before = open_fds()
         cancelled = 0
-        for i in range(80):
+        for i in range(40):
             # From before the request is sent to after the worker is forked.
-            with trio.move_on_after(i % 40 * 0.0001) as scope:
+            with trio.move_on_after(i * 0.0001) as scope:
                 handle = await sup.spawn()
             if scope.cancelled_caught:
                 cancelled += 1
             else:
                 await handle.shutdown()
-        assert cancelled
-        with trio.move_on_after(10):
-            while len(processes_in_tree(sup.tree_id)) > settled:  # noqa: ASYNC110 (polling /proc)
-                await trio.sleep(0.01)
-        assert len(processes_in_tree(sup.tree_id)) == settled
-        assert not sup.workers
-        assert open_fds() == fds_before
+        assert cancelled and not sup.workers
+
+        def settled_state() -> tuple[int, set[int]]:
+            return len(processes_in_tree(sup.tree_id)), open_fds()
+
+        # Requests already sent are still forked, then killed, by the zygote:
+        # on a loaded machine that takes a while.
+        with trio.move_on_after(120):
+            while settled_state() != (settled, fds_before):  # noqa: ASYNC110 (polling /proc)
+                await trio.sleep(0.05)
+        assert settled_state() == (settled, fds_before)
 
 
 async def test_leaving_the_block_stops_every_worker_and_the_zygote() -> None:
@@ -127,14 +131,15 @@ async def test_leaving_the_block_stops_every_worker_and_the_zygote() -> None:
 
 
 async def test_cancellation_stops_every_worker() -> None:
-    tree = ""
+    # On a loaded machine the cancel may land before the zygote is up: the
+    # tree must be empty afterwards all the same.
+    sup = Supervisor()
     with trio.move_on_after(0.5):
-        async with Supervisor() as sup:
-            tree = sup.tree_id
+        async with sup:
             for _ in range(5):
                 await sup.spawn()
             await trio.sleep_forever()
-    assert tree and processes_in_tree(tree) == []
+    assert processes_in_tree(sup.tree_id) == []
 
 
 _SUPERVISOR_SCRIPT = textwrap.dedent(
