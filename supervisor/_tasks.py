@@ -197,8 +197,9 @@ class TaskRegistry:
         self._launched: collections.Counter[tuple[str, TaskKind]] = collections.Counter()
         # Each session's dir then starts in a fresh ext4 block group, where
         # creating its tasks' files is cheap (see _top_directory).
-        agents_dir(home).mkdir(parents=True, exist_ok=True)
-        mark_top_directory(agents_dir(home))
+        agents = agents_dir(home)
+        agents.mkdir(parents=True, exist_ok=True)
+        mark_top_directory(agents)
 
     def register(self, record: TaskRecord) -> TaskRecord:
         """Add a new pending or running task; creates its output dir and files (S-RUN-1).

@@ -238,7 +238,7 @@ async def test_a_spawn_cancelled_while_the_zygote_restarts_leaves_nothing() -> N
                     nursery.start_soon(_cancel_once_a_new_zygote_boots, sup, old, scope)
                     await sup.spawn()
             assert scope.cancelled_caught
-            # Killed by the cancelled start, not left for the garbage collector.
+            # Nothing of the cancelled start is left running.
             with trio.move_on_after(10):
                 while processes_in_tree(sup.tree_id):  # noqa: ASYNC110 (polling /proc)
                     await trio.sleep(0.01)

@@ -171,19 +171,24 @@ _SCOPES_BY_ABI = tuple(
 )
 
 
+def _known(abi: int) -> int:
+    """``abi`` as an index into the tables: newer ABIs add nothing we use."""
+    return min(max(abi, 0), _KNOWN_ABIS[-1])
+
+
 def fs_access_for_abi(abi: int) -> FsAccess:
     """Every filesystem right the given ABI knows."""
-    return _FS_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
+    return _FS_BY_ABI[_known(abi)]
 
 
 def net_access_for_abi(abi: int) -> NetAccess:
     """Every network right the given ABI knows."""
-    return _NET_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
+    return _NET_BY_ABI[_known(abi)]
 
 
 def scopes_for_abi(abi: int) -> Scope:
     """Every scope the given ABI knows."""
-    return _SCOPES_BY_ABI[min(max(abi, 0), _KNOWN_ABIS[-1])]
+    return _SCOPES_BY_ABI[_known(abi)]
 
 
 def thread_count() -> int:

@@ -107,7 +107,7 @@ class _Session:
                     self.cancel(message.id)
                 elif isinstance(message, Heartbeat):
                     await link.send(Heartbeat(seq=message.seq))
-                elif isinstance(message, _ANSWERS):
+                elif isinstance(message, _FOR_OUR_REQUESTS):
                     link.deliver(message)
                 elif not isinstance(message, Welcome):
                     raise ProtocolError(f"unexpected {message.type!r} from supervisor")
@@ -161,7 +161,8 @@ class _Session:
 
 
 _END = (ConnectionClosed, Shutdown)
-_ANSWERS = (Response, ErrorReply, Progress)
+# What answers our own requests to the supervisor (``link.deliver``).
+_FOR_OUR_REQUESTS = (Response, ErrorReply, Progress)
 
 
 async def serve(
