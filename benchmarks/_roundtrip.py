@@ -9,9 +9,19 @@
 - mp_pipe: a ``multiprocessing.Pipe`` (socketpair + pickle) to a ``spawn``
   child, sending the same dicts.
 
-The three run interleaved in rounds (the order rotating each round), so a
+- trio_pipe: the raw peer's echo with trio on both ends and no protocol.
+
+The four run interleaved in rounds (the order rotating each round), so a
 burst of machine noise lands on all of them alike; percentiles are over all
 samples of all rounds.
+
+Two in-process series, no I/O, bound what any event loop could reach:
+``protocol_cpu`` is one round trip through both ends' ``Connection`` (model,
+encode, decode, validate, state checks: what subvisor does per round trip
+besides waiting), ``raw_codec_cpu`` the same for the raw peer's bare msgpack.
+``floor_ratio_vs_raw`` is the raw round trip plus the protocol's extra CPU,
+over the raw round trip: the ratio subvisor would show if both event loops
+cost nothing.
 """
 
 from __future__ import annotations
@@ -25,13 +35,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection as MpConnection
 from typing import Any
 
 import msgpack
 import trio
 
-from protocol import SupervisorRequest, encode_frame
+from protocol import (
+    PROTOCOL_VERSION,
+    Connection,
+    Hello,
+    Response,
+    Role,
+    SupervisorRequest,
+    Welcome,
+    encode_frame,
+)
 from supervisor import Supervisor, SupervisorConfig, WorkerHandle
 from worker import PipeStream
 
@@ -43,7 +62,7 @@ __all__ = ["TARGETS", "add_arguments", "run"]
 
 TARGETS = {"ratio_vs_raw": ("<=", 2.0)}
 
-_METHODS = ("subvisor", "raw_pipe", "mp_pipe", "trio_pipe")
+_METHODS = ("subvisor", "raw_pipe", "mp_pipe", "trio_pipe", "protocol_cpu", "raw_codec_cpu")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +122,7 @@ def _raw_peer(*flags: str) -> Iterator[_RawPeer]:
 
 
 @contextlib.contextmanager
-def _mp_peer() -> Iterator[Connection]:
+def _mp_peer() -> Iterator[MpConnection]:
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()
     process = ctx.Process(target=mp_pipe_echo, args=(theirs,), daemon=True)
@@ -117,6 +136,51 @@ def _mp_peer() -> Iterator[Connection]:
         if process.exitcode is None:
             process.kill()
             process.join()
+
+
+def _connected_pair() -> tuple[Connection, Connection]:
+    """A supervisor and a worker ``Connection`` past the handshake."""
+    ours, theirs = Connection(Role.SUPERVISOR), Connection(Role.WORKER)
+    hello = Hello(
+        protocol_version=PROTOCOL_VERSION,
+        worker_id="w",
+        pid=os.getpid(),
+        pgid=os.getpgid(0),
+        spawn_mode="zygote",
+        rlimits={},
+    )
+    ours.receive_data(theirs.send(hello))
+    theirs.receive_data(ours.send(Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w")))
+    return ours, theirs
+
+
+def _protocol_round(count: int, payload: str, out: list[float]) -> None:
+    """Both ends' protocol work for ``request("echo")``, with the pipe taken out."""
+    ours, theirs = _connected_pair()
+    params = {"value": payload}
+    for _ in range(count):
+        started = time.perf_counter_ns()
+        request_id = ours.next_request_id()
+        frame = ours.send(SupervisorRequest(id=request_id, method="echo", params=params))
+        [request] = theirs.receive_data(frame)
+        assert isinstance(request, SupervisorRequest)
+        [reply] = ours.receive_data(theirs.send(Response(id=request.id, result=payload)))
+        out.append((time.perf_counter_ns() - started) / 1000)
+        assert isinstance(reply, Response) and reply.result == payload, reply
+
+
+def _raw_codec_round(count: int, payload: str, out: list[float]) -> None:
+    """The raw peer's and its client's Python work per round trip, with the pipe taken out."""
+    for i in range(count):
+        message = _request(i, payload)
+        started = time.perf_counter_ns()
+        body: bytes = msgpack.packb(message, use_bin_type=True)
+        frame = HEADER.pack(len(body)) + body
+        request = msgpack.unpackb(frame[HEADER.size :], raw=False)
+        reply: bytes = msgpack.packb(reply_to(request), use_bin_type=True)
+        answer = msgpack.unpackb((HEADER.pack(len(reply)) + reply)[HEADER.size :], raw=False)
+        out.append((time.perf_counter_ns() - started) / 1000)
+        assert answer["result"] == payload, answer
 
 
 def _sync_round(
@@ -155,7 +219,7 @@ async def _trio_round(pipe: PipeStream, count: int, payload: str, out: list[floa
 
 async def _measure(
     raw: _RawPeer,
-    mp_conn: Connection,
+    mp_conn: MpConnection,
     trio_peer: _RawPeer,
     args: argparse.Namespace,
     payload: str,
@@ -178,6 +242,10 @@ async def _measure(
                 await _trio_round(trio_pipe, count, payload, out)
             elif method == "raw_pipe":
                 _sync_round(raw.round_trip, count, payload, out)
+            elif method == "protocol_cpu":
+                _protocol_round(count, payload, out)
+            elif method == "raw_codec_cpu":
+                _raw_codec_round(count, payload, out)
             else:
                 _sync_round(mp_round_trip, count, payload, out)
 
@@ -205,6 +273,10 @@ def run(args: argparse.Namespace) -> Report:
     # The same echo with trio on both ends: what subvisor adds over trio itself.
     report["ratio_vs_trio_pipe"] = rounded(
         report["subvisor_p50_us"] / report["trio_pipe_p50_us"], 2
+    )
+    extra_cpu = report["protocol_cpu_p50_us"] - report["raw_codec_cpu_p50_us"]
+    report["floor_ratio_vs_raw"] = rounded(
+        (report["raw_pipe_p50_us"] + extra_cpu) / report["raw_pipe_p50_us"], 2
     )
     for method in _METHODS:
         report[f"{method}_p95_us"] = rounded(percentile(samples[method], 95), 1)
