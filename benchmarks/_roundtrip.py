@@ -1,4 +1,4 @@
-"""Request/response latency: ``WorkerHandle.request("echo")`` vs two baselines.
+"""Request/response latency: ``WorkerHandle.request("echo")`` against baselines.
 
 - subvisor: one zygote worker; each sample is one ``await handle.request``
   (frame encode, protocol checks, pipe write, the worker's trio loop, reply).
@@ -8,10 +8,9 @@
   message are the same.
 - mp_pipe: a ``multiprocessing.Pipe`` (socketpair + pickle) to a ``spawn``
   child, sending the same dicts.
-
 - trio_pipe: the raw peer's echo with trio on both ends and no protocol.
 
-The four run interleaved in rounds (the order rotating each round), so a
+All series run interleaved in rounds (the order rotating each round), so a
 burst of machine noise lands on all of them alike; percentiles are over all
 samples of all rounds.
 
@@ -21,7 +20,7 @@ encode, decode, validate, state checks: what subvisor does per round trip
 besides waiting), ``raw_codec_cpu`` the same for the raw peer's bare msgpack.
 ``floor_ratio_vs_raw`` is the raw round trip plus the protocol's extra CPU,
 over the raw round trip: the ratio subvisor would show if both event loops
-cost nothing.
+cost nothing. Run hot in one process, both series are lower bounds.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import os
 import resource
 import signal
 
+import psutil
 import pytest
 import trio
 
@@ -174,12 +175,15 @@ async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
         await trio.sleep(0.3)  # let the zygote refill its standbys
         standbys = set(processes_in_tree(sup.tree_id)) - {sup.zygote_pid, first.pid}
         assert len(standbys) == 2
+        victims = [psutil.Process(pid) for pid in standbys]
         for pid in standbys:
             os.kill(pid, signal.SIGKILL)
-        # Dead and reaped, not just signalled: a process that dies while it is
-        # being assigned fails that spawn like any worker dying at start.
-        with trio.fail_after(5):
-            while standbys & set(processes_in_tree(sup.tree_id)):  # noqa: ASYNC110 (polling /proc)
+        # Reaped by the zygote, not just signalled: a process that dies while
+        # it is being assigned fails that spawn like any worker dying at start.
+        # Gone from ``processes_in_tree`` is not enough: a dying process loses
+        # its environment (so its tree id) before it closes its sockets.
+        with trio.fail_after(30):
+            while any(victim.is_running() for victim in victims):  # noqa: ASYNC110 (polling /proc)
                 await trio.sleep(0.01)
         handles = [await sup.spawn() for _ in range(3)]
         for handle in handles:

@@ -7,7 +7,12 @@ import time
 
 
 def processes_in_tree(tree_id: str) -> list[int]:
-    """Pids of live (non-zombie) processes whose environment has ``SUBVISOR_TREE=tree_id``."""
+    """Pids of live (non-zombie) processes whose environment has ``SUBVISOR_TREE=tree_id``.
+
+    A process already killed is not listed even while the kernel is still
+    tearing it down (its environment is unreadable from the kill on; its fds
+    close only later): to wait until one is reaped, poll its pid instead.
+    """
     needle = f"SUBVISOR_TREE={tree_id}".encode()
     found = []
     for entry in os.listdir("/proc"):
