@@ -47,6 +47,10 @@ def apply_edit(text: str, old_string: str, new_string: str, replace_all: bool) -
             "to replace the whole file."
         )
     count = text.count(old_string)
+    if count == 1 and not replace_all:
+        # ``count`` skips overlaps: "  " is in "   " once by it, yet twice
+        # by position, and which of the two the model meant is a guess.
+        count = _overlapping_count(text, old_string)
     if count == 0:
         raise ToolError(
             "Error: old_string was not found in the file. It must match exactly, "
@@ -58,6 +62,15 @@ def apply_edit(text: str, old_string: str, new_string: str, replace_all: bool) -
             "it unique, or set replace_all to true to replace every occurrence."
         )
     return text.replace(old_string, new_string), count
+
+
+def _overlapping_count(text: str, needle: str) -> int:
+    """How many positions of ``text`` start an occurrence of ``needle``."""
+    count, start = 0, text.find(needle)
+    while start != -1:
+        count += 1
+        start = text.find(needle, start + 1)
+    return count
 
 
 def _snippet(text: str, start: int, length: int) -> str:
