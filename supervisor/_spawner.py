@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -184,6 +185,14 @@ class ExecSpawner:
             await process.reaped.wait()
 
 
+#: ``sendmsg`` errors that mean the zygote's end of the control socket is gone.
+_PEER_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN})
+
+
+class _ZygoteLost(SpawnFailed):
+    """A spawn that failed because its zygote exited; the next zygote may serve it."""
+
+
 class ZygoteSpawner:
     """Forks workers from a pre-imported zygote process over a control socket.
 
@@ -192,7 +201,13 @@ class ZygoteSpawner:
     """
 
     def __init__(
-        self, env: dict[str, str], nursery: trio.Nursery, *, start_timeout: float, standby: int = 0
+        self,
+        env: dict[str, str],
+        nursery: trio.Nursery,
+        *,
+        start_timeout: float,
+        stop_grace: float = 5.0,
+        standby: int = 0,
     ) -> None:
         self.pid: int | None = None
         self._standby = standby
@@ -200,6 +215,7 @@ class ZygoteSpawner:
         self._env = env
         self._nursery = nursery
         self._start_timeout = start_timeout
+        self._stop_grace = stop_grace
         self._control: trio.socket.SocketType | None = None
         self._start_lock = trio.Lock()
         self._send_lock = trio.Lock()
@@ -207,12 +223,17 @@ class ZygoteSpawner:
         self._live: dict[int, SpawnedProcess] = {}
         self._pending_fds: dict[str, tuple[int, int]] = {}
         self._zygote_exited = trio.Event()
+        # Per zygote started: set once its reports have ended (``_zygote_lost``).
+        self._lost_events: dict[trio.socket.SocketType, trio.Event] = {}
+        self._closing = False
 
     async def start(self) -> trio.socket.SocketType:
         """Start the zygote unless it runs; return its control socket."""
         async with self._start_lock:
             if self._control is not None:
                 return self._control
+            if self._closing:
+                raise SpawnError("the supervisor is shutting down; it starts no more workers")
             launched = trio.current_time()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -254,6 +275,7 @@ class ZygoteSpawner:
             self.pid = pid
             self.boot_ms = (trio.current_time() - launched) * 1000
             self._control = control
+            self._lost_events[control] = trio.Event()
             self._nursery.start_soon(self._read_reports, control)
             return control
 
@@ -316,8 +338,11 @@ class ZygoteSpawner:
         if self._control is control:
             self._control = None
         control.close()
+        lost = self._lost_events.pop(control, None)
+        if lost is not None:
+            lost.set()
         for worker_id, waiter in list(self._waiting.items()):
-            failed = SpawnFailed(worker_id=worker_id, error="the zygote exited")
+            failed = _ZygoteLost(worker_id=worker_id, error="the zygote exited")
             try:
                 waiter.send_nowait(failed)
             except trio.BrokenResourceError:
@@ -332,7 +357,27 @@ class ZygoteSpawner:
     async def spawn(
         self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
     ) -> SpawnedProcess:
-        control = await self.start()
+        # A zygote that exits with our request unanswered leaves nothing of it
+        # running (its children die with it), so the request goes once more,
+        # to the zygote that replaces it. Only once: one that keeps dying has
+        # a reason ``subvisor doctor`` can show.
+        outcome = await self._request_worker(await self.start(), worker_id, limits, sandbox)
+        if isinstance(outcome, _ZygoteLost):
+            self._discard(outcome)
+            outcome = await self._request_worker(await self.start(), worker_id, limits, sandbox)
+        if isinstance(outcome, SpawnFailed):
+            self._discard(outcome)
+            raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")
+        return outcome
+
+    async def _request_worker(
+        self,
+        control: trio.socket.SocketType,
+        worker_id: str,
+        limits: ResourceLimits,
+        sandbox: SandboxPolicy,
+    ) -> SpawnedProcess | SpawnFailed:
+        """Ask the zygote behind ``control`` for the worker; what it (or its end) answered."""
         down_r, down_w, up_r, up_w = _pipe_pair()
         send, receive = trio.open_memory_channel[SpawnedProcess | SpawnFailed](1)
         self._waiting[worker_id] = send
@@ -354,6 +399,8 @@ class ZygoteSpawner:
             self._waiting.pop(worker_id, None)
             self._discard(SpawnFailed(worker_id=worker_id, error="not sent"))
             if isinstance(exc, OSError):
+                if exc.errno in _PEER_GONE and await self._lost(control):
+                    return _ZygoteLost(worker_id=worker_id, error=f"the zygote exited ({exc})")
                 raise SpawnError(f"could not reach the zygote: {exc}") from exc
             raise
         finally:
@@ -361,7 +408,7 @@ class ZygoteSpawner:
             os.close(down_r)
             os.close(up_w)
         try:
-            outcome = await receive.receive()
+            return await receive.receive()
         except BaseException:
             # Cancelled after the request went out: the zygote forks the
             # worker anyway, and nothing would ever talk to it or stop it.
@@ -370,10 +417,18 @@ class ZygoteSpawner:
             # A report still to come finds the channel closed (see _read_reports).
             receive.close()
             raise
-        if isinstance(outcome, SpawnFailed):
-            self._discard(outcome)
-            raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")
-        return outcome
+
+    async def _lost(self, control: trio.socket.SocketType) -> bool:
+        """Wait until the reports from the zygote behind ``control`` ended; False if they go on.
+
+        Its last reports (workers' exits) may still be queued behind the end
+        of the socket: the reader takes them first, then forgets the zygote.
+        """
+        lost = self._lost_events.get(control)
+        if lost is not None:
+            with trio.move_on_after(self._start_timeout):
+                await lost.wait()
+        return control not in self._lost_events
 
     def _discard(self, outcome: SpawnedProcess | SpawnFailed) -> None:
         """Let go of a worker no spawn will return: kill it, close our pipe ends."""
@@ -389,12 +444,13 @@ class ZygoteSpawner:
             os.close(fd)
 
     async def aclose(self) -> None:
+        self._closing = True
         control, self._control = self._control, None
         if control is None:
             return
         # EOF on the control socket tells the zygote to kill its workers and exit.
         control.shutdown(socket.SHUT_RDWR)
-        with trio.move_on_after(5):
+        with trio.move_on_after(self._stop_grace):
             await self._zygote_exited.wait()
         if not self._zygote_exited.is_set() and self.pid is not None:
             os.kill(self.pid, signal.SIGKILL)

@@ -40,6 +40,8 @@ __all__ = ["Supervisor"]
 log = logging.getLogger("subvisor")
 
 _MIB = 1024 * 1024
+#: How long after SIGKILL a worker's exit report may take before shutdown stops waiting.
+_REAP_WAIT_S = 2.0
 
 
 async def default_request_handler(handle: WorkerHandle, request: WorkerRequest) -> Any:
@@ -106,6 +108,7 @@ class Supervisor:
             env,
             self._nursery,
             start_timeout=self.config.zygote_start_timeout_s,
+            stop_grace=max(1.0, self.config.kill_grace_s),
             standby=self.config.zygote_standby,
         )
         self._spawners["zygote"] = zygote
@@ -132,9 +135,13 @@ class Supervisor:
             return
         self._closed = True
         with trio.CancelScope(shield=True):
-            async with trio.open_nursery() as nursery:
-                for handle in list(self.workers.values()):
-                    nursery.start_soon(handle.kill, "the supervisor shut down")
+            # A zygote worker is reaped by its zygote. One that cannot answer
+            # (stopped, wedged) would leave these waits hanging; closing the
+            # spawner below kills it, and its workers end as lost.
+            with trio.move_on_after(self.config.kill_grace_s + _REAP_WAIT_S):
+                async with trio.open_nursery() as nursery:
+                    for handle in list(self.workers.values()):
+                        nursery.start_soon(handle.kill, "the supervisor shut down")
             for spawner in self._spawners.values():
                 await spawner.aclose()
         if self._nursery is not None:

@@ -11,9 +11,18 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from protocol import ResourceLimits
-from supervisor import ExitKind, Supervisor, WorkerExit, WorkerExitedError
+from supervisor import (
+    ExitKind,
+    SpawnError,
+    Supervisor,
+    SupervisorConfig,
+    WorkerExit,
+    WorkerExitedError,
+)
+from tests.support.processes import processes_in_tree
 
 
 async def _run_until_exit(
@@ -165,3 +174,61 @@ async def test_zygote_death_loses_its_workers_and_the_next_spawn_restarts_it(
     fresh = await sup.spawn()
     assert sup.zygote_pid not in (None, old_zygote)
     assert await fresh.request("echo", {"value": "again"}) == "again"
+
+
+async def test_a_spawn_its_zygote_took_down_goes_to_the_next_zygote(sup: Supervisor) -> None:
+    """DESIGN "Processes and trust": a zygote that dies with a spawn request
+    unanswered fails no spawn; the request goes to the zygote that replaces it."""
+    await sup.spawn()
+    old_zygote = sup.zygote_pid
+    assert old_zygote is not None
+    os.kill(old_zygote, signal.SIGSTOP)
+    spawned = []
+
+    async def spawn() -> None:
+        spawned.append(await sup.spawn())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(spawn)
+        # The request now waits in the stopped zygote's socket.
+        await trio.testing.wait_all_tasks_blocked()
+        os.kill(old_zygote, signal.SIGKILL)
+    [handle] = spawned
+    assert sup.zygote_pid not in (None, old_zygote)
+    assert await handle.request("echo", {"value": "served"}) == "served"
+
+
+async def test_spawns_right_after_the_zygote_died_succeed(sup: Supervisor) -> None:
+    """Whether the request meets the dying zygote's socket still open or already
+    closed, the spawn is served by a new zygote."""
+    for round_ in range(5):
+        await sup.spawn()
+        old_zygote = sup.zygote_pid
+        assert old_zygote is not None
+        os.kill(old_zygote, signal.SIGKILL)
+        handle = await sup.spawn()
+        assert sup.zygote_pid != old_zygote
+        assert await handle.request("echo", {"value": round_}) == round_
+
+
+async def test_a_closing_supervisor_starts_no_zygote_for_a_spawn_in_flight() -> None:
+    """A spawn left waiting when the supervisor shuts down fails with a clear
+    error; it does not start a new zygote that nobody would stop."""
+    failures: list[SpawnError] = []
+
+    async def spawn(sup: Supervisor) -> None:
+        try:
+            await sup.spawn()
+        except SpawnError as exc:
+            failures.append(exc)
+
+    sup = Supervisor(SupervisorConfig(kill_grace_s=0.2))
+    async with trio.open_nursery() as nursery, sup:
+        await sup.spawn()
+        assert sup.zygote_pid is not None
+        os.kill(sup.zygote_pid, signal.SIGSTOP)
+        nursery.start_soon(spawn, sup)
+        await trio.testing.wait_all_tasks_blocked()
+    [failure] = failures
+    assert "shutting down" in str(failure)
+    assert processes_in_tree(sup.tree_id) == []
