@@ -185,8 +185,11 @@ class ExecSpawner:
             await process.reaped.wait()
 
 
-#: ``sendmsg`` errors that mean the zygote's end of the control socket is gone.
-_PEER_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN})
+#: ``sendmsg`` errors that mean the control socket is gone: the zygote's end,
+#: or ours, closed by the reader that found the zygote dead (EBADF).
+_CONTROL_GONE = frozenset(
+    {errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN, errno.EBADF}
+)
 
 
 class _ZygoteLost(SpawnFailed):
@@ -398,8 +401,9 @@ class ZygoteSpawner:
             # report will come.
             self._waiting.pop(worker_id, None)
             self._discard(SpawnFailed(worker_id=worker_id, error="not sent"))
-            if isinstance(exc, OSError):
-                if exc.errno in _PEER_GONE and await self._lost(control):
+            if isinstance(exc, OSError | trio.ClosedResourceError):
+                gone = not isinstance(exc, OSError) or exc.errno in _CONTROL_GONE
+                if gone and await self._lost(control):
                     return _ZygoteLost(worker_id=worker_id, error=f"the zygote exited ({exc})")
                 raise SpawnError(f"could not reach the zygote: {exc}") from exc
             raise

@@ -22,6 +22,7 @@ from supervisor import (
     WorkerExit,
     WorkerExitedError,
 )
+from supervisor._spawner import ZygoteSpawner
 from tests.support.processes import processes_in_tree
 
 
@@ -232,3 +233,32 @@ async def test_a_closing_supervisor_starts_no_zygote_for_a_spawn_in_flight() -> 
     [failure] = failures
     assert "shutting down" in str(failure)
     assert processes_in_tree(sup.tree_id) == []
+
+
+async def test_a_spawn_whose_control_socket_closed_under_it_goes_to_the_next_zygote(
+    sup: Supervisor,
+) -> None:
+    """The reader may close a dead zygote's socket between a spawn picking it up
+    and sending on it (that spawn saw EBADF); the spawn still gets its worker."""
+    await sup.spawn()
+    zygote = sup._spawners["zygote"]
+    assert isinstance(zygote, ZygoteSpawner)
+    old_zygote = zygote.pid
+    assert old_zygote is not None
+    spawned = []
+
+    async def spawn() -> None:
+        spawned.append(await sup.spawn())
+
+    assert zygote._control is not None
+    reports_ended = zygote._lost_events[zygote._control]
+    # Holding the send lock parks the spawn with the old socket in hand.
+    async with trio.open_nursery() as nursery, zygote._send_lock:
+        nursery.start_soon(spawn)
+        await trio.testing.wait_all_tasks_blocked()
+        os.kill(old_zygote, signal.SIGKILL)
+        with trio.fail_after(30):
+            await reports_ended.wait()
+    [handle] = spawned
+    assert zygote.pid != old_zygote
+    assert await handle.request("echo", {"value": "served"}) == "served"
