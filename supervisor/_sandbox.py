@@ -103,26 +103,27 @@ class WorkerTempDirs:
     """
 
     PREFIX = "subvisor-sandbox-"
+    _WORKERS = "workers"
     MAX_KEPT_EMPTY = 1024
 
     def __init__(self) -> None:
         self._root: str | None = None
-        self._parent: str | None = None
         self._dirs: dict[str, str] = {}
         self._kept_empty: list[str] = []
 
     def make(self, worker_id: str) -> str:
         """A fresh temp dir for ``worker_id``."""
-        if self._parent is None:
+        if self._root is None:
             _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
-            self._root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
+            root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
             # Marked as a top dir, the root puts its one subdir in a fresh
             # ext4 block group, and the workers' dirs follow it there: cheap
             # to create even when $TMPDIR's group saw many deletions.
-            mark_top_directory(Path(self._root))
-            self._parent = os.path.join(self._root, "workers")
-            os.mkdir(self._parent, 0o700)
-        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=self._parent)
+            mark_top_directory(Path(root))
+            os.mkdir(os.path.join(root, self._WORKERS), 0o700)
+            self._root = root
+        parent = os.path.join(self._root, self._WORKERS)
+        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=parent)
         return path
 
     def release(self, worker_id: str) -> list[str]:
@@ -157,7 +158,7 @@ class WorkerTempDirs:
         """Remove every temp dir (blocking)."""
         self._dirs.clear()
         self._kept_empty.clear()
-        root, self._root, self._parent = self._root, None, None
+        root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -23,7 +23,7 @@ import fcntl
 import os
 from pathlib import Path
 
-__all__ = ["mark_top_directory"]
+__all__ = ["is_top_directory", "mark_top_directory"]
 
 _FS_IOC_GETFLAGS = 0x80086601
 _FS_IOC_SETFLAGS = 0x40086602
@@ -37,10 +37,8 @@ def mark_top_directory(path: Path) -> bool:
     except OSError:
         return False
     try:
-        # The kernel reads and writes an int, whatever the ioctl's name says.
-        flags = array.array("i", [0])
         with contextlib.suppress(OSError):
-            fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags)
+            flags = _flags(fd)
             if flags[0] & _FS_TOPDIR_FL:
                 return True
             flags[0] |= _FS_TOPDIR_FL
@@ -49,3 +47,19 @@ def mark_top_directory(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def is_top_directory(path: Path) -> bool:
+    """Whether the directory ``path`` carries ``FS_TOPDIR_FL``; raises ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return bool(_flags(fd)[0] & _FS_TOPDIR_FL)
+    finally:
+        os.close(fd)
+
+
+def _flags(fd: int) -> array.array[int]:
+    # The kernel reads and writes an int, whatever the ioctl's name says.
+    flags = array.array("i", [0])
+    fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags)
+    return flags
