@@ -1,0 +1,82 @@
+"""A real subagent whose Bash attacks: the harness of ``tests/security`` (S-SEC-1..9).
+
+``bash_attack`` runs a scripted root that delegates to one subagent; that
+subagent's only turn runs the given Bash commands in its real, sandboxed
+worker, and the tool results come back in call order. Every test in
+``tests/security`` asserts what the attack achieved, never how it was stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol import ChatMessage
+from supervisor import RootSession
+from supervisor._sandbox import SandboxSettings
+from supervisor._tasks import TaskRecord
+from tests.support.delegation import agent_call, subvisor, write_scenario
+
+
+def bash(command: str, timeout_ms: int | None = None) -> dict[str, Any]:
+    """One Bash call of a scripted turn."""
+    call: dict[str, Any] = {"name": "Bash", "input": {"command": command}}
+    if timeout_ms is not None:
+        call["input"]["timeout"] = timeout_ms
+    return call
+
+
+@dataclass
+class Attack:
+    """What one attacking subagent got back."""
+
+    results: list[ChatMessage]
+    record: TaskRecord
+    answer: str
+
+    def output(self, index: int = 0) -> str:
+        """The text of the ``index``-th tool result."""
+        return self.results[index].content
+
+
+async def bash_attack(
+    tmp_path: Path,
+    commands: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    subagent_type: str = "Explore",
+    mode: str | None = None,
+    network: str | None = None,
+    home: Path | None = None,
+    **settings: Any,
+) -> Attack:
+    """Run ``commands`` as one turn of Bash calls in a real ``subagent_type`` worker.
+
+    ``mode``/``network`` force the sandbox as ``subvisor run --sandbox/--network``
+    do; other keyword arguments go to ``SubvisorSettings``.
+    """
+    cwd = cwd or tmp_path
+    model = write_scenario(
+        tmp_path / "attack.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("attack", "attack", subagent_type=subagent_type)]},
+                {"text": "done:\n{{tool_result}}"},
+            ],
+            "attack": [
+                {"tool_calls": [bash(c) for c in commands]},
+                {"text": "{{tool_result}}"},
+            ],
+        },
+    )
+    if mode is not None or network is not None:
+        settings["sandbox"] = SandboxSettings(force_mode=mode, force_network=network)  # type: ignore[arg-type]
+    async with subvisor(home or tmp_path / "home", **settings) as host:
+        root = RootSession(host, model=model, cwd=cwd)
+        outcome = await root.run("attack")
+        [record] = host.registry.list(root.session_id)
+        assert record.child_session_id is not None
+        results = [m for m in host.store.messages(record.child_session_id) if m.role == "tool"]
+    return Attack(results=results, record=record, answer=outcome.text)
