@@ -37,6 +37,7 @@ from ._messages import (
     WorkerMethod,
     WorkerRequest,
 )
+from ._process_names import WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
 from ._sandbox import (
     NETWORK_ABI,
     NetworkMode,
@@ -63,7 +64,9 @@ __all__ = [
     "NETWORK_ABI",
     "PARTIAL_MARKER",
     "PROTOCOL_VERSION",
+    "WORKER_PROCESS_NAME",
     "WORKER_REQUEST_METHODS",
+    "ZYGOTE_PROCESS_NAME",
     "AgentOutcome",
     "AgentRunSpec",
     "Cancel",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import resource
 import uuid
 from collections.abc import Callable
@@ -17,11 +16,10 @@ import trio
 from protocol import FrameLimits, ResourceLimits, SandboxPolicy, WorkerRequest
 
 from ._config import SpawnMode, SupervisorConfig
-from ._environment import TREE_ENV, new_tree_id, worker_environment
+from ._environment import new_tree_id, worker_environment
 from ._errors import (
     FleetCapacityError,
     FleetExhaustedError,
-    NestedSupervisorError,
     SpawnError,
     SubvisorError,
 )
@@ -34,6 +32,7 @@ from ._sandbox import (
     unsupported_message,
 )
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+from ._worker_tree import refuse_inside_worker_tree
 
 __all__ = ["Supervisor"]
 
@@ -95,11 +94,7 @@ class Supervisor:
     # -- lifecycle ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if TREE_ENV in os.environ:
-            raise NestedSupervisorError(
-                f"this process runs inside subvisor worker tree {os.environ[TREE_ENV]}: "
-                "a worker cannot start a supervisor (delegation is one level deep)"
-            )
+        refuse_inside_worker_tree()
         _raise_open_files_limit()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)

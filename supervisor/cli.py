@@ -332,13 +332,21 @@ def _tasks(command: str, args: argparse.Namespace) -> int:
     return stop_command(args.task_id)
 
 
+#: Commands that start a supervisor, so refuse inside a worker tree.
+_STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
     from ._config_files import ConfigError
     from ._errors import NestedSupervisorError
+    from ._worker_tree import refuse_inside_worker_tree
 
     args = build_parser().parse_args(argv)
     try:
+        if args.command in _STARTS_A_SUPERVISOR:
+            # Before any config is read or any file written (S-SEC-7).
+            refuse_inside_worker_tree()
         code: int = args.handler(args)
     except (ConfigError, NestedSupervisorError) as exc:
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from protocol import ResourceLimits, SandboxPolicy
+from protocol import WORKER_PROCESS_NAME, ResourceLimits, SandboxPolicy
 
-from ._process import die_with_parent
+from ._process import die_with_parent, set_process_name
 from ._runtime import run_worker
 
 
@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default="{}", help="SandboxPolicy as JSON")
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
+    set_process_name(WORKER_PROCESS_NAME)
     limits = ResourceLimits.model_validate_json(args.limits)
     sandbox = SandboxPolicy.model_validate_json(args.sandbox)
     return run_worker(

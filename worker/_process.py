@@ -10,9 +10,15 @@ import signal
 
 from protocol import ResourceLimits
 
-__all__ = ["apply_resource_limits", "die_with_parent", "set_parent_death_signal"]
+__all__ = [
+    "apply_resource_limits",
+    "die_with_parent",
+    "set_parent_death_signal",
+    "set_process_name",
+]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _CPU_HARD_GRACE_S = 2
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -23,6 +29,13 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     if _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
+
+
+def set_process_name(name: str) -> None:
+    """Set this process's ``comm`` (what ``ps`` shows; the worker-tree marker of S-SEC-7)."""
+    if _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_NAME) failed: {os.strerror(err)}")
 
 
 def die_with_parent(expected_parent: int) -> None:

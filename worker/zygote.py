@@ -37,6 +37,8 @@ import trio
 
 from protocol import (
     MAX_CONTROL_DATAGRAM,
+    WORKER_PROCESS_NAME,
+    ZYGOTE_PROCESS_NAME,
     ProtocolError,
     SpawnFailed,
     SpawnWorker,
@@ -48,7 +50,7 @@ from protocol import (
 )
 
 from ._fdpass import FD_SIZE, close_fds_except, fds_ancillary, received_fds
-from ._process import die_with_parent
+from ._process import die_with_parent, set_process_name
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
 
 __all__ = ["main"]
@@ -202,6 +204,7 @@ class Zygote:
         # Inherit nothing of the zygote's (control socket, selector, wakeup
         # pipe, other standbys' sockets): only stdio and ``keep``.
         close_fds_except({0, 1, 2, *keep})
+        set_process_name(WORKER_PROCESS_NAME)
         os.setpgid(0, 0)
         die_with_parent(self.pid)
 
@@ -257,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby", type=int, default=0, help="pre-forked workers to keep")
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
+    set_process_name(ZYGOTE_PROCESS_NAME)
     control = socket.socket(fileno=args.control_fd)
     # One empty event loop run here does trio's first-run setup once, in the
     # pages every fork shares, instead of in each worker (about 100 fewer
