@@ -65,15 +65,20 @@ class ResourceLimits(_Frozen):
 
     The worker applies the rlimit-backed ones to itself before it says hello
     (``cpu_seconds`` -> RLIMIT_CPU, ``address_space_mb`` -> RLIMIT_AS,
-    ``open_files`` -> RLIMIT_NOFILE); the supervisor enforces the rest from
-    outside (``memory_mb`` by sampling RSS, ``wall_timeout_s``,
-    ``idle_timeout_s``). ``None`` means no cap.
+    ``open_files`` -> RLIMIT_NOFILE, ``file_size_mb`` -> RLIMIT_FSIZE, which
+    every descendant inherits and none can raise). The supervisor enforces
+    the rest from outside over the worker's whole process tree (S-SEC-4):
+    ``memory_mb``, ``max_processes`` and ``cpu_seconds`` through a cgroup
+    where it can make one, else by sampling the tree; ``wall_timeout_s`` and
+    ``idle_timeout_s`` by its watchdog. ``None`` means no cap.
     """
 
     memory_mb: float | None = Field(default=None, gt=0)
     cpu_seconds: int | None = Field(default=None, gt=0)
     address_space_mb: int | None = Field(default=None, gt=0)
     open_files: int | None = Field(default=1024, gt=16)
+    max_processes: int | None = Field(default=256, ge=1)
+    file_size_mb: int | None = Field(default=4096, gt=0)
     wall_timeout_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float | None = Field(default=600.0, gt=0)
 

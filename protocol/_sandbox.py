@@ -15,6 +15,11 @@ mode                filesystem                     needs
 ``full``            no filesystem rules            nothing
 ==================  =============================  ================================
 
+In every mode the worker also hides ``hidden_paths`` (subvisor's home: keys
+in its config, the database, other sessions' output), keeps each writable
+root's ``.git`` read-only (``protect_vcs``; not in ``full``), drops every
+capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3).
+
 ``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4); the
 worker's own pipes to the supervisor are inherited and stay open.
 
@@ -65,6 +70,10 @@ class SandboxPolicy(_Frozen):
     network: NetworkMode = "allow"
     writable_roots: tuple[str, ...] = ()
     temp_dir: str | None = None
+    #: Directories the worker must not reach at all (absolute, resolved).
+    hidden_paths: tuple[str, ...] = ()
+    #: Keep ``ROOT/.git`` of each writable root read-only.
+    protect_vcs: bool = True
     on_unsupported: OnUnsupported = "error"
     landlock_abi_max: int | None = Field(default=None, ge=0)
 
@@ -95,8 +104,13 @@ class SandboxReport(BaseModel):
     ``abi`` is the Landlock ABI the worker used (0: none). ``filesystem`` and
     ``network_denied`` say which parts are in force; ``writable`` lists the
     paths it may still write (``full``: none listed, all writable); ``scopes``
-    the Landlock scopes applied (ABI >= 6). ``reason`` names what was asked
-    for and is not in force.
+    the Landlock scopes applied (ABI >= 6). ``hidden`` and ``read_only`` list
+    the paths out of its reach and those it may only read, ``isolation`` by
+    what (``mount namespace``, ``landlock`` or both, joined by ``+``);
+    ``landlock_domain`` whether it is in one (which also bars ptrace and
+    ``/proc/PID/environ`` of every process outside it);
+    ``privileges_dropped`` whether it holds no capability in any set and has
+    ``no_new_privs``. ``reason`` names what was asked for and is not in force.
     """
 
     # Strict like every message of a worker: it is the untrusted side's claim.
@@ -110,6 +124,11 @@ class SandboxReport(BaseModel):
     writable: list[str] = Field(default_factory=list)
     scopes: list[str] = Field(default_factory=list)
     temp_dir: str | None = None
+    hidden: list[str] = Field(default_factory=list)
+    read_only: list[str] = Field(default_factory=list)
+    isolation: str = ""
+    landlock_domain: bool = False
+    privileges_dropped: bool = False
     reason: str = ""
 
     @property
@@ -124,9 +143,29 @@ class SandboxReport(BaseModel):
         net_ok = self.network == "allow" or self.network_denied
         return self.requested and fs_ok and net_ok
 
+    def isolates(self, policy: SandboxPolicy) -> bool:
+        """True if every path ``policy`` hides is hidden and no privilege is left (S-SEC-1)."""
+        return self.privileges_dropped and set(policy.hidden_paths) <= set(self.hidden)
+
+    @property
+    def boundary(self) -> str:
+        """What holds in every mode: capabilities, hidden and read-only paths (S-SEC-1, -3)."""
+        parts = ["no capabilities" if self.privileges_dropped else "CAPABILITIES KEPT"]
+        if self.hidden:
+            parts.append("subvisor home hidden")
+        if self.read_only:
+            parts.append(".git read-only")
+        if self.isolation:
+            parts.append(f"by {self.isolation}")
+        return ", ".join(parts)
+
     @property
     def summary(self) -> str:
         """One line for people: what is enforced, or that it is not."""
+        return f"{self._sandbox_summary}; {self.boundary}"
+
+    @property
+    def _sandbox_summary(self) -> str:
         label = f"{self.mode}, network {self.network}"
         if not self.requested:
             return f"{label} (no sandbox asked for)"

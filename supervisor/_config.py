@@ -36,3 +36,11 @@ class SupervisorConfig(BaseModel):
     #: Events buffered per worker before its reader stops reading (backpressure).
     event_buffer: int = Field(default=1024, ge=1)
     default_limits: ResourceLimits = ResourceLimits()
+    #: Directories no worker may reach, in any sandbox mode (S-SEC-1): the
+    #: ``Subvisor`` puts its home here (keys in config, the database, sockets,
+    #: every session's output). Resolved to real paths when the zygote starts.
+    hidden_paths: tuple[str, ...] = ()
+    #: Caps over each worker's whole process tree (S-SEC-4): ``auto`` uses a
+    #: cgroup per worker where one can be made, else samples the tree;
+    #: ``sampling`` always samples. Both enforce; cgroups act at once.
+    tree_caps: Literal["auto", "sampling"] = "auto"

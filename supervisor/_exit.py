@@ -16,6 +16,7 @@ class ExitKind(enum.StrEnum):
     SIGNALED = "signal"
     MEMORY_CAP = "memory cap exceeded"
     CPU_CAP = "cpu cap exceeded"
+    PROCESS_CAP = "process cap exceeded"
     WALL_TIMEOUT = "wall timeout"
     IDLE_WATCHDOG = "idle watchdog"
     PROTOCOL_VIOLATION = "protocol violation"

@@ -49,9 +49,11 @@ from protocol import (
 )
 from worker import Outcome, PipeStream
 
+from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
 from ._spawner import SpawnedProcess
+from ._tree_caps import TreeUsage, breach
 
 __all__ = ["RequestHandler", "RequestRefused", "WireTap", "WorkerHandle"]
 
@@ -99,8 +101,14 @@ class WorkerHandle:
         kill_grace_s: float,
         request_handler: RequestHandler,
         wire_tap: WireTap | None = None,
+        cgroup: WorkerCgroup | None = None,
+        tree_caps: str = "sampling",
     ) -> None:
         self.worker_id = process.worker_id
+        #: The worker's cgroups, when caps are enforced by cgroup (S-SEC-4).
+        self.cgroup = cgroup
+        #: How caps over its whole tree are enforced: ``cgroup v1``, ``sampling``...
+        self.tree_caps = tree_caps
         self.pid = process.pid
         self.mode = mode
         self.limits = limits
@@ -310,14 +318,29 @@ class WorkerHandle:
         await self._process.reaped.wait()
 
     def _signal_group(self, sig: int) -> None:
-        # The worker is its own process group leader (pgid == pid), so this
-        # reaches whatever it started too. The group id cannot be recycled
-        # while any member lives; until the reaper reports the leader, it is
-        # still unreaped and owns the id.
+        # The worker is its own process group leader (pgid == pid). The group
+        # id cannot be recycled while any member lives; until the reaper
+        # reports the leader, it is still unreaped and owns the id. What the
+        # worker started runs in sessions of its own, so the tree is signalled
+        # too: every process of its cgroup, or (without one) every descendant,
+        # all still beneath it while it lives, since it is a child subreaper.
         if self._process.reaped.is_set():
             return
+        for pid in self._tree_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
+
+    def _tree_pids(self) -> list[int]:
+        if self.cgroup is not None:
+            return [pid for pid in self.cgroup.pids() if pid != self.pid]
+        if self._ps is None:
+            return []
+        try:
+            return [child.pid for child in self._ps.children(recursive=True)]
+        except psutil.Error:
+            return []
 
     async def _watchdog(self, nursery: trio.Nursery) -> None:
         wall = self.limits.wall_timeout_s
@@ -466,6 +489,11 @@ class WorkerHandle:
     def _classify(self, status: ProcessStatus) -> tuple[ExitKind, str]:
         if self._kill_reason is not None:
             return self._kill_reason
+        if self.cgroup is not None and status.signal == signal.SIGKILL:
+            # The kernel's OOM killer, inside its cgroup, before a sample saw it.
+            found = breach(TreeUsage.from_cgroup(self.cgroup.usage(), self.tree_caps), self.limits)
+            if found is not None and found[0] is ExitKind.MEMORY_CAP:
+                return found
         cap = self.limits.cpu_seconds
         if status.signal == signal.SIGXCPU or (
             status.signal == signal.SIGKILL and cap is not None and status.cpu_seconds >= cap

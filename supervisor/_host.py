@@ -71,7 +71,11 @@ class Subvisor:
         self.registry = TaskRegistry(self.store, self.home)
         self.gateway = ModelGateway(self.settings.gateway, transport=transport)
         self.supervisor = Supervisor(
-            SupervisorConfig(max_workers=self.settings.max_concurrent_subagents),
+            SupervisorConfig(
+                max_workers=self.settings.max_concurrent_subagents,
+                # Keys in its config, every session's transcripts (S-SEC-1).
+                hidden_paths=(str(self.home),),
+            ),
             request_handler=self._serve_worker,
             wire_tap=wire_tap,
         )

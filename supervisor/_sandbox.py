@@ -241,6 +241,15 @@ def choose_sandbox(
 def unsupported_message(policy: SandboxPolicy, report: SandboxReport | None) -> str:
     """Why a launch was refused, and how to opt into running without the sandbox."""
     reason = report.reason if report is not None and report.reason else "the worker reported none"
+    fs_net_ok = not policy.requested or (report is not None and report.enforced)
+    if fs_net_ok and report is not None and not report.isolates(policy):
+        return (
+            f"the worker could not be isolated from subvisor's secrets ({reason}; "
+            f"capabilities dropped: {report.privileges_dropped}; hidden: "
+            f"{', '.join(report.hidden) or 'nothing'}). It needs a private mount namespace "
+            "(root, or unprivileged user namespaces) or Landlock; `subvisor doctor` shows "
+            'which is missing. `sandbox.on_unsupported = "warn"` runs it anyway, loudly'
+        )
     return (
         f"the sandbox ({policy.label}) cannot be enforced on this machine: {reason}. "
         "Run on a kernel with Landlock enabled (Linux >= 6.7 for network rules; "

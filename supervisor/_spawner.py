@@ -211,9 +211,11 @@ class ZygoteSpawner:
         start_timeout: float,
         stop_grace: float = 5.0,
         standby: int = 0,
+        hidden: tuple[str, ...] = (),
     ) -> None:
         self.pid: int | None = None
         self._standby = standby
+        self._hidden = hidden
         self.boot_ms: float | None = None
         self._env = env
         self._nursery = nursery
@@ -246,6 +248,7 @@ class ZygoteSpawner:
                         f"--control-fd={theirs.fileno()}",
                         f"--parent-pid={os.getpid()}",
                         f"--standby={self._standby}",
+                        *(f"--hide={path}" for path in self._hidden),
                     ],
                     self._env,
                     [theirs.fileno()],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import resource
 import uuid
 from collections.abc import Callable
@@ -14,7 +15,9 @@ from typing import Any, Self
 import trio
 
 from protocol import FrameLimits, ResourceLimits, SandboxPolicy, WorkerRequest
+from worker._privileges import set_dumpable
 
+from ._cgroups import CgroupTree
 from ._config import SpawnMode, SupervisorConfig
 from ._environment import new_tree_id, worker_environment
 from ._errors import (
@@ -23,7 +26,6 @@ from ._errors import (
     SpawnError,
     SubvisorError,
 )
-from ._exit import ExitKind
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._sandbox import (
     SandboxUnsupportedError,
@@ -32,13 +34,13 @@ from ._sandbox import (
     unsupported_message,
 )
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+from ._tree_caps import TreeSampler, TreeUsage, breach
 from ._worker_tree import refuse_inside_worker_tree
 
 __all__ = ["Supervisor"]
 
 log = logging.getLogger("subvisor")
 
-_MIB = 1024 * 1024
 #: How long after SIGKILL a worker's exit report may take before shutdown stops waiting.
 _REAP_WAIT_S = 2.0
 
@@ -90,12 +92,23 @@ class Supervisor:
         self._closed = False
         self._landlock_abi_max = landlock_abi_max_from_env()
         self._temp_dirs = WorkerTempDirs()
+        self._hidden_paths = tuple(os.path.realpath(p) for p in self.config.hidden_paths)
+        self._cgroups: CgroupTree | None = None
+        #: How caps over each worker's whole tree are enforced here (S-SEC-4).
+        self.tree_caps = "sampling"
+        self._sampler = TreeSampler()
 
     # -- lifecycle ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         refuse_inside_worker_tree()
+        # Our memory and /proc/PID/environ hold the keys: no process of our
+        # uid without CAP_SYS_PTRACE (no worker has it) may read them (S-SEC-1).
+        set_dumpable(False)
         _raise_open_files_limit()
+        if self.config.tree_caps == "auto":
+            self._cgroups, why = CgroupTree.create(self.tree_id)
+            self.tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
         self._spawners["exec"] = ExecSpawner(env, self._nursery)
@@ -105,6 +118,7 @@ class Supervisor:
             start_timeout=self.config.zygote_start_timeout_s,
             stop_grace=max(1.0, self.config.kill_grace_s),
             standby=self.config.zygote_standby,
+            hidden=self._hidden_paths,
         )
         self._spawners["zygote"] = zygote
         self._nursery.start_soon(self._sample_memory)
@@ -139,6 +153,8 @@ class Supervisor:
                         nursery.start_soon(handle.kill, "the supervisor shut down")
             for spawner in self._spawners.values():
                 await spawner.aclose()
+            if self._cgroups is not None:
+                await trio.to_thread.run_sync(self._cgroups.close)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
         await self._stack.aclose()
@@ -202,9 +218,20 @@ class Supervisor:
             self._slots.release()
             self._temp_dirs.remove(self._temp_dirs.release(worker_id))
             raise
+        cgroup = None
+        if self._cgroups is not None:
+            try:
+                cgroup = self._cgroups.add_worker(worker_id, limits)
+                # Before it is asked to do anything: it has started nothing yet.
+                cgroup.add(process.pid)
+            except OSError as exc:
+                log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
+                cgroup = None
         handle = WorkerHandle(
             process,
             mode=mode,
+            cgroup=cgroup,
+            tree_caps=self._cgroups.mechanism if cgroup and self._cgroups else "sampling",
             limits=limits,
             frame_limits=self._frame_limits,
             event_buffer=self.config.event_buffer,
@@ -226,6 +253,9 @@ class Supervisor:
 
     def _sandbox_policy(self, policy: SandboxPolicy, worker_id: str) -> SandboxPolicy:
         update: dict[str, object] = {}
+        hidden = tuple(dict.fromkeys((*policy.hidden_paths, *self._hidden_paths)))
+        if hidden != policy.hidden_paths:
+            update["hidden_paths"] = hidden
         if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
             update["landlock_abi_max"] = self._landlock_abi_max
         if policy.restricts_filesystem and policy.temp_dir is None:
@@ -234,7 +264,8 @@ class Supervisor:
 
     async def _check_sandbox(self, handle: WorkerHandle, policy: SandboxPolicy) -> None:
         report = handle.sandbox
-        if not policy.requested or (report is not None and report.enforced):
+        isolated = report is not None and report.isolates(policy)
+        if isolated and (not policy.requested or (report is not None and report.enforced)):
             return
         message = unsupported_message(policy, report)
         if policy.on_unsupported == "error":
@@ -287,6 +318,10 @@ class Supervisor:
             released = True
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
+            if handle.cgroup is not None and self._cgroups is not None:
+                # What its tree left running dies with it (S-SEC-5).
+                self._cgroups.workers.pop(handle.worker_id, None)
+                await trio.to_thread.run_sync(handle.cgroup.remove)
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
@@ -301,17 +336,26 @@ class Supervisor:
                 await release()
 
     async def _sample_memory(self) -> None:
+        """Sample every worker's tree; stop one over a cap at once, naming it (S-SEC-4)."""
         assert self._nursery is not None
         interval = self.config.sample_interval_s
         while True:
             await trio.sleep(interval)
-            for handle in list(self.workers.values()):
-                rss = handle.sample_rss()
-                cap = handle.limits.memory_mb
-                if rss is None or cap is None or rss <= cap * _MIB or handle.stopping:
+            handles = [h for h in self.workers.values() if not h.stopping]
+            if any(h.cgroup is None for h in handles):
+                self._sampler.refresh()
+            for handle in handles:
+                handle.sample_rss()
+                usage = (
+                    TreeUsage.from_cgroup(handle.cgroup.usage(), handle.tree_caps)
+                    if handle.cgroup is not None
+                    else self._sampler.usage(handle.pid)
+                )
+                found = breach(usage, handle.limits) if usage is not None else None
+                if found is None:
                     continue
-                reason = f"memory cap exceeded: RSS {rss / _MIB:.0f} MB over the {cap:g} MB cap"
-                # No grace: a memory bomb keeps growing while it is asked nicely.
+                kind, reason = found
+                # No grace: a memory or fork bomb keeps growing while it is asked nicely.
                 self._nursery.start_soon(
-                    functools.partial(handle.terminate, ExitKind.MEMORY_CAP, reason, grace=0)
+                    functools.partial(handle.terminate, kind, reason, grace=0)
                 )

@@ -38,13 +38,13 @@ def set_process_name(name: str) -> None:
         raise OSError(err, f"prctl(PR_SET_NAME) failed: {os.strerror(err)}")
 
 
-def die_with_parent(expected_parent: int) -> None:
-    """Arm the parent-death signal, then exit at once if the parent is already gone.
+def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> None:
+    """Arm the parent-death signal ``sig``, then exit at once if the parent is already gone.
 
     The parent may die between our fork and the ``prctl`` call; the signal is
     then never sent, so ``getppid()`` must be checked after arming it.
     """
-    set_parent_death_signal(signal.SIGKILL)
+    set_parent_death_signal(sig)
     if os.getppid() != expected_parent:
         os._exit(1)
 
@@ -64,6 +64,9 @@ def apply_resource_limits(limits: ResourceLimits) -> dict[str, list[int]]:
     if limits.address_space_mb is not None:
         size = limits.address_space_mb * 1024 * 1024
         wanted[resource.RLIMIT_AS] = (size, size)
+    if limits.file_size_mb is not None:
+        size = limits.file_size_mb * 1024 * 1024
+        wanted[resource.RLIMIT_FSIZE] = (size, size)
     if limits.open_files is not None:
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         n = limits.open_files if hard == resource.RLIM_INFINITY else min(limits.open_files, hard)
@@ -79,5 +82,6 @@ def apply_resource_limits(limits: ResourceLimits) -> dict[str, list[int]]:
         resource.RLIMIT_CPU: "RLIMIT_CPU",
         resource.RLIMIT_AS: "RLIMIT_AS",
         resource.RLIMIT_NOFILE: "RLIMIT_NOFILE",
+        resource.RLIMIT_FSIZE: "RLIMIT_FSIZE",
     }
     return {names[which]: list(resource.getrlimit(which)) for which in wanted}

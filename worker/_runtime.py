@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -40,9 +41,12 @@ from protocol import (
 from ._channel import SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._fdpass import FD_SIZE, received_fds
+from ._privileges import set_child_subreaper, set_dumpable
 from ._process import apply_resource_limits
 from ._sandbox import apply_sandbox
+from ._subtree import kill_descendants, reap_adopted
 from .agent import AGENT_COMMANDS
+from .tools import command_pids
 
 __all__ = ["run_standby", "run_worker", "serve"]
 
@@ -189,9 +193,31 @@ async def serve(
     session = _Session(link, commands if commands is not None else WORKER_COMMANDS)
     async with trio.open_nursery() as nursery:
         link.attach(nursery)
+        nursery.start_soon(_reap_adopted_orphans)
         # The nursery ends after shutdown or EOF, which cancel everything in it.
         await session.read_and_answer(nursery)
     return EXIT_OK
+
+
+async def _reap_adopted_orphans() -> None:
+    """Reap the orphans this subreaper adopts as they exit (a command's own are left to it)."""
+    with trio.open_signal_receiver(signal.SIGCHLD) as signals:
+        async for _ in signals:
+            reap_adopted(keep=command_pids())
+
+
+def _confine(limits: ResourceLimits, sandbox: SandboxPolicy | None) -> tuple[Any, SandboxReport]:
+    """Everything a worker does to itself before its hello, in order (S-SEC-1, S-SEC-4).
+
+    Subreaper first, so that no descendant can ever leave the tree; then the
+    rlimits (inherited by every descendant); then mounts, Landlock and the
+    privilege drop (``apply_sandbox``). Non-dumpable, so that what the worker
+    starts cannot read its memory (where its conversation lives).
+    """
+    set_child_subreaper()
+    set_dumpable(False)
+    rlimits = apply_resource_limits(limits)
+    return rlimits, apply_sandbox(sandbox)
 
 
 async def _serve_fds(read_fd: int, write_fd: int, **kwargs: Any) -> int:
@@ -217,8 +243,7 @@ def run_worker(
     while this is the process's only thread (S-SBX-1).
     """
     try:
-        rlimits = apply_resource_limits(limits)
-        report = apply_sandbox(sandbox)
+        rlimits, report = _confine(limits, sandbox)
         serve_fds = functools.partial(
             _serve_fds,
             read_fd,
@@ -231,6 +256,10 @@ def run_worker(
         return trio.run(serve_fds)
     except BaseException as exc:
         return _exit_code_for(exc, worker_id)
+    finally:
+        # Nothing outlives its worker (S-SEC-5); a worker that is killed
+        # instead leaves this to its zygote, the next subreaper up.
+        kill_descendants()
 
 
 def run_standby(assign_fd: int) -> int:
@@ -244,6 +273,8 @@ def run_standby(assign_fd: int) -> int:
         return trio.run(_standby, assign_fd)
     except BaseException as exc:
         return _exit_code_for(exc, "standby")
+    finally:
+        kill_descendants()
 
 
 async def _standby(assign_fd: int) -> int:
@@ -265,10 +296,9 @@ async def _standby(assign_fd: int) -> int:
             os.close(fd)
         return EXIT_OK if not data else EXIT_PROTOCOL_ERROR
     request = decode_spawn_request(data)
-    rlimits = apply_resource_limits(request.limits)
     # Only now is the policy known. The loop has started no thread, so the
     # restriction covers the whole process (``apply_sandbox`` checks).
-    report = apply_sandbox(request.sandbox)
+    rlimits, report = _confine(request.limits, request.sandbox)
     return await _serve_fds(
         fds[0],
         fds[1],

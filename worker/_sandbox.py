@@ -1,23 +1,36 @@
-"""Putting a worker into its sandbox: a ``SandboxPolicy`` in, a ``SandboxReport`` out (S-SBX-1).
+"""Putting a worker into its sandbox: a ``SandboxPolicy`` in, a ``SandboxReport`` out.
 
 Runs in the worker after fork (or exec), after its rlimits and before
-``hello``, while the process has one thread. Landlock then covers the worker
-and everything it starts: Bash, its children, the file tools' threads.
+``hello``, while the process has one thread. What it sets up then covers the
+worker and everything it starts: Bash, its children, the file tools' threads.
+In order, because each step needs what the next one takes away:
 
-=================  =============================================================
-mode               rules (everything else the ABI knows is handled, so denied)
-=================  =============================================================
-read-only          read+execute ``/``; all rights under ``writable_roots``
-                   and ``temp_dir``;
-                   write+truncate on ``/dev/null``, ``/dev/zero``, ``/dev/full``
-workspace-write    the same; ``writable_roots`` holds the project dir too
-full               no filesystem rules
-network deny       TCP bind and connect handled, no port allowed
-=================  =============================================================
+1. **Mounts** (``_mounts``): subvisor's home and the cgroup filesystem
+   hidden, each writable root's ``.git`` read-only (S-SEC-1, S-SEC-3). A
+   zygote worker finds this done by its zygote; an exec'd one does it here.
+2. **Landlock** (S-SBX-1), in every mode, since a Landlock domain also bars
+   ptrace and ``/proc/PID/{environ,mem}`` of every process outside it:
 
-Scopes (ABI >= 6) come along: signals for a filesystem sandbox (the worker
-cannot signal processes outside it), abstract UNIX sockets with network deny.
-They are extra hardening, reported when applied and never required.
+   =================  ========================================================
+   mode               rules (everything else the ABI knows is handled, so denied)
+   =================  ========================================================
+   read-only          read+execute ``/``; all rights under ``writable_roots``
+                      and ``temp_dir``; write+truncate on ``/dev/null`` & co.
+   workspace-write    the same; ``writable_roots`` holds the project dir too
+   full               all rights everywhere (only a domain, for its scopes)
+   network deny       TCP bind and connect handled, no port allowed
+   =================  ========================================================
+
+   Scopes (ABI >= 6) in every mode: signals (no signal to a process outside
+   the worker's tree) and abstract UNIX sockets (no connect to the
+   supervisor's control channel). Where step 1 could not be done, the rules
+   carve the hidden paths and ``.git`` out instead: a grant on each sibling
+   along the path rather than on the parent (Landlock only grants). That
+   costs a little: the parent of subvisor's home cannot be listed, entries
+   created in it later are unreachable, and nothing new can be created
+   directly in a project's top directory.
+3. **Privileges** (``_privileges``): every capability dropped, bounding set
+   included; ``no_new_privs``.
 
 Where the kernel falls short, ``on_unsupported="error"`` applies nothing and
 reports why (the supervisor then refuses the launch); ``"warn"`` applies the
@@ -28,16 +41,22 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 
 from protocol import NETWORK_ABI, SandboxPolicy, SandboxReport
 
-from . import _landlock
+from . import _landlock, _mounts
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
+from ._privileges import drop_privileges
 
-__all__ = ["DEVICE_FILES", "apply_sandbox", "landlock_abi"]
+__all__ = ["CGROUP_FS", "DEVICE_FILES", "apply_sandbox", "isolate_mounts", "landlock_abi"]
 
 #: Char devices shells write to (``cmd > /dev/null``); writing them changes nothing.
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")
+#: Where cgroups are mounted: a uid-0 worker could leave its cgroup through it.
+CGROUP_FS = "/sys/fs/cgroup"
+#: Kept visible inside a hidden home: profiles' ``memory: user`` dirs (S-PROF-8).
+HOME_KEEP = ("agent-memory",)
 
 _DEVICE_ACCESS = FsAccess.READ_FILE | FsAccess.WRITE_FILE | FsAccess.TRUNCATE
 
@@ -46,6 +65,21 @@ def landlock_abi(ceiling: int | None = None) -> int:
     """The kernel's Landlock ABI, capped at ``ceiling`` (the test seam)."""
     abi = _landlock.abi_version()
     return abi if ceiling is None else min(abi, ceiling)
+
+
+def isolate_mounts(hidden: Iterable[str], read_only: Iterable[str] = ()) -> list[str]:
+    """Enter (or keep) a private mount namespace hiding ``hidden`` and ``CGROUP_FS``.
+
+    Returns what could not be done, one line each; empty when all holds.
+    """
+    namespace = _mounts.CURRENT
+    if not namespace.enter():
+        return [f"no private mount namespace: {namespace.error}"]
+    problems = namespace.hide(hidden, keep=HOME_KEEP)
+    if os.path.isdir(CGROUP_FS):
+        problems += namespace.hide([CGROUP_FS])
+    problems += namespace.make_read_only(read_only)
+    return problems
 
 
 def _use_temp_dir(path: str) -> None:
@@ -71,28 +105,64 @@ def _missing(policy: SandboxPolicy, abi: int) -> list[str]:
     return missing
 
 
-def _ruleset(policy: SandboxPolicy, abi: int) -> tuple[Ruleset, tuple[str, ...]]:
-    """The ruleset for ``policy`` at ``abi``, and the paths it leaves writable."""
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def rules_excluding(root: str, excluded: Iterable[str], access: FsAccess) -> list[PathRule]:
+    """Rules granting ``access`` beneath ``root`` except beneath each ``excluded`` path.
+
+    Landlock rules only grant, and a grant covers a whole tree; so where an
+    excluded path lies below ``root``, grant each sibling along the way
+    instead. Symlinks are skipped: what they point to is covered where it is.
+    """
+    excluded = [e for e in excluded if _inside(e, root)]
+    if not excluded:
+        return [PathRule(root, access)]
+    if root in excluded:
+        return []
+    rules: list[PathRule] = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        rules.extend(rules_excluding(entry.path, excluded, access))
+    return rules
+
+
+def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset, tuple[str, ...]]:
+    """The ruleset for ``policy`` at ``abi``, and the paths it leaves writable.
+
+    ``carve`` lists paths the mounts could not hide or make read-only: the
+    rules leave them out of every grant.
+    """
     fs = policy.restricts_filesystem and abi >= 1
     net = policy.restricts_network and abi >= NETWORK_ABI
-    handled_fs = _landlock.fs_access_for_abi(abi) if fs else FsAccess(0)
+    all_fs = _landlock.fs_access_for_abi(abi)
+    scopes = _landlock.scopes_for_abi(abi)
     roots = (*policy.writable_roots, *([policy.temp_dir] if policy.temp_dir else []))
     writable = tuple(dict.fromkeys(roots)) if fs else ()
     paths: list[PathRule] = []
+    handled_fs = FsAccess(0)
     if fs:
-        paths.append(PathRule("/", _landlock.READ_ACCESS))
-        paths.extend(PathRule(root, handled_fs) for root in writable)
+        handled_fs = all_fs
+        paths.extend(rules_excluding("/", carve, _landlock.READ_ACCESS))
+        for root in writable:
+            paths.extend(rules_excluding(root, carve, all_fs))
         paths.extend(PathRule(dev, _DEVICE_ACCESS) for dev in DEVICE_FILES if os.path.exists(dev))
-    scopes = _landlock.scopes_for_abi(abi)
-    scoped = Scope(0)
-    if fs:
-        scoped |= scopes & Scope.SIGNAL
-    if net:
-        scoped |= scopes & Scope.ABSTRACT_UNIX_SOCKET
+    elif abi >= 1 and (carve or not scopes):
+        # full: every right everywhere, less what must stay out of reach; a
+        # domain even with nothing to carve, where no scope would make one.
+        handled_fs = all_fs
+        paths.extend(rules_excluding("/", carve, all_fs))
+        paths.extend(PathRule(c, _landlock.READ_ACCESS) for c in carve if c == CGROUP_FS)
     ruleset = Ruleset(
         handled_fs=handled_fs,
         handled_net=_landlock.net_access_for_abi(abi) if net else NetAccess(0),
-        scoped=scoped,
+        scoped=scopes,
         paths=paths,
     )
     return ruleset, writable
@@ -103,36 +173,74 @@ def _scope_names(scoped: Scope) -> tuple[str, ...]:
     return tuple(name for flag, name in names.items() if flag in scoped)
 
 
+def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
+    """Mounts for ``policy``: (hidden by them, read-only by them, what Landlock must carve)."""
+    vcs = _mounts.vcs_dirs(policy.writable_roots) if policy.protect_vcs else []
+    if policy.mode == "full":
+        vcs = []  # nothing is read-only in full; it is the user's explicit choice
+    isolate_mounts(policy.hidden_paths, vcs)
+    namespace = _mounts.CURRENT
+    hidden = [p for p in policy.hidden_paths if p in namespace.hidden]
+    read_only = [p for p in vcs if p in namespace.read_only]
+    carve = [p for p in (*policy.hidden_paths, *vcs) if p not in hidden and p not in read_only]
+    if CGROUP_FS not in namespace.hidden:
+        carve.append(CGROUP_FS)
+    return hidden, read_only, carve
+
+
 def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
-    """Restrict this process as ``policy`` says; report what is in force (never more)."""
+    """Confine this process as ``policy`` says; report what is in force (never more)."""
     policy = policy or SandboxPolicy()
     if policy.temp_dir is not None:
         _use_temp_dir(policy.temp_dir)
-    report = SandboxReport(
-        mode=policy.mode, network=policy.network, abi=0, temp_dir=policy.temp_dir
-    )
-    if not policy.requested:
-        return report
     abi = landlock_abi(policy.landlock_abi_max)
-    report = report.model_copy(update={"abi": abi})
+    report = SandboxReport(
+        mode=policy.mode, network=policy.network, abi=abi, temp_dir=policy.temp_dir
+    )
     missing = _missing(policy, abi)
     if missing and policy.on_unsupported == "error":
-        return report.model_copy(update={"reason": "; ".join(missing)})
-    if abi < 1:
-        return report.model_copy(update={"reason": "; ".join(missing)})
-    ruleset, writable = _ruleset(policy, abi)
-    if not (ruleset.handled_fs or ruleset.handled_net or ruleset.scoped):
-        return report.model_copy(update={"reason": "; ".join(missing)})
-    try:
-        _landlock.restrict_self(ruleset)
-    except LandlockError as exc:
-        return report.model_copy(update={"reason": f"Landlock could not be applied: {exc}"})
+        # Refused: the supervisor kills it unheard. Shed privilege all the same.
+        dropped = drop_privileges().all_dropped
+        return report.model_copy(
+            update={"reason": "; ".join(missing), "privileges_dropped": dropped}
+        )
+    hidden, read_only, carve = _isolate(policy)
+    how = [_mounts.CURRENT.how] if hidden or read_only else []
+    domain = False
+    if abi >= 1:
+        ruleset, writable = _ruleset(policy, abi, carve)
+        try:
+            _landlock.restrict_self(ruleset)
+        except LandlockError as exc:
+            missing.append(f"Landlock could not be applied: {exc}")
+        else:
+            domain = True
+            carved = [p for p in carve if p != CGROUP_FS]
+            hidden += [p for p in carved if p in policy.hidden_paths]
+            read_only += [p for p in carved if p not in policy.hidden_paths]
+            how += ["landlock"] if carved else []
+            report = report.model_copy(
+                update={
+                    "filesystem": bool(ruleset.handled_fs) and policy.restricts_filesystem,
+                    "network_denied": bool(ruleset.handled_net),
+                    "writable": list(writable),
+                    "scopes": list(_scope_names(ruleset.scoped)),
+                }
+            )
+    unhidden = [p for p in policy.hidden_paths if p not in hidden]
+    if unhidden:
+        missing.append(
+            f"cannot hide {', '.join(unhidden)} (no private mount namespace: "
+            f"{_mounts.CURRENT.error or 'not tried'}; no Landlock)"
+        )
+    privileges = drop_privileges()
     return report.model_copy(
         update={
-            "filesystem": bool(ruleset.handled_fs),
-            "network_denied": bool(ruleset.handled_net),
-            "writable": list(writable),
-            "scopes": list(_scope_names(ruleset.scoped)),
+            "hidden": hidden,
+            "read_only": read_only,
+            "isolation": "+".join(how),
+            "landlock_domain": domain,
+            "privileges_dropped": privileges.all_dropped,
             "reason": "; ".join(missing),
         }
     )

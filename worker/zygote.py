@@ -15,6 +15,13 @@ Races handled here:
   whichever of the two runs first after ``fork``.
 - SIGCHLD only wakes the loop (through the wakeup fd); reaping is a
   ``wait4(-1, WNOHANG)`` loop, because signals coalesce.
+- The zygote is a child subreaper: what a dead worker left running is
+  re-parented to it, and it SIGKILLs every child that is neither a worker
+  nor a standby, each time it reaps (a killed orphan's own children come
+  back to it the same way, one round later).
+- Its parent-death signal is SIGTERM, handled, not SIGKILL: when the
+  supervisor dies, even by SIGKILL, the zygote still takes every worker and
+  everything below them down before it exits (S-SEC-5).
 """
 
 from __future__ import annotations
@@ -50,8 +57,11 @@ from protocol import (
 )
 
 from ._fdpass import FD_SIZE, close_fds_except, fds_ancillary, received_fds
+from ._privileges import set_child_subreaper, set_dumpable
 from ._process import die_with_parent, set_process_name
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
+from ._sandbox import isolate_mounts
+from ._subtree import kill_descendants, signal_subtrees
 
 __all__ = ["main"]
 
@@ -67,11 +77,16 @@ class Zygote:
         # Pre-forked children with their runtime already started, each
         # waiting on its end of a socket pair for a worker id and pipes.
         self.standbys: list[tuple[int, socket.socket]] = []
+        self.terminating = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.signal(signal.SIGTERM, self._on_terminate)
+
+    def _on_terminate(self, signum: int, frame: object) -> None:
+        self.terminating = True
 
     def report(self, message: WorkerSpawned | SpawnFailed | WorkerExited | ZygoteReady) -> None:
         self.control.send(encode_control(message))
@@ -87,6 +102,8 @@ class Zygote:
                         return
                 else:
                     self.drain_wakeups()
+            if self.terminating:
+                return
             self.reap()
             # Refilled after the spawn was answered: the fork is off the
             # spawn's critical path.
@@ -201,6 +218,7 @@ class Zygote:
         """In a fresh child: shed the zygote's signal setup and fds, own group, die with it."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         # Inherit nothing of the zygote's (control socket, selector, wakeup
         # pipe, other standbys' sockets): only stdio and ``keep``.
         close_fds_except({0, 1, 2, *keep})
@@ -216,16 +234,19 @@ class Zygote:
             pass
 
     def reap(self) -> None:
-        while self.workers or self.standbys:
+        reaped = False
+        while True:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
+                break
+            reaped = True
             worker_id = self.workers.pop(pid, None)
             if worker_id is None:
-                # A standby that died unassigned: forget it (it is refilled).
+                # A standby that died unassigned (it is refilled), or an
+                # adopted orphan.
                 self.standbys = [(p, s) for p, s in self.standbys if p != pid]
                 continue
             self.report(
@@ -238,6 +259,12 @@ class Zygote:
                     max_rss_kb=usage.ru_maxrss,
                 )
             )
+        if reaped:
+            self.kill_orphans()
+
+    def kill_orphans(self) -> None:
+        """SIGKILL what dead workers left behind: every child not a worker or standby."""
+        signal_subtrees(keep={*self.workers, *(pid for pid, _ in self.standbys)})
 
     def kill_all(self) -> None:
         for pid, sock in self.standbys:
@@ -247,9 +274,9 @@ class Zygote:
         for pid in list(self.workers):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        for pid in list(self.workers):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        # Every worker, standby and whatever lives below them, adopted
+        # orphans included, until no child is left.
+        kill_descendants()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,9 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--standby", type=int, default=0, help="pre-forked workers to keep")
+    parser.add_argument("--hide", action="append", default=[], help="a path no worker may reach")
     args = parser.parse_args(argv)
-    die_with_parent(args.parent_pid)
+    # Until the Zygote installs its handler, SIGTERM's default (exit) is
+    # right: no worker exists yet.
+    die_with_parent(args.parent_pid, signal.SIGTERM)
     set_process_name(ZYGOTE_PROCESS_NAME)
+    # Not dumpable: no worker may read its memory or ptrace it (S-SEC-1).
+    set_dumpable(False)
+    set_child_subreaper()
+    # One mount namespace for every worker this zygote forks: a spawn pays
+    # nothing for it. A failure is left for each worker to carve with
+    # Landlock instead, and to report.
+    isolate_mounts(args.hide)
     control = socket.socket(fileno=args.control_fd)
     # One empty event loop run here does trio's first-run setup once, in the
     # pages every fork shares, instead of in each worker (about 100 fewer
@@ -269,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     zygote = Zygote(control, standby=max(0, args.standby))
+    if os.getppid() != args.parent_pid:
+        return 0  # the SIGTERM may have come before its handler
     zygote.report(ZygoteReady(pid=os.getpid()))
     zygote.fill_standbys()
     try:

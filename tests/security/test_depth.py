@@ -67,7 +67,7 @@ async def test_s_sec_7_a_detached_double_forked_run_also_refuses(tmp_path: Path)
     assert "the nested supervisor ran" not in out
 
 
-async def test_s_sec_7_control_the_same_command_outside_a_worker_runs(tmp_path: Path) -> None:
+def test_s_sec_7_control_the_same_command_outside_a_worker_runs(tmp_path: Path) -> None:
     """Control: the very command the attacks run works when no worker tree is around it."""
     import subprocess
 

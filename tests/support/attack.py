@@ -8,6 +8,7 @@ worker, and the tool results come back in call order. Every test in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from protocol import ChatMessage
 from supervisor import RootSession
 from supervisor._sandbox import SandboxSettings
 from supervisor._tasks import TaskRecord
+from tests.support.cli import run_cli
 from tests.support.delegation import agent_call, subvisor, write_scenario
 
 
@@ -80,3 +82,41 @@ async def bash_attack(
         assert record.child_session_id is not None
         results = [m for m in host.store.messages(record.child_session_id) if m.role == "tool"]
     return Attack(results=results, record=record, answer=outcome.text)
+
+
+def cli_bash_attack(
+    tmp_path: Path,
+    commands: Sequence[str],
+    *,
+    home: Path,
+    mode: str,
+    network: str,
+    subagent_type: str = "general-purpose",
+    cwd: Path | None = None,
+) -> str:
+    """Run ``commands`` in a subagent of a real ``subvisor run`` process; the root's answer.
+
+    The supervisor is then a process of its own with its own environment (a
+    key in it is in ``/proc/PID/environ``), as a user would run it.
+    """
+    model = write_scenario(
+        tmp_path / "cli-attack.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("attack", "attack", subagent_type=subagent_type)]},
+                {"text": "done:\n{{tool_result}}"},
+            ],
+            "attack": [
+                {"tool_calls": [bash(c) for c in commands]},
+                {"text": "{{tool_result}}"},
+            ],
+        },
+    )
+    done = run_cli(
+        home,
+        "run", "--model", model, "--json", "--sandbox", mode, "--network", network,
+        "--cwd", str(cwd or tmp_path), "attack",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer: str = json.loads(done.stdout)["answer"]
+    return answer

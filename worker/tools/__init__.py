@@ -18,6 +18,7 @@ from ._edit import EditInput
 from ._glob import GlobInput
 from ._grep import GrepInput
 from ._ls import LSInput
+from ._process import command_pids
 from ._read import ReadInput
 from ._registry import (
     LOCAL_TOOL_ALIASES,
@@ -49,6 +50,7 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "WriteInput",
+    "command_pids",
     "get_local_tool",
     "resolve_tool_name",
     "run_tool",

@@ -37,6 +37,7 @@ from ._truncate import HeadTailBuffer
 __all__ = [
     "TERM_GRACE_S",
     "CommandResult",
+    "command_pids",
     "kill_process_group",
     "run_in_process_group",
     "with_parent_death_signal",
@@ -47,6 +48,15 @@ TERM_GRACE_S = 0.5
 # that background jobs still holding the pipe may write.
 _DRAIN_AFTER_EXIT_S = 0.2
 _READ_CHUNK_BYTES = 65_536
+# Commands started here and not yet reaped by their ``Popen``: the worker's
+# own children, which its reaper of adopted orphans must leave alone.
+_COMMANDS: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def command_pids() -> frozenset[int]:
+    """Pids of the commands this process started and has not reaped yet."""
+    return frozenset(_COMMANDS)
+
 
 # Python ignores SIGPIPE and SIGXFSZ at startup and ignored signals stay
 # ignored across exec, so they are reset here; otherwise `yes | head` would
@@ -101,6 +111,7 @@ def _spawn(argv: Sequence[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int
     finally:
         # Only the child may hold the write end, or we would never see EOF.
         os.close(write_fd)
+    _COMMANDS[popen.pid] = popen
     return popen, read_fd
 
 
@@ -133,6 +144,14 @@ async def _wait_exited(popen: subprocess.Popen[bytes]) -> None:
         os.close(pidfd)
 
 
+def _reap(popen: subprocess.Popen[bytes]) -> int:
+    """Reap an exited command (it has exited: this does not block)."""
+    try:
+        return popen.wait()
+    finally:
+        _COMMANDS.pop(popen.pid, None)
+
+
 def _signal_group(pgid: int, signum: signal.Signals) -> None:
     try:
         os.killpg(pgid, signum)
@@ -155,7 +174,7 @@ async def kill_process_group(popen: subprocess.Popen[bytes], grace_s: float = TE
         await _wait_exited(popen)
     _signal_group(pgid, signal.SIGKILL)
     await _wait_exited(popen)
-    return popen.wait()
+    return _reap(popen)
 
 
 async def _pump(stream: trio.lowlevel.FdStream, output: HeadTailBuffer, eof: trio.Event) -> None:
@@ -175,7 +194,7 @@ async def _collect(
         with trio.move_on_after(_DRAIN_AFTER_EXIT_S):
             await eof.wait()
         nursery.cancel_scope.cancel()
-    return popen.wait()
+    return _reap(popen)
 
 
 async def run_in_process_group(

@@ -1,0 +1,284 @@
+"""Caps over a worker's whole process tree, by cgroup where the machine allows (S-SEC-4).
+
+One cgroup per worker, under one per supervisor, in each controller
+hierarchy we need, below the cgroup this process already lives in::
+
+    <hierarchy>/<ours>/subvisor-<supervisor pid>-<tree id>/<worker id>
+
+==========  ============================  ==========================================
+controller  cap                           how a breach is seen
+==========  ============================  ==========================================
+memory      ``memory.limit_in_bytes``     the kernel's OOM killer acts inside the
+            (and ``memsw`` if present)    cgroup; ``oom_kill`` in ``oom_control``
+pids        ``pids.max``                  fork fails; the ``max`` count in
+                                          ``pids.events`` grows
+cpuacct     none (accounting)             ``cpuacct.usage`` reaches the CPU cap
+==========  ============================  ==========================================
+
+The supervisor moves a worker into its cgroup as soon as it knows the pid,
+before it sends the worker anything to do: the worker starts no process of
+its own before that, so every descendant is born inside. A worker cannot
+leave: it holds no capability, and the cgroup filesystem is hidden from it
+(``worker._sandbox``), so not even uid 0 can write ``cgroup.procs``.
+
+Only cgroup v1 hierarchies whose directory we may write are used, as on a
+root container; cgroup v2 is used where the controllers are enabled for the
+subtree of a cgroup we may write (a systemd user delegation). Elsewhere
+``CgroupTree.create`` says why not, and the supervisor samples the tree
+instead (``TreeSampler``): the mechanism in force is reported, never assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol import ResourceLimits
+
+__all__ = ["CgroupTree", "CgroupUsage", "WorkerCgroup"]
+
+_ROOT = Path("/sys/fs/cgroup")
+_CONTROLLERS = ("memory", "pids", "cpuacct")
+_MIB = 1024 * 1024
+_PREFIX = "subvisor-"
+
+
+def _own_paths() -> dict[str, str]:
+    """``{controller: path}`` of this process's cgroups (v1), ``{"": path}`` for v2."""
+    paths: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(","):
+                paths[controller] = path
+    return paths
+
+
+def _read_int(path: Path, key: str | None = None) -> int:
+    """An integer file, or the value of ``key`` in a ``key value`` file; 0 if unreadable."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return 0
+    if key is None:
+        value = text.strip()
+        return int(value) if value.isdigit() else 0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupUsage:
+    """One sample of a worker's cgroup: the whole tree's usage and breaches."""
+
+    memory_bytes: int
+    processes: int
+    cpu_seconds: float
+    oom_kills: int
+    fork_refusals: int
+
+
+class WorkerCgroup:
+    """The cgroups of one worker, one directory per controller (v1) or one (v2)."""
+
+    def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
+        self.dirs = dirs
+        self.v2 = v2
+
+    def _dir(self, controller: str) -> Path:
+        return self.dirs["" if self.v2 else controller]
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` into every one of this worker's cgroups."""
+        for path in dict.fromkeys(self.dirs.values()):
+            _write(path / "cgroup.procs", str(pid))
+
+    def usage(self) -> CgroupUsage:
+        """The tree's memory, process count, CPU, and how often a cap was hit."""
+        if self.v2:
+            d = self.dirs[""]
+            return CgroupUsage(
+                memory_bytes=_read_int(d / "memory.current"),
+                processes=_read_int(d / "pids.current"),
+                cpu_seconds=_read_int(d / "cpu.stat", "usage_usec") / 1e6,
+                oom_kills=_read_int(d / "memory.events", "oom_kill"),
+                fork_refusals=_read_int(d / "pids.events", "max"),
+            )
+        memory, pids, cpu = self.dirs["memory"], self.dirs["pids"], self.dirs["cpuacct"]
+        return CgroupUsage(
+            memory_bytes=_read_int(memory / "memory.usage_in_bytes"),
+            processes=_read_int(pids / "pids.current"),
+            cpu_seconds=_read_int(cpu / "cpuacct.usage") / 1e9,
+            oom_kills=_read_int(memory / "memory.oom_control", "oom_kill"),
+            fork_refusals=_read_int(pids / "pids.events", "max"),
+        )
+
+    def pids(self) -> list[int]:
+        """Every process in the worker's cgroup now."""
+        try:
+            text = (self._dir("pids") / "cgroup.procs").read_text()
+        except OSError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def kill_all(self, sig: int = signal.SIGKILL, *, deadline_s: float = 2.0) -> None:
+        """Signal every process in the cgroup until none is left (or the deadline).
+
+        A process may fork between reading the list and the kill; the next
+        round finds its child. ``pids.max`` bounds how many there can be.
+        Blocking: run it in a thread.
+        """
+        deadline = time.monotonic() + deadline_s
+        while pids := self.pids():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            if sig != signal.SIGKILL or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the cgroups (blocking: run it in a thread)."""
+        self.kill_all()
+        for path in dict.fromkeys(self.dirs.values()):
+            # rmdir fails while a killed process is still being torn down.
+            for _ in range(200):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)
+
+
+class CgroupTree:
+    """The cgroups of one supervisor: a parent per hierarchy, a child per worker."""
+
+    def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
+        self.dirs = dirs
+        self.v2 = v2
+        self.workers: dict[str, WorkerCgroup] = {}
+
+    @property
+    def mechanism(self) -> str:
+        """``cgroup v1`` or ``cgroup v2``."""
+        return "cgroup v2" if self.v2 else "cgroup v1"
+
+    @classmethod
+    def create(cls, tree_id: str) -> tuple[CgroupTree | None, str]:
+        """This supervisor's cgroups, or None and why they cannot be made here."""
+        name = f"{_PREFIX}{os.getpid()}-{tree_id}"
+        own = _own_paths()
+        if all(c in own for c in _CONTROLLERS):
+            bases = {c: _ROOT / c / own[c].lstrip("/") for c in _CONTROLLERS}
+            return cls._make(bases, name, v2=False)
+        if "" in own:
+            base = _ROOT / own[""].lstrip("/")
+            enabled = set(_read_text(base / "cgroup.subtree_control").split())
+            if {"memory", "pids"} <= enabled:
+                return cls._make({"": base}, name, v2=True)
+            return None, (
+                "cgroup v2 without the memory and pids controllers delegated to "
+                f"{base} (enabled there: {', '.join(sorted(enabled)) or 'none'})"
+            )
+        return None, "no cgroup memory, pids and cpuacct hierarchies are mounted"
+
+    @classmethod
+    def _make(cls, bases: dict[str, Path], name: str, *, v2: bool) -> tuple[CgroupTree | None, str]:
+        made: dict[str, Path] = {}
+        try:
+            for controller, base in bases.items():
+                _sweep_stale(base)
+                path = base / name
+                path.mkdir()
+                made[controller] = path
+        except OSError as exc:
+            for path in made.values():
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            return None, f"cannot make a cgroup under {base}: {exc.strerror or exc}"
+        return cls(made, v2), ""
+
+    def add_worker(self, worker_id: str, limits: ResourceLimits) -> WorkerCgroup:
+        """Make a worker's cgroups with its caps set; move it in with ``WorkerCgroup.add``."""
+        dirs = {c: base / worker_id for c, base in self.dirs.items()}
+        for path in dict.fromkeys(dirs.values()):
+            path.mkdir(exist_ok=True)
+        cgroup = WorkerCgroup(dirs, self.v2)
+        memory = int(limits.memory_mb * _MIB) if limits.memory_mb is not None else None
+        if self.v2:
+            d = dirs[""]
+            if memory is not None:
+                _write(d / "memory.max", str(memory))
+                with contextlib.suppress(OSError):
+                    _write(d / "memory.swap.max", "0")
+            if limits.max_processes is not None:
+                _write(d / "pids.max", str(limits.max_processes))
+        else:
+            if memory is not None:
+                _write(dirs["memory"] / "memory.limit_in_bytes", str(memory))
+                memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
+                if memsw.exists():
+                    with contextlib.suppress(OSError):
+                        _write(memsw, str(memory))
+            if limits.max_processes is not None:
+                _write(dirs["pids"] / "pids.max", str(limits.max_processes))
+        self.workers[worker_id] = cgroup
+        return cgroup
+
+    def close(self) -> None:
+        """Kill everything left in this supervisor's cgroups and remove them (blocking)."""
+        for cgroup in list(self.workers.values()):
+            cgroup.remove()
+        self.workers.clear()
+        for path in dict.fromkeys(self.dirs.values()):
+            _remove_tree(path)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _remove_tree(path: Path) -> None:
+    """Kill every process in ``path``'s cgroups, children first, and remove them."""
+    with contextlib.suppress(OSError):
+        for child in path.iterdir():
+            if child.is_dir():
+                WorkerCgroup({"": child}, v2=True).remove()
+    WorkerCgroup({"": path}, v2=True).remove()
+
+
+def _sweep_stale(base: Path) -> None:
+    """Remove the cgroups of supervisors that died without closing theirs (S-SEC-5)."""
+    with contextlib.suppress(OSError):
+        for entry in base.iterdir():
+            if not entry.name.startswith(_PREFIX) or not entry.is_dir():
+                continue
+            pid_text = entry.name[len(_PREFIX) :].split("-", 1)[0]
+            if pid_text.isdigit() and not _alive(int(pid_text)):
+                _remove_tree(entry)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

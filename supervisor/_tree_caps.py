@@ -1,0 +1,122 @@
+"""Reading a worker's whole process tree, and judging it against its caps (S-SEC-4).
+
+Two ways to read a tree, and the caps are judged the same way on either:
+
+- its cgroup (``_cgroups``): the kernel counts every descendant and already
+  enforces the memory and process caps; what we read tells us that it did;
+- sampling (``TreeSampler``), where no cgroup could be made: one walk of
+  ``/proc`` per round maps parents to children, and each worker's tree
+  (which stays beneath it: it is a child subreaper) is summed from that.
+  A breach is then only seen at the next sample, so the caps act a sample
+  late; that is why cgroups are preferred.
+
+Races: a process may exit between the walk and reading its figures; it
+then counts as nothing. Children a worker already reaped are counted in its
+own ``children_*`` CPU times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import psutil
+
+from protocol import ResourceLimits
+
+from ._cgroups import CgroupUsage
+from ._exit import ExitKind
+
+__all__ = ["TreeSampler", "TreeUsage", "breach"]
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TreeUsage:
+    """One reading of a worker's tree: memory, processes, CPU, and breaches already seen."""
+
+    memory_bytes: int
+    processes: int
+    cpu_seconds: float
+    oom_kills: int = 0
+    fork_refusals: int = 0
+    mechanism: str = "sampling"
+
+    @classmethod
+    def from_cgroup(cls, usage: CgroupUsage, mechanism: str) -> TreeUsage:
+        """A cgroup's reading as a tree reading."""
+        return cls(
+            memory_bytes=usage.memory_bytes,
+            processes=usage.processes,
+            cpu_seconds=usage.cpu_seconds,
+            oom_kills=usage.oom_kills,
+            fork_refusals=usage.fork_refusals,
+            mechanism=mechanism,
+        )
+
+
+def breach(usage: TreeUsage, limits: ResourceLimits) -> tuple[ExitKind, str] | None:
+    """The first cap ``usage`` breaks, as an exit kind and a reason naming it; None if none."""
+    by = f"(whole process tree, {usage.mechanism})"
+    memory = limits.memory_mb
+    if usage.oom_kills:
+        return ExitKind.MEMORY_CAP, (
+            f"memory cap exceeded: the tree reached the {memory:g} MB cap and the kernel "
+            f"killed a process in it {by}"
+        )
+    if memory is not None and usage.mechanism == "sampling" and usage.memory_bytes > memory * _MIB:
+        return ExitKind.MEMORY_CAP, (
+            f"memory cap exceeded: RSS {usage.memory_bytes / _MIB:.0f} MB over the "
+            f"{memory:g} MB cap {by}"
+        )
+    most = limits.max_processes
+    if usage.fork_refusals or (most is not None and usage.processes > most):
+        return ExitKind.PROCESS_CAP, f"process cap exceeded: more than {most} processes {by}"
+    cpu = limits.cpu_seconds
+    if cpu is not None and usage.cpu_seconds >= cpu:
+        return ExitKind.CPU_CAP, (
+            f"cpu cap exceeded: used {usage.cpu_seconds:.1f} s of CPU, cap {cpu} s {by}"
+        )
+    return None
+
+
+class TreeSampler:
+    """Sums each worker's tree from one walk of ``/proc`` per round (no cgroup)."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, list[int]] = {}
+
+    def refresh(self) -> None:
+        """Walk ``/proc`` once: who is whose child, for the ``usage`` calls of this round."""
+        children: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            ppid = proc.info.get("ppid")
+            if ppid:
+                children.setdefault(ppid, []).append(proc.pid)
+        self._children = children
+
+    def usage(self, pid: int) -> TreeUsage | None:
+        """The tree of ``pid`` as of the last ``refresh``; None if ``pid`` is gone."""
+        tree, frontier = [pid], [pid]
+        while frontier:
+            frontier = [c for p in frontier for c in self._children.get(p, ())]
+            tree.extend(frontier)
+        memory = 0
+        cpu = 0.0
+        alive = 0
+        for member in tree:
+            with contextlib.suppress(psutil.Error, OSError):
+                proc = psutil.Process(member)
+                with proc.oneshot():
+                    memory += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    cpu += times.user + times.system
+                    if member == pid:
+                        cpu += times.children_user + times.children_system
+                alive += 1
+        if not alive:
+            return None
+        return TreeUsage(memory_bytes=memory, processes=alive, cpu_seconds=cpu)
+
+

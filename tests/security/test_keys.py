@@ -1,0 +1,120 @@
+"""S-SEC-1: no worker can obtain a provider key or subvisor's own files, in any sandbox mode.
+
+Every attack is a real subagent's Bash, as the user running these tests
+(root in CI). The supervisor is a real ``subvisor run`` process whose
+environment holds a marker key; subvisor's home holds a config with another
+and the database of every session. A control shows that each secret really
+is where the attack looks, from outside the worker tree.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.attack import cli_bash_attack
+
+PY = sys.executable
+ENV_KEY = "sk-env-MARKER-5d1c0ffee"
+FILE_KEY = "sk-file-MARKER-beefcafe"
+MODES = [("read-only", "deny"), ("workspace-write", "deny"), ("full", "allow")]
+
+#: Walks up from Bash through the worker and the zygote to the supervisor, trying
+#: each one's environ, memory and ptrace; then every process's environ it can name.
+_MEM = "import sys; f=open('/proc/'+sys.argv[1]+'/mem','rb'); print('mem', f.read(1))"
+_ATTACH = "import ctypes,sys; print('attach', ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))"
+ANCESTORS = f"""
+pid=$$
+for i in 1 2 3 4 5 6; do
+  pid=$(awk '{{print $4}}' /proc/$pid/stat)
+  [ "$pid" -le 1 ] && break
+  echo "== $pid $(cat /proc/$pid/comm)"
+  tr '\\0' '\\n' < /proc/$pid/environ 2>&1 | grep -E 'MARKER|denied|not permitted' | head -2
+  {PY} -c "{_MEM}" $pid 2>&1 | tail -1
+  {PY} -c "{_ATTACH}" $pid
+  cat /proc/$pid/root{{HOME}}/config.toml 2>&1 | head -1
+done
+echo "sweep $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MARKER)"
+grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|CapInh|NoNewPrivs)' /proc/self/status
+"""
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The key in the environment `subvisor run` gets; a home whose config holds another."""
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[gateway.providers.mine]\napi = "openai"\napi_key = "{FILE_KEY}"\n'
+    )
+    os.chmod(home / "config.toml", 0o600)
+    return home
+
+
+@pytest.mark.parametrize(("mode", "network"), MODES)
+def test_s_sec_1_no_ancestor_gives_up_a_key_by_environ_memory_ptrace_or_root(
+    tmp_path: Path, keyed: Path, mode: str, network: str
+) -> None:
+    """S-SEC-1: from Bash up to the supervisor, no environ, no memory, no ptrace attach,
+    no /proc/PID/root path into the home; no process's environ holds the key; the
+    worker has no capability in any set and no_new_privs."""
+    answer = cli_bash_attack(
+        tmp_path, [ANCESTORS.replace("{HOME}", str(keyed))], home=keyed, mode=mode, network=network
+    )
+    assert "MARKER" not in answer, answer
+    assert "subvisor-zygote" in answer  # the walk really went past the zygote
+    assert answer.count("attach -1") >= 3
+    assert "mem b" not in answer
+    assert "sweep 0" in answer
+    for name in ("CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"):
+        assert f"{name}:\t0000000000000000" in answer, answer
+    assert "NoNewPrivs:\t1" in answer
+
+
+@pytest.mark.parametrize(("mode", "network"), MODES)
+def test_s_sec_1_subvisor_home_config_and_database_are_out_of_reach(
+    tmp_path: Path, keyed: Path, mode: str, network: str
+) -> None:
+    """S-SEC-1: the home's config (a key), its database (every session) and its run/
+    directory cannot be read, listed or written from a worker."""
+    answer = cli_bash_attack(
+        tmp_path,
+        [
+            f"cat {keyed}/config.toml; echo status=$?",
+            f"ls -a {keyed} {keyed}/run; echo status=$?",
+            f"{PY} -c \"import sqlite3; print(sqlite3.connect('{keyed}/subvisor.db')"
+            ".execute('select count(*) from sessions').fetchall())\" 2>&1 | tail -1",
+            f"echo pwned >> {keyed}/config.toml; echo status=$?",
+            f"grep -rl MARKER {keyed} 2>/dev/null | wc -l",
+        ],
+        home=keyed,
+        mode=mode,
+        network=network,
+    )
+    assert "MARKER" not in answer, answer
+    assert "config.toml" not in answer.split("status=")[1]  # not listed by ls
+    assert "subvisor.db\n" not in answer and "[(" not in answer
+    assert "status=0" not in answer
+    # Control: the secrets were there all along, and untouched.
+    assert FILE_KEY in (keyed / "config.toml").read_text()
+    assert "pwned" not in (keyed / "config.toml").read_text()
+    with sqlite3.connect(keyed / "subvisor.db") as db:
+        assert db.execute("select count(*) from sessions").fetchone()[0] >= 2
+
+
+def test_s_sec_1_control_the_same_reads_work_outside_a_worker(keyed: Path) -> None:
+    """Control: what the attacks go for is readable by the user who runs subvisor."""
+    done = subprocess.run(
+        ["bash", "-c", f"cat {keyed}/config.toml; env"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ),
+    )
+    assert FILE_KEY in done.stdout and ENV_KEY in done.stdout

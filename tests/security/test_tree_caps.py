@@ -1,0 +1,143 @@
+"""S-SEC-4: memory, process count, CPU and file size caps count every descendant.
+
+Each cap is broken by what a worker's Bash starts, never by the worker
+itself: a child that allocates, a fork loop, busy children that each stay
+under the per-process CPU limit. Both mechanisms are run: a cgroup per worker
+(where the machine allows, as it does for root here) and tree sampling (the
+portable fallback). The exit reason must name the cap, and the record must
+say which mechanism held.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from protocol import ResourceLimits
+from supervisor import Supervisor, SupervisorConfig
+from supervisor._exit import ExitKind
+from tests.support.bash_worker import bash_model, run_bash
+
+PY = sys.executable
+MECHANISMS = ["auto", "sampling"]
+
+
+def _marker() -> str:
+    """A sleep length no other process on the machine uses: finds our processes."""
+    return f"61.{random.randrange(10**6):06d}"
+
+
+def _alive_with(marker: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(proc.info["cmdline"] or ()):
+            found.append(proc.pid)
+    return found
+
+
+async def _until_gone(marker: str, limit_s: float = 20.0) -> list[int]:
+    with trio.move_on_after(limit_s):
+        while _alive_with(marker):  # noqa: ASYNC110 (other processes: no event to wait on)
+            await trio.sleep(0.05)
+    return _alive_with(marker)
+
+
+async def _broken(
+    tmp_path: Path, mechanism: str, command: str, limits: ResourceLimits, *, ends: bool = True
+) -> tuple:
+    config = SupervisorConfig(tree_caps=mechanism, sample_interval_s=0.05, kill_grace_s=0.5)  # type: ignore[arg-type]
+    async with Supervisor(config, request_handler=bash_model(command)) as sup:
+        handle = await sup.spawn(limits=limits)
+        answer = await run_bash(handle, tmp_path)
+        if not ends:
+            return answer, await handle.shutdown(), handle.tree_caps, sup.tree_caps
+        # A cap breached by a child the kernel already killed may end the worker
+        # only at the next sample, after the tool's answer: wait for it (bounded,
+        # so that a worker no cap ended fails here rather than hangs).
+        with trio.move_on_after(60):
+            exit = await handle.wait()
+            return answer, exit, handle.tree_caps, sup.tree_caps
+        raise AssertionError(f"no cap ended the worker; it answered {answer!r}")
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_a_child_over_the_memory_cap_ends_the_worker_naming_it(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """S-SEC-4: a Bash child allocating 600 MB under a 200 MB cap ends the worker with
+    "memory cap exceeded" (its own RSS stays small), and the child does not survive."""
+    marker = _marker()
+    command = f"{PY} -c \"b = b'x' * (600 << 20); import time; time.sleep({marker})\""
+    _, exit, used, fleet = await _broken(
+        tmp_path, mechanism, command, ResourceLimits(memory_mb=200)
+    )
+    assert exit.kind is ExitKind.MEMORY_CAP, exit.reason
+    assert "whole process tree" in exit.reason and used in exit.reason
+    assert used.startswith("cgroup") == (mechanism == "auto" and fleet.startswith("cgroup"))
+    assert await _until_gone(marker) == []
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_a_fork_loop_hits_the_process_cap_and_nothing_survives(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """S-SEC-4 / S-SEC-5: 300 background sleeps under a 40-process cap end the worker with
+    "process cap exceeded"; none of the sleeps outlives it."""
+    marker = _marker()
+    command = f"for i in $(seq 300); do sleep {marker} & done; wait"
+    answer, exit, used, _ = await _broken(
+        tmp_path, mechanism, command, ResourceLimits(max_processes=40)
+    )
+    assert answer is None
+    assert exit.kind is ExitKind.PROCESS_CAP, exit.reason
+    assert "40 processes" in exit.reason and used in exit.reason
+    assert await _until_gone(marker) == []
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_cpu_is_counted_over_the_tree(tmp_path: Path, mechanism: str) -> None:
+    """S-SEC-4: four busy children, each under the per-process CPU limit when the tree
+    reaches its cap, end the worker with "cpu cap exceeded"."""
+    marker = _marker()
+    spin = f"{PY} -c 'import sys; sys.argv.append(\"{marker}\")\nwhile True: pass'"
+    command = f"for i in 1 2 3 4; do {spin} & done; wait"
+    answer, exit, used, _ = await _broken(
+        tmp_path, mechanism, command, ResourceLimits(cpu_seconds=4)
+    )
+    assert answer is None
+    assert exit.kind is ExitKind.CPU_CAP, exit.reason
+    assert "whole process tree" in exit.reason and used in exit.reason
+    assert await _until_gone(marker) == []
+
+
+async def test_s_sec_4_the_file_size_cap_binds_every_descendant(tmp_path: Path) -> None:
+    """S-SEC-4: with an 8 MB file size cap, a child writing 20 MB is stopped at 8 MB
+    (SIGXFSZ), and it cannot raise its own limit back."""
+    command = (
+        "head -c 20000000 /dev/zero > big; echo rc=$?; stat -c size=%s big; "
+        "ulimit -f unlimited; echo raise=$?"
+    )
+    answer, exit, _, _ = await _broken(
+        tmp_path, "auto", command, ResourceLimits(file_size_mb=8), ends=False
+    )
+    assert answer is not None, exit.reason
+    assert "rc=153" in answer  # 128 + SIGXFSZ
+    assert f"size={8 * 1024 * 1024}" in answer
+    assert "raise=0" not in answer
+    assert (tmp_path / "big").stat().st_size == 8 * 1024 * 1024
+
+
+def test_s_sec_4_the_mechanism_in_force_is_stated() -> None:
+    """S-SEC-4: the kernel says which mechanism holds the caps, never one it could not make."""
+
+    async def main() -> str:
+        async with Supervisor(SupervisorConfig()) as sup:
+            return sup.tree_caps
+
+    stated = trio.run(main)
+    assert stated.startswith(("cgroup v1", "cgroup v2", "sampling ("))

@@ -1,0 +1,208 @@
+"""A private mount namespace that hides subvisor's home and keeps ``.git`` read-only.
+
+Landlock only grants, so it cannot carve "everything but ``$SUBVISOR_HOME``"
+or "the project but not its ``.git``" out of a grant. A mount namespace can:
+
+- an empty, read-only tmpfs over each hidden path (subvisor's home: config,
+  database, sockets, every session's output; and the cgroup filesystem, so
+  that a worker that is uid 0 cannot move itself out of its cgroup or raise
+  its own limits);
+- a read-only bind mount of each protected path over itself (a writable
+  root's ``.git``, whose hooks and config run outside any sandbox at the
+  user's next commit).
+
+Whoever holds ``CAP_SYS_ADMIN`` (root, also in most containers) unshares the
+mount namespace alone; anyone else first enters a new user namespace that
+maps only their own uid and gid, where they may mount (where the kernel
+allows unprivileged user namespaces). Mounts are made slaves of the host's:
+the host's later mounts still reach the worker, ours never reach the host.
+Nothing here can be undone by a worker: unmounting needs ``CAP_SYS_ADMIN``,
+which every worker drops (``_privileges``) before it runs anything.
+
+The zygote isolates itself once at start, so every worker it forks shares
+that namespace and a spawn pays nothing; it adds a ``.git`` bind the first
+time a spawn names its root. An exec'd worker isolates itself.
+
+Invariant: ``unshare`` runs while the process has one thread (the kernel
+refuses ``CLONE_NEWUSER``, and ``CLONE_NEWNS`` implies an unshared fs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["CURRENT", "VCS_NAMES", "MountNamespace", "vcs_dirs"]
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_REMOUNT = 0x20
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_SLAVE = 0x80000
+_CAP_SYS_ADMIN = 21
+_O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+#: Version-control metadata whose contents run code later (hooks, config).
+VCS_NAMES = (".git",)
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _errno_error(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    if (
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        )
+        != 0
+    ):
+        raise _errno_error(f"mount {target}")
+
+
+def _has_sys_admin() -> bool:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) & (1 << _CAP_SYS_ADMIN))
+    return False
+
+
+def _locked_flags(path: str) -> int:
+    """The nosuid/nodev/noexec flags of the mount holding ``path`` (kept on a remount)."""
+    flags = os.statvfs(path).f_flag
+    return (
+        (_MS_NOSUID if flags & os.ST_NOSUID else 0)
+        | (_MS_NODEV if flags & os.ST_NODEV else 0)
+        | (_MS_NOEXEC if flags & os.ST_NOEXEC else 0)
+    )
+
+
+def vcs_dirs(roots: Iterable[str]) -> list[str]:
+    """The version-control paths (``ROOT/.git``, a directory or a worktree's file) of ``roots``."""
+    found = []
+    for root in roots:
+        for name in VCS_NAMES:
+            path = os.path.join(root, name)
+            if os.path.lexists(path) and not os.path.islink(path):
+                found.append(path)
+    return found
+
+
+@dataclass
+class MountNamespace:
+    """This process's private mount namespace, once ``enter`` succeeded.
+
+    ``hidden`` and ``read_only`` list what is in force; ``how`` says which
+    namespace it took (``mount namespace`` or ``user+mount namespace``);
+    ``error`` why there is none.
+    """
+
+    how: str = ""
+    error: str = ""
+    hidden: list[str] = field(default_factory=list)
+    read_only: list[str] = field(default_factory=list)
+
+    @property
+    def entered(self) -> bool:
+        """True once this process has its own mount namespace."""
+        return bool(self.how)
+
+    def enter(self) -> bool:
+        """Unshare the mount namespace (in a new user namespace if need be); False on failure."""
+        if self.entered:
+            return True
+        try:
+            if _has_sys_admin():
+                if _libc.unshare(_CLONE_NEWNS) != 0:
+                    raise _errno_error("unshare(CLONE_NEWNS)")
+                how = "mount namespace"
+            else:
+                uid, gid = os.getuid(), os.getgid()
+                if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+                    raise _errno_error("unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+                for name, text in (
+                    ("setgroups", "deny"),
+                    ("uid_map", f"{uid} {uid} 1"),
+                    ("gid_map", f"{gid} {gid} 1"),
+                ):
+                    with open(f"/proc/self/{name}", "w") as f:
+                        f.write(text)
+                how = "user+mount namespace"
+            _mount(None, "/", None, _MS_REC | _MS_SLAVE)
+        except OSError as exc:
+            self.error = str(exc)
+            return False
+        self.how = how
+        return True
+
+    def hide(self, paths: Iterable[str], keep: Iterable[str] = ()) -> list[str]:
+        """Cover each existing directory with an empty read-only tmpfs; what failed.
+
+        The subdirectories named in ``keep`` stay visible through it (bound
+        back from the real directory, opened before the tmpfs covers it).
+        """
+        failed = []
+        for path in paths:
+            if path in self.hidden:
+                continue
+            if not os.path.isdir(path):
+                if os.path.lexists(path):
+                    failed.append(f"{path}: not a directory")
+                continue
+            kept = []
+            try:
+                for name in keep:
+                    # Made now if missing: once covered, it could not be added.
+                    with contextlib.suppress(OSError):
+                        os.makedirs(os.path.join(path, name), mode=0o700, exist_ok=True)
+                        kept.append((name, os.open(os.path.join(path, name), _O_PATH_DIR)))
+                flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+                _mount("subvisor-hidden", path, "tmpfs", flags, "size=16k,mode=0711")
+                for name, fd in kept:
+                    inside = os.path.join(path, name)
+                    os.mkdir(inside, 0o711)
+                    _mount(f"/proc/self/fd/{fd}", inside, None, _MS_BIND | _MS_REC)
+                _mount(None, path, None, _MS_REMOUNT | _MS_RDONLY | flags, "size=16k,mode=0711")
+            except OSError as exc:
+                failed.append(str(exc))
+                continue
+            finally:
+                for _, fd in kept:
+                    os.close(fd)
+            self.hidden.append(path)
+        return failed
+
+    def make_read_only(self, paths: Iterable[str]) -> list[str]:
+        """Bind each path read-only over itself; the paths that failed."""
+        failed = []
+        for path in paths:
+            if path in self.read_only:
+                continue
+            try:
+                _mount(path, path, None, _MS_BIND | _MS_REC)
+                _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _locked_flags(path))
+            except OSError as exc:
+                failed.append(str(exc))
+                continue
+            self.read_only.append(path)
+        return failed
+
+
+#: This process's namespace: inherited across fork, so a zygote's workers share it.
+CURRENT = MountNamespace()
