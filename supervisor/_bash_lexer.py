@@ -25,6 +25,8 @@ Invariants:
 - Nothing is expanded. Where a variable, substitution, glob, brace, alias,
   function, ``eval "$X"`` or script decides what runs, the lexer sees only the
   text; the sandbox, not this module, is the boundary.
+- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS` or :data:`MAX_NESTING`
+  it raises :class:`CommandTooComplexError` instead of seeing part of a line.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = [
+    "MAX_COMMANDS",
+    "MAX_NESTING",
+    "MAX_TEXT",
     "WRAPPERS",
+    "CommandTooComplexError",
     "Redirect",
     "SimpleCommand",
     "Wrapper",
@@ -47,6 +53,18 @@ __all__ = [
     "unquote",
     "word_value",
 ]
+
+
+#: Substitutions and subshells nested deeper than this are refused.
+MAX_NESTING: Final = 64
+#: What :func:`run_commands` goes through for one line at most: characters of the line, and
+#: different commands and characters of their words, wrappers' inner commands included.
+MAX_TEXT: Final = 1 << 20
+MAX_COMMANDS: Final = 4096
+
+
+class CommandTooComplexError(ValueError):
+    """A command line nests or expands beyond what the lexer checks; the message says how far."""
 
 
 # --- words ---------------------------------------------------------------------------------
@@ -67,6 +85,8 @@ _ANSI_C_SIMPLE: Final[Mapping[str, str]] = {
     "t": "\t",
     "v": "\v",
 }
+# A word without any of these means what it says.
+_QUOTING: Final = re.compile(r"['\"\\$`<>]")
 # What may follow a "$" that expands: a name, a digit, a special parameter, "{" or "(".
 _EXPANDS: Final = re.compile(r"[A-Za-z0-9_{(@*#?$!-]")
 _VARIABLE: Final = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -84,6 +104,8 @@ def _ansi_c(match: re.Match[str]) -> str:
 
 
 def _value(word: str, variables: Mapping[str, str] | None, keep: bool) -> str | None:
+    if _QUOTING.search(word) is None:
+        return word
     out: list[str] = []
     index, quote = 0, ""
     while index < len(word):
@@ -280,6 +302,12 @@ _KEYWORDS: Final[frozenset[str]] = frozenset(
 )
 
 
+# Runs of characters with no meaning to the splitter, copied in one step.
+_UNQUOTED_RUN: Final = re.compile(r"[^ \t\n;&|<>()'\"`$\\#]+")
+_DOUBLE_QUOTED_RUN: Final = re.compile(r'[^"\\$`]+')
+_SINGLE_QUOTED_RUN: Final = re.compile(r"[^']+")
+
+
 @dataclass
 class _Frame:
     """One level of command text: the top, or the inside of ``$(...)``, backticks, ``(...)``."""
@@ -343,6 +371,13 @@ class _Splitter:
             self.commands.append(SimpleCommand(tuple(words), tuple(frame.redirects)))
         frame.words, frame.redirects = [], []
 
+    def _open(self, frame: _Frame) -> None:
+        if len(self.stack) > MAX_NESTING:
+            raise CommandTooComplexError(
+                f"substitutions or subshells nest deeper than {MAX_NESTING} levels"
+            )
+        self.stack.append(frame)
+
     def _close_frame(self) -> None:
         frame = self.stack.pop()
         self._end_command(frame)
@@ -399,9 +434,20 @@ class _Splitter:
                 if depth == 0:
                     return
 
+    def _copy_run(self, frame: _Frame, run: re.Pattern[str]) -> bool:
+        """Copies the characters ``run`` matches at the cursor into the word, if any."""
+        match = run.match(self.text, self.pos)
+        if match is None:
+            return False
+        frame.word.append(match.group())
+        self.pos = match.end()
+        return True
+
     def _step(self) -> None:
         frame = self.stack[-1]
         char = self.text[self.pos]
+        if frame.quote == "'" and self._copy_run(frame, _SINGLE_QUOTED_RUN):
+            return
         if frame.quote in ("'", "$'"):
             if frame.quote == "$'" and char == "\\":  # $'it\'s'
                 frame.word.append(self.text[self.pos : self.pos + 2])
@@ -425,17 +471,19 @@ class _Splitter:
             self._copy_balanced(frame, "(", ")")
             return
         if char == "$" and self._peek() == "(":
-            self.stack.append(_Frame(closer=")", start=self.pos))
+            self._open(_Frame(closer=")", start=self.pos))
             self.pos += 2
             return
         if char == "`":
             if frame.closer == "`":
                 self._close_frame()
             else:
-                self.stack.append(_Frame(closer="`", start=self.pos))
+                self._open(_Frame(closer="`", start=self.pos))
             self.pos += 1
             return
         if frame.quote == '"':
+            if self._copy_run(frame, _DOUBLE_QUOTED_RUN):
+                return
             frame.word.append(char)
             if char == '"':
                 frame.quote = ""
@@ -444,6 +492,8 @@ class _Splitter:
         self._step_unquoted(frame, char)
 
     def _step_unquoted(self, frame: _Frame, char: str) -> None:
+        if self._copy_run(frame, _UNQUOTED_RUN):
+            return
         if char == "$" and self._peek() == "'":
             frame.quote = "$'"
             frame.word.append("$'")
@@ -454,7 +504,7 @@ class _Splitter:
             frame.word.append(char)
         elif char in ("<", ">") and self._peek() == "(":
             # Process substitution: a command of its own, and a word (or target) of this one.
-            self.stack.append(_Frame(closer=")", start=self.pos))
+            self._open(_Frame(closer=")", start=self.pos))
             self.pos += 2
             return
         elif char in ("<", ">") or (char == "&" and self._peek() == ">"):
@@ -465,7 +515,7 @@ class _Splitter:
                 self._copy_balanced(frame, "(", ")")
                 return
             self._end_command(frame)
-            self.stack.append(_Frame(closer=")"))
+            self._open(_Frame(closer=")"))
         elif char == ")":
             if frame.closer == ")":
                 self._close_frame()
@@ -590,11 +640,24 @@ def _script_value(value: str, wrapper: Wrapper) -> str | None:
     return None
 
 
+class _LazyValues:
+    """The unquoted words, each computed when first read: a wrapper reads only its options."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        self.cache: dict[int, str] = {}
+
+    def __getitem__(self, index: int) -> str:
+        if index not in self.cache:
+            self.cache[index] = unquote(self.words[index])
+        return self.cache[index]
+
+
 def _wrapped(wrapper: Wrapper, words: tuple[str, ...]) -> tuple[str, ...] | str | None:
     """What ``words`` (a wrapper and its arguments) runs: words, a command line, or None."""
-    values = [unquote(word) for word in words]
+    values = _LazyValues(words)
     index, shell_script = 1, False
-    while index < len(values):
+    while index < len(words):
         value = values[index]
         if value == "--":
             index += 1
@@ -613,22 +676,22 @@ def _wrapped(wrapper: Wrapper, words: tuple[str, ...]) -> tuple[str, ...] | str 
         if value in wrapper.query_options:
             return None
         if value in wrapper.script_options:
-            return values[index + 1] if index + 1 < len(values) else None
+            return values[index + 1] if index + 1 < len(words) else None
         attached = _script_value(value, wrapper)
         if attached is not None:
             return attached
         if wrapper.shell and not value.startswith("--") and "c" in value[1:]:
             shell_script = True
         index += 2 if value in wrapper.value_options else 1
-    while wrapper.assignments and index < len(values) and _ASSIGNMENT.match(values[index]):
+    while wrapper.assignments and index < len(words) and _ASSIGNMENT.match(values[index]):
         index += 1
     if wrapper.shell:
-        return values[index] if shell_script and index < len(values) else None
+        return values[index] if shell_script and index < len(words) else None
     index += wrapper.operands
     if index >= len(words):
         return None
     if wrapper.joins:
-        return " ".join(values[index:])
+        return " ".join(unquote(word) for word in words[index:])
     return words[index:]
 
 
@@ -691,21 +754,39 @@ def run_commands(text: str) -> tuple[SimpleCommand, ...]:
     wrapper's inner commands keep the wrapper's redirections; a command line
     handed to a shell (``sh -c 'rm x'``), ``eval``, ``watch`` or ``env -S`` is
     split in turn. Every step shortens the text, so this ends on any input.
+    A line longer than :data:`MAX_TEXT`, running more than
+    :data:`MAX_COMMANDS` different commands or :data:`MAX_TEXT` characters
+    of them, or nesting more than :data:`MAX_NESTING` levels raises
+    :class:`CommandTooComplexError` rather than have part of it checked.
     """
+    if len(text) > MAX_TEXT:
+        raise CommandTooComplexError(f"it is longer than {MAX_TEXT} characters")
     found: dict[SimpleCommand, None] = {}
+    seen: set[SimpleCommand] = set()
     pending: list[SimpleCommand | str] = [text]
+    size = 0
     while pending:
         item = pending.pop()
         if isinstance(item, str):
             pending.extend(reversed(split_commands(item)))
             continue
+        if item in seen:
+            continue
+        seen.add(item)
+        # Each wrapper layer repeats the words of the next: bound the total, not each.
+        size += sum(map(len, item.words))
+        if len(seen) > MAX_COMMANDS or size > MAX_TEXT:
+            raise CommandTooComplexError(
+                f"it runs more than {MAX_COMMANDS} different commands or {MAX_TEXT} characters "
+                "of them, counting each command a wrapper runs"
+            )
         for spelling in _spellings(item):
             found.setdefault(spelling)
         pending.extend(reversed(_runs(item)))
     return tuple(found)
 
 
-def bash_commands(text: str) -> tuple[str, ...]:
+def bash_commands(text: str, commands: Sequence[SimpleCommand] | None = None) -> tuple[str, ...]:
     """The subjects ``bash`` rules are matched against for ``text``, as opencode's patterns.
 
     One per command of :func:`run_commands`, its :attr:`SimpleCommand.text`:
@@ -714,8 +795,11 @@ def bash_commands(text: str) -> tuple[str, ...]:
     gives ``sudo /bin/rm x``, ``/bin/rm x`` and ``rm x``; ``echo x > out``
     keeps its redirection. ``cd`` commands are left out (only their directory
     is checked). A line that yields nothing else is matched as written.
+    ``commands``, when given, is ``run_commands(text)`` already computed.
     """
-    subjects = [command.text for command in run_commands(text) if command.program != "cd"]
+    if commands is None:
+        commands = run_commands(text)
+    subjects = [command.text for command in commands if command.program != "cd"]
     if not subjects:
         return (text.strip(),)
     return tuple(dict.fromkeys(subjects))

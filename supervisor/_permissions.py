@@ -630,7 +630,8 @@ def _bash_checks(
 ) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
     external: list[PermissionCheck] = []
     edits: list[PermissionCheck] = []
-    for simple in run_commands(command):
+    commands = run_commands(command)
+    for simple in commands:
         program = simple.program
         if program in _PATH_COMMANDS:
             for arg in simple.words[1:]:
@@ -647,5 +648,5 @@ def _bash_checks(
             outside, edit = _opened_file_checks(target, project_dir, writes=True)
             external += outside
             edits += edit
-    own = [PermissionCheck("bash", subject) for subject in bash_commands(command)]
+    own = [PermissionCheck("bash", subject) for subject in bash_commands(command, commands)]
     return external, own + edits

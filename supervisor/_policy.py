@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from ._bash_lexer import CommandTooComplexError
 from ._permissions import (
     Action,
     PermissionMode,
@@ -52,8 +53,19 @@ class ToolPolicy:
     project_dir: str
 
     def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
-        """Decide one tool call; explain a deny or an ask by the rule that decided it."""
-        checks = permission_checks(tool_name, tool_input, self.project_dir)
+        """Decide one tool call; explain a deny or an ask by the rule that decided it.
+
+        A Bash command too complex to check in full is denied, saying why:
+        checking part of it could let a denied command through (S-SEC-9).
+        """
+        try:
+            checks = permission_checks(tool_name, tool_input, self.project_dir)
+        except CommandTooComplexError as error:
+            return PolicyDecision(
+                "deny",
+                f"{tool_name} command too complex to check against the rules: {error}; "
+                "split it into smaller commands",
+            )
         action = decide(self.rules, checks, mode=self.mode)
         if action == "allow":
             return PolicyDecision("allow")
