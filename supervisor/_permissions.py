@@ -10,7 +10,12 @@ order and the last one that matches wins; when none matches the answer is
 A tool call needs one or more checks (:func:`permission_checks`): the tool's
 own permission, and ``external_directory`` when it touches a path outside the
 project, as opencode asks both. :func:`decide` combines them: any deny denies,
-else any ask asks, else allow.
+else any ask asks, else allow. A Bash command needs a ``bash`` check for each
+command it runs, in every spelling :mod:`~supervisor._bash_lexer` sees
+(``sudo /bin/rm x`` is also ``rm x``), and an ``edit`` check for each file it
+writes; the most restrictive answer wins, so no wrapper or spelling turns a
+deny into an allow, and a rule allows a wrapped command only if it allows
+the wrapper too.
 
 Modes (Claude Code's ``permissionMode``) act at evaluation time
 (:func:`evaluate`); :func:`apply_mode` writes the part of ``plan`` that must
@@ -23,12 +28,13 @@ import os
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias, get_args
 
 from worker.tools import resolve_tool_name
 
+from ._bash_lexer import bash_commands, run_commands, unquote, word_value
 from ._errors import SubvisorError
 
 __all__ = [
@@ -572,10 +578,15 @@ def permission_checks(
 
     A path outside ``project_dir`` adds ``external_directory`` on its folder
     followed by ``/*`` (the folder itself for ``LS``, ``Glob`` and ``Grep``,
-    the parent for a file). ``Bash`` gets one ``bash`` check per simple
-    command, and ``external_directory`` for path arguments of ``cd``, ``rm``,
-    ``cp``, ``mv``, ``mkdir``, ``touch``, ``chmod``, ``chown`` and ``cat``
-    that leave the project. Without ``project_dir`` no external checks are made.
+    the parent for a file). ``Bash`` gets one ``bash`` check per command it
+    runs (:func:`bash_commands`), ``external_directory`` for path arguments
+    of ``cd``, ``rm``, ``cp``, ``mv``, ``mkdir``, ``touch``, ``chmod``,
+    ``chown`` and ``cat`` and for files redirected from (``< f``) that leave
+    the project, and, for each file it writes (``>``, ``>>``, ``&>``, ``2>``,
+    ``>|``, ``<>``, ``tee FILE``), an ``edit`` check on the path as a
+    ``Write`` of it gets, with its ``external_directory``. Device sinks
+    (``/dev/null``, ``/dev/stderr``, ``/dev/fd/N``...) are not files.
+    Without ``project_dir`` no external checks are made.
     """
     external, own = _tool_checks(tool_name, tool_input, project_dir)
     return tuple(dict.fromkeys([*external, *own]))
@@ -583,363 +594,59 @@ def permission_checks(
 
 # --- bash commands -------------------------------------------------------------------------
 
-_ASSIGNMENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
-# Shell words that open or close a compound command, not command names.
-_KEYWORDS: Final[frozenset[str]] = frozenset(
-    {"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"}
-)
-# opencode's documented wrappers: both the wrapper and the command it runs are checked.
-_WRAPPER_VALUE_FLAGS: Final[Mapping[str, frozenset[str]]] = {
-    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
-    "time": frozenset({"-f", "--format", "-o", "--output"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "nohup": frozenset(),
-    "ionice": frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid", "-P", "--pgid"}),
-    "stdbuf": frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}),
-    "watch": frozenset({"-n", "--interval", "-d", "--differences", "-q", "--equexit"}),
-    "sudo": frozenset(
-        {
-            "-u",
-            "--user",
-            "-g",
-            "--group",
-            "-h",
-            "--host",
-            "-p",
-            "--prompt",
-            "-C",
-            "-D",
-            "--chdir",
-            "-r",
-            "--role",
-            "-t",
-            "--type",
-            "-U",
-            "--other-user",
-            "-T",
-        }
-    ),
-    "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
-    "xargs": frozenset(
-        {
-            "-I",
-            "-n",
-            "-P",
-            "-L",
-            "-d",
-            "-E",
-            "-s",
-            "-a",
-            "--max-args",
-            "--max-procs",
-            "--max-lines",
-            "--delimiter",
-            "--eof",
-            "--arg-file",
-            "--replace",
-        }
-    ),
-}
-_FIND_EXEC: Final[frozenset[str]] = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_FIND_EXEC_END: Final[frozenset[str]] = frozenset({";", "\\;", "';'", '";"', "+"})
 _PATH_COMMANDS: Final[frozenset[str]] = frozenset(
     {"cd", "rm", "cp", "mv", "mkdir", "touch", "chmod", "chown", "cat"}
 )
-_MAX_UNWRAP: Final = 8
+# Files a redirection opens without reading or editing anything.
+_DEVICE_SINKS: Final[frozenset[str]] = frozenset(
+    {"/dev/null", "/dev/zero", "/dev/full", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty"}
+)
+_FD_PATH: Final = re.compile(r"/(?:dev/fd|proc/self/fd)/[0-9]+")
 
 
-@dataclass
-class _Frame:
-    """One level of command text: the top, or the inside of ``$(...)``, backticks, ``(...)``."""
+def _opened_file_checks(
+    target: str, project_dir: str | None, *, writes: bool
+) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+    """The external_directory and edit checks of a file a command opens (S-SEC-9).
 
-    closer: str
-    quote: str = ""
-    word: list[str] = field(default_factory=list)
-    words: list[str] = field(default_factory=list)
-    drop_next_word: bool = False
-    heredoc_next_word: bool = False
-    heredoc_strip_tabs: bool = False
-
-
-class _BashSplitter:
-    """Splits a command line into simple commands, each a list of words as written.
-
-    Separators are ``;``, ``&``, ``|``, newlines and the parentheses of
-    subshells; ``$(...)``, backticks and ``<(...)`` are commands of their own,
-    also inside double quotes. Redirections and their targets, here-document
-    bodies and comments are dropped, as opencode's parser leaves them out of
-    a command's text.
+    A target an expansion decides (``> "$OUT"``) is checked as written, as
+    both an edit and an external directory: no rule can tell where it goes.
     """
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-        self.stack = [_Frame(closer="")]
-        self.commands: list[list[str]] = []
-        self.heredocs: list[tuple[str, bool]] = []
-
-    def run(self) -> list[list[str]]:
-        while self.pos < len(self.text):
-            self._step()
-        while self.stack:
-            self._close_frame()
-        return self.commands
-
-    def _peek(self, offset: int = 1) -> str:
-        index = self.pos + offset
-        return self.text[index] if index < len(self.text) else ""
-
-    def _end_word(self, frame: _Frame) -> None:
-        if not frame.word:
-            return
-        word = "".join(frame.word)
-        frame.word = []
-        if frame.heredoc_next_word:
-            frame.heredoc_next_word = False
-            self.heredocs.append((word.replace("'", "").replace('"', ""), frame.heredoc_strip_tabs))
-        elif frame.drop_next_word:
-            frame.drop_next_word = False
-        else:
-            frame.words.append(word)
-
-    def _end_command(self, frame: _Frame) -> None:
-        self._end_word(frame)
-        if frame.words:
-            self.commands.append(frame.words)
-        frame.words = []
-
-    def _close_frame(self) -> None:
-        self._end_command(self.stack.pop())
-
-    def _skip_heredocs(self) -> None:
-        for delimiter, strip_tabs in self.heredocs:
-            while self.pos < len(self.text):
-                end = self.text.find("\n", self.pos)
-                end = len(self.text) if end < 0 else end
-                line = self.text[self.pos : end]
-                self.pos = end + 1
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                    break
-        self.heredocs = []
-
-    def _redirect(self, frame: _Frame) -> None:
-        # A word made only of digits before the operator is its file descriptor.
-        if frame.word and "".join(frame.word).isdigit():
-            frame.word = []
-        self._end_word(frame)
-        start = self.pos
-        while self._peek(0) in ("<", ">", "&", "|") and self.pos - start < 3:
-            self.pos += 1
-        operator = self.text[start : self.pos]
-        if operator.startswith("<<") and not operator.startswith("<<<"):
-            strip_tabs = self._peek(0) == "-"
-            if strip_tabs:
-                self.pos += 1
-            frame.heredoc_next_word, frame.heredoc_strip_tabs = True, strip_tabs
-            return
-        if operator.endswith("&") and (self._peek(0).isdigit() or self._peek(0) == "-"):
-            while self._peek(0).isdigit() or self._peek(0) == "-":  # 2>&1, >&-
-                self.pos += 1
-            return
-        frame.drop_next_word = True
-
-    def _copy_balanced(self, frame: _Frame, opener: str, closer: str) -> None:
-        """Copies text up to the matching ``closer`` into the current word (``$((1+2))``)."""
-        depth = 0
-        while self.pos < len(self.text):
-            char = self.text[self.pos]
-            frame.word.append(char)
-            self.pos += 1
-            if char == opener:
-                depth += 1
-            elif char == closer:
-                depth -= 1
-                if depth == 0:
-                    return
-
-    def _step(self) -> None:
-        frame = self.stack[-1]
-        char = self.text[self.pos]
-        if frame.quote == "'":
-            frame.word.append(char)
-            frame.quote = "" if char == "'" else "'"
-            self.pos += 1
-            return
-        if char == "\\":
-            if self._peek() == "\n":  # line continuation
-                self.pos += 2
-                return
-            frame.word.append(self.text[self.pos : self.pos + 2])
-            self.pos += 2
-            return
-        if self.text.startswith("$((", self.pos):
-            frame.word.append("$")
-            self.pos += 1
-            self._copy_balanced(frame, "(", ")")
-            return
-        if char == "$" and self._peek() == "(":
-            self.stack.append(_Frame(closer=")"))
-            self.pos += 2
-            return
-        if char == "`":
-            if frame.closer == "`":
-                self._close_frame()
-            else:
-                self.stack.append(_Frame(closer="`"))
-            self.pos += 1
-            return
-        if frame.quote == '"':
-            frame.word.append(char)
-            if char == '"':
-                frame.quote = ""
-            self.pos += 1
-            return
-        self._step_unquoted(frame, char)
-
-    def _step_unquoted(self, frame: _Frame, char: str) -> None:
-        if char in ("'", '"'):
-            frame.quote = char
-            frame.word.append(char)
-        elif char in ("<", ">") and self._peek() == "(":
-            self._end_word(frame)  # process substitution: a command of its own
-            self.stack.append(_Frame(closer=")"))
-            self.pos += 2
-            return
-        elif char in ("<", ">") or (char == "&" and self._peek() == ">"):
-            self._redirect(frame)
-            return
-        elif char == "(":
-            if frame.word and frame.word[-1].endswith("="):  # array: a=(1 2)
-                self._copy_balanced(frame, "(", ")")
-                return
-            self._end_command(frame)
-            self.stack.append(_Frame(closer=")"))
-        elif char == ")":
-            if frame.closer == ")":
-                self._close_frame()
-            else:
-                self._end_command(frame)  # e.g. a case pattern "a)"
-        elif char == "#" and not frame.word:
-            end = self.text.find("\n", self.pos)
-            self.pos = len(self.text) if end < 0 else end
-            return
-        elif char in (" ", "\t"):
-            self._end_word(frame)
-        elif char in (";", "&", "|", "\n"):
-            self._end_command(frame)
-            if char == "\n" and self.heredocs:
-                self.pos += 1
-                self._skip_heredocs()
-                return
-        else:
-            frame.word.append(char)
-        self.pos += 1
-
-
-def _strip_prefix(words: list[str]) -> list[str]:
-    """``words`` without leading keywords (``then``, ``do``, ``{``) and variable assignments."""
-    start = 0
-    while start < len(words) and (words[start] in _KEYWORDS or _ASSIGNMENT.match(words[start])):
-        start += 1
-    return words[start:]
-
-
-def _unquote(word: str) -> str:
-    if len(word) >= 2 and word[0] == word[-1] and word[0] in ("'", '"'):
-        return word[1:-1]
-    return word
-
-
-def _inner_command(words: list[str]) -> list[str] | None:
-    """The command a wrapper (``sudo``, ``timeout 5``, ``find -exec``...) runs, if any."""
-    name = words[0]
-    if name == "find":
-        for index, word in enumerate(words):
-            if word in _FIND_EXEC:
-                rest = words[index + 1 :]
-                ends = [i for i, w in enumerate(rest) if w in _FIND_EXEC_END]
-                inner = rest[: ends[0]] if ends else rest
-                return inner or None
-        return None
-    value_flags = _WRAPPER_VALUE_FLAGS.get(name)
-    if value_flags is None:
-        return None
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word == "--":
-            index += 1
-            break
-        if word.startswith("-") and len(word) > 1:
-            index += 2 if word in value_flags else 1
-        elif name == "env" and _ASSIGNMENT.match(word):
-            index += 1
-        else:
-            break
-    if name == "timeout":
-        index += 1  # the duration
-    return words[index:] or None
-
-
-def _commands_with_wrapped(words: list[str], depth: int = 0) -> list[list[str]]:
-    found = [words]
-    inner = _inner_command(words)
-    if inner is None or depth >= _MAX_UNWRAP:
-        return found
-    if len(inner) == 1 and _unquote(inner[0]) != inner[0]:
-        # watch "make test": the quoted word is itself a command line.
-        for nested in _BashSplitter(_unquote(inner[0])).run():
-            stripped = _strip_prefix(nested)
-            if stripped:
-                found += _commands_with_wrapped(stripped, depth + 1)
-        return found
-    return found + _commands_with_wrapped(inner, depth + 1)
-
-
-def _simple_commands(command: str) -> list[list[str]]:
-    result: list[list[str]] = []
-    for words in _BashSplitter(command).run():
-        stripped = _strip_prefix(words)
-        if stripped:
-            result += _commands_with_wrapped(stripped)
-    return result
-
-
-def bash_commands(command: str) -> tuple[str, ...]:
-    """The subjects a Bash command is checked on: one per simple command, as in opencode.
-
-    ``git status && rm -rf build`` gives ``git status`` and ``rm -rf build``,
-    so ``"git *": "allow"`` cannot let the ``rm`` through. Commands come in
-    the order they end (a substitution before the command containing it).
-    Commands inside ``$(...)``, backticks and subshells count; words are joined by one space
-    and kept as written (quotes included); leading variable assignments,
-    redirections, here-document bodies and comments are left out. A command
-    run through a wrapper (``sudo``, ``timeout``, ``env``, ``xargs``,
-    ``nice``, ``nohup``, ``time``, ``watch``, ``stdbuf``, ``ionice``,
-    ``find -exec``) gives both: ``sudo rm -rf /`` and ``rm -rf /``. ``cd``
-    commands are not checked (only their directory is). A command that yields
-    nothing else is checked as written. Shell re-entry (``sh -c "..."``) is
-    matched as the outer command only, as in opencode; the sandbox covers it.
-    """
-    subjects = [" ".join(words) for words in _simple_commands(command) if words[0] != "cd"]
-    if not subjects:
-        return (command.strip(),)
-    return tuple(dict.fromkeys(subjects))
+    if target.startswith(("<(", ">(")):
+        return [], []  # a pipe to a command that is checked on its own
+    value = word_value(target, {"HOME": expand_home("~")})
+    if value is None:
+        external = [PermissionCheck("external_directory", target)] if project_dir else []
+        return external, [PermissionCheck("edit", target)] if writes else []
+    resolved = _resolve(value, project_dir)
+    if resolved in _DEVICE_SINKS or _FD_PATH.fullmatch(resolved):
+        return [], []
+    outside, edit = _path_tool("edit", value, project_dir, directory=False)
+    return [outside] if outside else [], [edit] if writes else []
 
 
 def _bash_checks(
     command: str, project_dir: str | None
 ) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
     external: list[PermissionCheck] = []
-    for words in _simple_commands(command):
-        if words[0] not in _PATH_COMMANDS:
-            continue
-        for arg in words[1:]:
-            if arg.startswith("-") or (words[0] == "chmod" and arg.startswith("+")):
-                continue
-            path = _resolve(_unquote(arg), project_dir)
-            check = _external_check(path, project_dir, directory=words[0] in ("cd", "mkdir"))
-            if check is not None:
-                external.append(check)
-    own = [PermissionCheck("bash", subject) for subject in bash_commands(command)]
-    return external, own
+    edits: list[PermissionCheck] = []
+    commands = run_commands(command)
+    for simple in commands:
+        program = simple.program
+        if program in _PATH_COMMANDS:
+            for arg in simple.words[1:]:
+                value = unquote(arg)
+                if value.startswith("-") or (program == "chmod" and value.startswith("+")):
+                    continue
+                path = _resolve(value, project_dir)
+                check = _external_check(path, project_dir, directory=program in ("cd", "mkdir"))
+                if check is not None:
+                    external.append(check)
+        for target in simple.read_files():
+            external += _opened_file_checks(target, project_dir, writes=False)[0]
+        for target in simple.written_files():
+            outside, edit = _opened_file_checks(target, project_dir, writes=True)
+            external += outside
+            edits += edit
+    own = [PermissionCheck("bash", subject) for subject in bash_commands(command, commands)]
+    return external, own + edits

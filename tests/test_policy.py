@@ -46,3 +46,30 @@ def test_preapproval_only_when_no_call_could_be_refused(
 ) -> None:
     """A tool skips the per-call question only if every call of it would be allowed."""
     assert _policy(config, mode).always_allows(tool) is expected
+
+
+def test_bash_is_not_preapproved_where_an_edit_could_be_refused() -> None:
+    """S-SEC-9: a Bash redirection is an edit, so an edit rule keeps Bash asking per call."""
+    assert not _policy({"*": "allow", "edit": "deny"}).always_allows("Bash")
+    assert not _policy({"*": "allow", "edit": {"secret/*": "deny"}}).always_allows("Bash")
+    assert _policy({"*": "allow", "edit": "deny"}).always_allows("Read")
+
+
+def test_the_headless_hint_names_the_check_that_asked() -> None:
+    """With nobody to ask, the hint names the rule to add for the check that asked."""
+    decision = _policy({"*": "allow", "bash": "ask"}).authorize_headless(
+        "Bash", {"command": "make > build.log"}
+    )
+    assert decision.action == "deny"
+    assert 'bash = { "make > build.log" = "allow" }' in decision.reason
+
+
+def test_a_command_too_complex_to_check_is_denied() -> None:
+    """S-SEC-9: checking part of a line could miss a deny, so a line past the lexer's limits
+    is refused, saying why and what to do."""
+    decision = _policy({"*": "allow", "bash": {"rm *": "deny"}}).check(
+        "Bash", {"command": "$(" * 100 + "rm x" + ")" * 100}
+    )
+    assert decision.action == "deny"
+    assert "too complex" in decision.reason
+    assert "split it into smaller commands" in decision.reason

@@ -1,0 +1,805 @@
+"""What a Bash command line runs and writes, as far as a lexer can tell (S-POL-2, S-SEC-9).
+
+The permission engine checks ``bash`` rules against each simple command a
+line runs and ``edit`` rules against each file it writes. This module finds
+both without running or expanding anything:
+
+- :func:`split_commands` cuts a line into simple commands at ``;``, ``&``,
+  ``|``, newlines and subshells; ``$(...)``, backticks and ``<(...)`` hold
+  commands of their own. Each keeps its words as written and its redirections.
+- :func:`run_commands` adds, for each command, what it runs through a wrapper
+  (``sudo``, ``env``, ``timeout``, ``xargs``, ``sh -c``...; see
+  :data:`WRAPPERS`) and each of them spelled three ways: as written, without
+  needless quotes (``git "push"`` is ``git push``), and with the program's
+  base name (``/bin/rm``, ``\\rm`` and ``$'\\x72m'`` all name ``rm``).
+
+Invariants:
+
+- A command's text (:attr:`SimpleCommand.text`) is its words, then its
+  redirections, each ``[fd]operator target``: ``echo x>/etc/passwd`` is
+  ``echo x > /etc/passwd``. Every redirection target appears in it, as
+  opencode keeps redirections in the text its rules match.
+- Unwrapping only adds commands: the command as written is always among them,
+  so a caller that denies when any of them is denied cannot be talked out of a
+  deny by a wrapper or a spelling.
+- Nothing is expanded. Where a variable, substitution, glob, brace, alias,
+  function, ``eval "$X"`` or script decides what runs, the lexer sees only the
+  text; the sandbox, not this module, is the boundary.
+- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS` or :data:`MAX_NESTING`
+  it raises :class:`CommandTooComplexError` instead of seeing part of a line.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "MAX_COMMANDS",
+    "MAX_NESTING",
+    "MAX_TEXT",
+    "WRAPPERS",
+    "CommandTooComplexError",
+    "Redirect",
+    "SimpleCommand",
+    "Wrapper",
+    "bash_commands",
+    "program_name",
+    "run_commands",
+    "split_commands",
+    "unquote",
+    "word_value",
+]
+
+
+#: Substitutions and subshells nested deeper than this are refused.
+MAX_NESTING: Final = 64
+#: What :func:`run_commands` goes through for one line at most: characters of the line, and
+#: different commands and characters of their words, wrappers' inner commands included.
+MAX_TEXT: Final = 1 << 20
+MAX_COMMANDS: Final = 4096
+
+
+class CommandTooComplexError(ValueError):
+    """A command line nests or expands beyond what the lexer checks; the message says how far."""
+
+
+# --- words ---------------------------------------------------------------------------------
+
+_ANSI_C_ESCAPE: Final = re.compile(
+    r"\\(?:([abeEfnrtv\\'\"?])|([0-7]{1,3})|x([0-9A-Fa-f]{1,2})"
+    r"|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})|c(.))",
+    re.DOTALL,
+)
+_ANSI_C_SIMPLE: Final[Mapping[str, str]] = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+}
+# A word without any of these means what it says.
+_QUOTING: Final = re.compile(r"['\"\\$`<>]")
+# What may follow a "$" that expands: a name, a digit, a special parameter, "{" or "(".
+_EXPANDS: Final = re.compile(r"[A-Za-z0-9_{(@*#?$!-]")
+_VARIABLE: Final = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _ansi_c(match: re.Match[str]) -> str:
+    simple, octal, hex_byte, short, long, control = match.groups()
+    if simple is not None:
+        return _ANSI_C_SIMPLE.get(simple, simple)
+    if control is not None:
+        return chr(ord(control) & 0x1F)
+    number = octal or hex_byte or short or long
+    base = 8 if octal else 16
+    return chr(min(int(number, base), 0x10FFFF))
+
+
+def _value(word: str, variables: Mapping[str, str] | None, keep: bool) -> str | None:
+    if _QUOTING.search(word) is None:
+        return word
+    out: list[str] = []
+    index, quote = 0, ""
+    while index < len(word):
+        char = word[index]
+        if quote == "'":
+            if char == "'":
+                quote = ""
+            else:
+                out.append(char)
+            index += 1
+            continue
+        if quote == "$'":
+            escape = _ANSI_C_ESCAPE.match(word, index) if char == "\\" else None
+            if escape is not None:
+                out.append(_ansi_c(escape))
+                index = escape.end()
+                continue
+            if char == "'":
+                quote = ""
+            else:
+                out.append(char)
+            index += 1
+            continue
+        if char == "\\":
+            following = word[index + 1 : index + 2]
+            if following == "\n":  # line continuation
+                index += 2
+            elif quote == '"' and following not in ('"', "\\", "$", "`"):
+                out.append(char)
+                index += 1
+            else:
+                out.append(following)
+                index += 2
+            continue
+        if char == '"':
+            quote = "" if quote == '"' else '"'
+            index += 1
+            continue
+        if char == "'" and not quote:
+            quote = "'"
+            index += 1
+            continue
+        if char == "$" and not quote and word.startswith(("$'", '$"'), index):
+            quote = word[index : index + 2].replace('$"', '"')
+            index += 2
+            continue
+        expansion = _expansion_at(word, index, quote)
+        if expansion:
+            variable = _VARIABLE.match(word, index)
+            name = variable and (variable.group(1) or variable.group(2))
+            if variable and name and variables is not None and name in variables:
+                out.append(variables[name])
+                index = variable.end()
+                continue
+            if not keep:
+                return None
+            out.append(word[index : index + expansion])
+            index += expansion
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _expansion_at(word: str, index: int, quote: str) -> int:
+    """The length to copy for an expansion starting at ``index`` (0: none starts there)."""
+    char = word[index]
+    if char == "`" or (char == "$" and _EXPANDS.match(word, index + 1)):
+        return 1
+    if char in "<>" and not quote and word.startswith("(", index + 1):
+        return 2
+    return 0
+
+
+def word_value(word: str, variables: Mapping[str, str] | None = None) -> str | None:
+    """The value ``word`` has once its quoting is removed, or None when an expansion decides it.
+
+    ``'a b'"c"\\d`` is ``a bcd`` and ``$'\\x72m'`` is ``rm``. ``$NAME`` and
+    ``${NAME}`` take their value from ``variables`` when it has ``NAME``;
+    any other ``$``, a backtick or ``<(``/``>(`` makes the value unknown.
+    Globs, braces and ``~`` are left as they are.
+    """
+    return _value(word, variables, keep=False)
+
+
+def unquote(word: str) -> str:
+    """``word`` with its quoting removed, expansions kept as written: ``"rm $x"`` is ``rm $x``."""
+    value = _value(word, None, keep=True)
+    assert value is not None  # keep=True never gives up
+    return value
+
+
+def program_name(word: str) -> str:
+    """The program ``word`` names: unquoted, a path's base name; as written where expansions decide.
+
+    ``/usr/bin/rm``, ``./rm``, ``"rm"``, ``\\rm`` and ``$'\\x72m'`` all name
+    ``rm``. A base name is a guess at what runs (``./rm`` may be any
+    program); a caller matches it in addition to the text, never instead.
+    """
+    value = word_value(word)
+    if value is None:
+        return word
+    return posixpath.basename(value) or value
+
+
+# --- commands ------------------------------------------------------------------------------
+
+_DUPLICATION: Final = re.compile(r"[0-9]*-?")
+_WRITE_OPERATORS: Final[frozenset[str]] = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """One redirection as written: ``fd`` (``""``, ``"2"``, ``"{name}"``), operator, target."""
+
+    fd: str
+    operator: str
+    target: str
+
+    @property
+    def duplicates(self) -> bool:
+        """Whether it copies or closes a file descriptor (``2>&1``, ``>&-``), opening no file."""
+        return self.operator in (">&", "<&") and _DUPLICATION.fullmatch(self.target) is not None
+
+    @property
+    def writes(self) -> bool:
+        """Whether it opens ``target`` to write (``>``, ``>>``, ``>|``, ``&>``, ``<>``, ``>&f``)."""
+        if self.operator == ">&":
+            return not self.duplicates
+        return self.operator in _WRITE_OPERATORS
+
+    @property
+    def reads(self) -> bool:
+        """Whether it opens ``target`` for reading (``<``, ``<>``)."""
+        return self.operator in ("<", "<>")
+
+    @property
+    def text(self) -> str:
+        """``[fd]operator target``; a duplication has no space (``2>&1``)."""
+        if self.duplicates:
+            return f"{self.fd}{self.operator}{self.target}"
+        return f"{self.fd}{self.operator} {self.target}"
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleCommand:
+    """One simple command: its words as written, then its redirections."""
+
+    words: tuple[str, ...]
+    redirects: tuple[Redirect, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The words and redirections joined by one space: what ``bash`` rules match."""
+        return " ".join((*self.words, *(redirect.text for redirect in self.redirects)))
+
+    @property
+    def program(self) -> str | None:
+        """:func:`program_name` of the first word; None for a command of redirections only."""
+        return program_name(self.words[0]) if self.words else None
+
+    def written_files(self) -> tuple[str, ...]:
+        """Targets as written of the files it writes: redirections, and ``tee``'s arguments."""
+        targets = [redirect.target for redirect in self.redirects if redirect.writes]
+        if self.program == "tee":
+            targets += _operands(self.words[1:])
+        return tuple(targets)
+
+    def read_files(self) -> tuple[str, ...]:
+        """Targets as written of the files its redirections read (``< file``)."""
+        return tuple(redirect.target for redirect in self.redirects if redirect.reads)
+
+
+def _operands(words: Sequence[str]) -> list[str]:
+    """The words that are not options (``-a``), all of them after ``--``."""
+    operands: list[str] = []
+    options = True
+    for word in words:
+        value = unquote(word)
+        if options and value == "--":
+            options = False
+        elif not (options and value.startswith("-") and value != "-"):
+            operands.append(word)
+    return operands
+
+
+# --- splitting -----------------------------------------------------------------------------
+
+_ASSIGNMENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
+_NAMED_FD: Final = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+# Shell words that open or close a compound command, not command names.
+_KEYWORDS: Final[frozenset[str]] = frozenset(
+    {"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"}
+)
+
+
+# Runs of characters with no meaning to the splitter, copied in one step.
+_UNQUOTED_RUN: Final = re.compile(r"[^ \t\n;&|<>()'\"`$\\#]+")
+_DOUBLE_QUOTED_RUN: Final = re.compile(r'[^"\\$`]+')
+_SINGLE_QUOTED_RUN: Final = re.compile(r"[^']+")
+
+
+@dataclass
+class _Frame:
+    """One level of command text: the top, or the inside of ``$(...)``, backticks, ``(...)``."""
+
+    closer: str
+    # Where a substitution's text starts (its ``$``, backtick or ``<``); -1 for a subshell.
+    start: int = -1
+    quote: str = ""
+    word: list[str] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+    pending: tuple[str, str] | None = None  # fd and operator waiting for their target
+    heredoc_strip_tabs: bool = False
+
+
+class _Splitter:
+    """Splits a command line into simple commands, keeping words and redirections as written.
+
+    A substitution (``$(...)``, backticks, ``<(...)``) yields its commands on
+    their own and stays, as written, in the word that holds it. Here-document
+    bodies and comments are dropped.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.stack = [_Frame(closer="")]
+        self.commands: list[SimpleCommand] = []
+        self.heredocs: list[tuple[str, bool]] = []
+
+    def run(self) -> list[SimpleCommand]:
+        while self.pos < len(self.text):
+            self._step()
+        while self.stack:
+            self._close_frame()
+        return self.commands
+
+    def _peek(self, offset: int = 1) -> str:
+        index = self.pos + offset
+        return self.text[index] if index < len(self.text) else ""
+
+    def _end_word(self, frame: _Frame) -> None:
+        if not frame.word:
+            return
+        word = "".join(frame.word)
+        frame.word = []
+        if frame.pending is None:
+            frame.words.append(word)
+            return
+        fd, operator = frame.pending
+        frame.pending = None
+        frame.redirects.append(Redirect(fd, operator, word))
+        if operator in ("<<", "<<-"):
+            self.heredocs.append((unquote(word), operator == "<<-"))
+
+    def _end_command(self, frame: _Frame) -> None:
+        self._end_word(frame)
+        frame.pending = None  # an operator with no target is a syntax error: nothing opens
+        words = _strip_prefix(frame.words)
+        if words or frame.redirects:
+            self.commands.append(SimpleCommand(tuple(words), tuple(frame.redirects)))
+        frame.words, frame.redirects = [], []
+
+    def _open(self, frame: _Frame) -> None:
+        if len(self.stack) > MAX_NESTING:
+            raise CommandTooComplexError(
+                f"substitutions or subshells nest deeper than {MAX_NESTING} levels"
+            )
+        self.stack.append(frame)
+
+    def _close_frame(self) -> None:
+        frame = self.stack.pop()
+        self._end_command(frame)
+        if frame.start >= 0 and self.stack:
+            self.stack[-1].word.append(self.text[frame.start : self.pos + 1])
+
+    def _skip_heredocs(self) -> None:
+        for delimiter, strip_tabs in self.heredocs:
+            while self.pos < len(self.text):
+                end = self.text.find("\n", self.pos)
+                end = len(self.text) if end < 0 else end
+                line = self.text[self.pos : end]
+                self.pos = end + 1
+                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    break
+        self.heredocs = []
+
+    def _redirect(self, frame: _Frame) -> None:
+        # Digits (or {name}) written right before the operator are its file descriptor.
+        fd = ""
+        if frame.word:
+            pending = "".join(frame.word)
+            if pending.isdigit() or _NAMED_FD.fullmatch(pending):
+                fd, frame.word = pending, []
+        self._end_word(frame)
+        start = self.pos
+        while self._peek(0) in ("<", ">", "&", "|") and self.pos - start < 3:
+            self.pos += 1
+        operator = self.text[start : self.pos]
+        if operator == "<<" and self._peek(0) == "-":
+            operator = "<<-"
+            self.pos += 1
+        if operator in (">&", "<&") and (self._peek(0).isdigit() or self._peek(0) == "-"):
+            target_start = self.pos
+            while self._peek(0).isdigit():
+                self.pos += 1
+            if self._peek(0) == "-":
+                self.pos += 1
+            frame.redirects.append(Redirect(fd, operator, self.text[target_start : self.pos]))
+            return
+        frame.pending = (fd, operator)
+
+    def _copy_balanced(self, frame: _Frame, opener: str, closer: str) -> None:
+        """Copies text up to the matching ``closer`` into the current word (``$((1+2))``)."""
+        depth = 0
+        while self.pos < len(self.text):
+            char = self.text[self.pos]
+            frame.word.append(char)
+            self.pos += 1
+            if char == opener:
+                depth += 1
+            elif char == closer:
+                depth -= 1
+                if depth == 0:
+                    return
+
+    def _copy_run(self, frame: _Frame, run: re.Pattern[str]) -> bool:
+        """Copies the characters ``run`` matches at the cursor into the word, if any."""
+        match = run.match(self.text, self.pos)
+        if match is None:
+            return False
+        frame.word.append(match.group())
+        self.pos = match.end()
+        return True
+
+    def _step(self) -> None:
+        frame = self.stack[-1]
+        char = self.text[self.pos]
+        if frame.quote == "'" and self._copy_run(frame, _SINGLE_QUOTED_RUN):
+            return
+        if frame.quote in ("'", "$'"):
+            if frame.quote == "$'" and char == "\\":  # $'it\'s'
+                frame.word.append(self.text[self.pos : self.pos + 2])
+                self.pos += 2
+                return
+            frame.word.append(char)
+            if char == "'":
+                frame.quote = ""
+            self.pos += 1
+            return
+        if char == "\\":
+            if self._peek() == "\n":  # line continuation
+                self.pos += 2
+                return
+            frame.word.append(self.text[self.pos : self.pos + 2])
+            self.pos += 2
+            return
+        if self.text.startswith("$((", self.pos):
+            frame.word.append("$")
+            self.pos += 1
+            self._copy_balanced(frame, "(", ")")
+            return
+        if char == "$" and self._peek() == "(":
+            self._open(_Frame(closer=")", start=self.pos))
+            self.pos += 2
+            return
+        if char == "`":
+            if frame.closer == "`":
+                self._close_frame()
+            else:
+                self._open(_Frame(closer="`", start=self.pos))
+            self.pos += 1
+            return
+        if frame.quote == '"':
+            if self._copy_run(frame, _DOUBLE_QUOTED_RUN):
+                return
+            frame.word.append(char)
+            if char == '"':
+                frame.quote = ""
+            self.pos += 1
+            return
+        self._step_unquoted(frame, char)
+
+    def _step_unquoted(self, frame: _Frame, char: str) -> None:
+        if self._copy_run(frame, _UNQUOTED_RUN):
+            return
+        if char == "$" and self._peek() == "'":
+            frame.quote = "$'"
+            frame.word.append("$'")
+            self.pos += 2
+            return
+        if char in ("'", '"'):
+            frame.quote = char
+            frame.word.append(char)
+        elif char in ("<", ">") and self._peek() == "(":
+            # Process substitution: a command of its own, and a word (or target) of this one.
+            self._open(_Frame(closer=")", start=self.pos))
+            self.pos += 2
+            return
+        elif char in ("<", ">") or (char == "&" and self._peek() == ">"):
+            self._redirect(frame)
+            return
+        elif char == "(":
+            if frame.word and frame.word[-1].endswith("="):  # array: a=(1 2)
+                self._copy_balanced(frame, "(", ")")
+                return
+            self._end_command(frame)
+            self._open(_Frame(closer=")"))
+        elif char == ")":
+            if frame.closer == ")":
+                self._close_frame()
+            else:
+                self._end_command(frame)  # e.g. a case pattern "a)"
+        elif char == "#" and not frame.word:
+            end = self.text.find("\n", self.pos)
+            self.pos = len(self.text) if end < 0 else end
+            return
+        elif char in (" ", "\t"):
+            self._end_word(frame)
+        elif char in (";", "&", "|", "\n"):
+            self._end_command(frame)
+            if char == "\n" and self.heredocs:
+                self.pos += 1
+                self._skip_heredocs()
+                return
+        else:
+            frame.word.append(char)
+        self.pos += 1
+
+
+def _strip_prefix(words: list[str]) -> list[str]:
+    """``words`` without leading keywords (``then``, ``do``, ``{``) and variable assignments."""
+    start = 0
+    while start < len(words) and (words[start] in _KEYWORDS or _ASSIGNMENT.match(words[start])):
+        start += 1
+    return words[start:]
+
+
+def split_commands(text: str) -> list[SimpleCommand]:
+    """The simple commands of ``text`` in the order they end (a substitution first).
+
+    Leading keywords (``then``, ``do``, ``{``) and variable assignments are
+    left out, as opencode leaves ``CI=true`` out of ``CI=true make``. A
+    command of redirections only (``> file``, or those of ``{ ...; } > file``)
+    is kept: it opens files.
+    """
+    return _Splitter(text).run()
+
+
+# --- wrappers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """How a program that runs another command takes its options (``sudo -u bob rm x``)."""
+
+    #: Options followed by a value in the next word (``-u bob``).
+    value_options: frozenset[str] = frozenset()
+    #: Words between the options and the command (``timeout``'s duration).
+    operands: int = 0
+    #: Whether ``NAME=value`` words may come before the command (``env``, ``sudo``).
+    assignments: bool = False
+    #: Options whose value is a command line (``env -S 'rm x'``).
+    script_options: frozenset[str] = frozenset()
+    #: Options with which it runs nothing (``command -v rm``).
+    query_options: frozenset[str] = frozenset()
+    #: A shell: ``-c`` (alone or in a cluster such as ``-lc``) makes its first operand a script.
+    shell: bool = False
+    #: It joins its arguments into a command line and runs that (``eval``, ``watch``).
+    joins: bool = False
+
+
+def _options(names: str) -> frozenset[str]:
+    return frozenset(names.split())
+
+
+_SHELL: Final = Wrapper(value_options=_options("-o +o -O +O --rcfile --init-file"), shell=True)
+
+#: The programs seen through, by program name: each runs the command after its options.
+WRAPPERS: Final[Mapping[str, Wrapper]] = {
+    "command": Wrapper(query_options=_options("-v -V")),
+    "builtin": Wrapper(),
+    "exec": Wrapper(value_options=_options("-a")),
+    "env": Wrapper(
+        value_options=_options("-u --unset -C --chdir"),
+        assignments=True,
+        script_options=_options("-S --split-string"),
+    ),
+    "nice": Wrapper(value_options=_options("-n --adjustment")),
+    "nohup": Wrapper(),
+    "setsid": Wrapper(),
+    "timeout": Wrapper(value_options=_options("-s --signal -k --kill-after"), operands=1),
+    "time": Wrapper(value_options=_options("-f --format -o --output")),
+    "stdbuf": Wrapper(value_options=_options("-i -o -e --input --output --error")),
+    "ionice": Wrapper(value_options=_options("-c --class -n --classdata -p --pid -P --pgid")),
+    "xargs": Wrapper(
+        value_options=_options(
+            "-I -n -P -L -d -E -s -a --max-args --max-procs --max-lines --delimiter --eof"
+            " --arg-file --replace --process-slot-var"
+        )
+    ),
+    "sudo": Wrapper(
+        value_options=_options(
+            "-u --user -g --group -h --host -p --prompt -C --close-from -D --chdir -r --role"
+            " -t --type -U --other-user -T --command-timeout"
+        ),
+        assignments=True,
+        query_options=_options("-l --list -v --validate -k -K -V"),
+    ),
+    "doas": Wrapper(value_options=_options("-u -C")),
+    "busybox": Wrapper(),
+    "watch": Wrapper(
+        value_options=_options("-n --interval -d --differences -q --equexit"), joins=True
+    ),
+    "eval": Wrapper(joins=True),
+    **{name: _SHELL for name in ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")},
+}
+_FIND_EXEC: Final[frozenset[str]] = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+# A word that means the same with or without quotes.
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_./:@%+=,-]+")
+
+
+def _script_value(value: str, wrapper: Wrapper) -> str | None:
+    """The command line attached to a script option (``-S'rm x'``, ``--split-string=x``), if any."""
+    for name in wrapper.script_options:
+        if name.startswith("--") and value.startswith(name + "="):
+            return value[len(name) + 1 :]
+        if not name.startswith("--") and value.startswith(name) and value != name:
+            return value[len(name) :]
+    return None
+
+
+class _LazyValues:
+    """The unquoted words, each computed when first read: a wrapper reads only its options."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        self.cache: dict[int, str] = {}
+
+    def __getitem__(self, index: int) -> str:
+        if index not in self.cache:
+            self.cache[index] = unquote(self.words[index])
+        return self.cache[index]
+
+
+def _wrapped(wrapper: Wrapper, words: tuple[str, ...]) -> tuple[str, ...] | str | None:
+    """What ``words`` (a wrapper and its arguments) runs: words, a command line, or None."""
+    values = _LazyValues(words)
+    index, shell_script = 1, False
+    while index < len(words):
+        value = values[index]
+        if value == "--":
+            index += 1
+            break
+        if wrapper.assignments and _ASSIGNMENT.match(value):
+            index += 1
+            continue
+        is_option = (value.startswith("-") and len(value) > 1) or (
+            wrapper.shell and value.startswith("+") and len(value) > 1
+        )
+        if not is_option:
+            if value == "-" and wrapper.assignments:  # env -: an empty environment
+                index += 1
+                continue
+            break
+        if value in wrapper.query_options:
+            return None
+        if value in wrapper.script_options:
+            return values[index + 1] if index + 1 < len(words) else None
+        attached = _script_value(value, wrapper)
+        if attached is not None:
+            return attached
+        if wrapper.shell and not value.startswith("--") and "c" in value[1:]:
+            shell_script = True
+        index += 2 if value in wrapper.value_options else 1
+    while wrapper.assignments and index < len(words) and _ASSIGNMENT.match(values[index]):
+        index += 1
+    if wrapper.shell:
+        return values[index] if shell_script and index < len(words) else None
+    index += wrapper.operands
+    if index >= len(words):
+        return None
+    if wrapper.joins:
+        return " ".join(unquote(word) for word in words[index:])
+    return words[index:]
+
+
+def _find_exec(words: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The commands ``find``'s ``-exec``, ``-execdir``, ``-ok`` and ``-okdir`` run."""
+    found: list[tuple[str, ...]] = []
+    index = 1
+    while index < len(words):
+        if unquote(words[index]) not in _FIND_EXEC:
+            index += 1
+            continue
+        end = index + 1
+        while end < len(words) and unquote(words[end]) not in (";", "+"):
+            end += 1
+        if end > index + 1:
+            found.append(words[index + 1 : end])
+        index = end + 1
+    return found
+
+
+def _plain(word: str) -> str:
+    """``word`` without quotes it does not need (``"push"`` is ``push``), else as written."""
+    value = unquote(word)
+    return value if _PLAIN.fullmatch(value) else word
+
+
+def _spellings(command: SimpleCommand) -> list[SimpleCommand]:
+    """``command`` as written, without needless quotes, and with its program's base name."""
+    if not command.words:
+        return [command]
+    plain = tuple(_plain(word) for word in command.words)
+    program = program_name(command.words[0])
+    spellings = (command.words, plain, (program, *plain[1:]))
+    return [SimpleCommand(words, command.redirects) for words in dict.fromkeys(spellings)]
+
+
+def _runs(command: SimpleCommand) -> list[SimpleCommand | str]:
+    """What ``command`` runs in turn: commands (keeping its redirections) or command lines."""
+    program = command.program
+    if program == "find":
+        return [SimpleCommand(words, command.redirects) for words in _find_exec(command.words)]
+    wrapper = WRAPPERS.get(program or "")
+    if wrapper is None:
+        return []
+    inner = _wrapped(wrapper, command.words)
+    if inner is None:
+        return []
+    if isinstance(inner, str):
+        return [inner]
+    return [SimpleCommand(inner, command.redirects)]
+
+
+def run_commands(text: str) -> tuple[SimpleCommand, ...]:
+    """Every command ``text`` runs as far as a lexer can see, in order, without repeats.
+
+    Each simple command comes as written, then without needless quotes, then
+    with its program's base name, then whatever it runs through a wrapper
+    (:data:`WRAPPERS`, ``find -exec``), each spelled the same ways:
+    ``sudo env FOO=1 nice -n 5 /bin/rm -rf x`` ends with ``rm -rf x``. A
+    wrapper's inner commands keep the wrapper's redirections; a command line
+    handed to a shell (``sh -c 'rm x'``), ``eval``, ``watch`` or ``env -S`` is
+    split in turn. Every step shortens the text, so this ends on any input.
+    A line longer than :data:`MAX_TEXT`, running more than
+    :data:`MAX_COMMANDS` different commands or :data:`MAX_TEXT` characters
+    of them, or nesting more than :data:`MAX_NESTING` levels raises
+    :class:`CommandTooComplexError` rather than have part of it checked.
+    """
+    if len(text) > MAX_TEXT:
+        raise CommandTooComplexError(f"it is longer than {MAX_TEXT} characters")
+    found: dict[SimpleCommand, None] = {}
+    seen: set[SimpleCommand] = set()
+    pending: list[SimpleCommand | str] = [text]
+    size = 0
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            pending.extend(reversed(split_commands(item)))
+            continue
+        if item in seen:
+            continue
+        seen.add(item)
+        # Each wrapper layer repeats the words of the next: bound the total, not each.
+        size += sum(map(len, item.words))
+        if len(seen) > MAX_COMMANDS or size > MAX_TEXT:
+            raise CommandTooComplexError(
+                f"it runs more than {MAX_COMMANDS} different commands or {MAX_TEXT} characters "
+                "of them, counting each command a wrapper runs"
+            )
+        for spelling in _spellings(item):
+            found.setdefault(spelling)
+        pending.extend(reversed(_runs(item)))
+    return tuple(found)
+
+
+def bash_commands(text: str, commands: Sequence[SimpleCommand] | None = None) -> tuple[str, ...]:
+    """The subjects ``bash`` rules are matched against for ``text``, as opencode's patterns.
+
+    One per command of :func:`run_commands`, its :attr:`SimpleCommand.text`:
+    ``git status && rm -rf build`` gives ``git status`` and ``rm -rf build``,
+    so ``"git *": "allow"`` cannot let the ``rm`` through; ``sudo /bin/rm x``
+    gives ``sudo /bin/rm x``, ``/bin/rm x`` and ``rm x``; ``echo x > out``
+    keeps its redirection. ``cd`` commands are left out (only their directory
+    is checked). A line that yields nothing else is matched as written.
+    ``commands``, when given, is ``run_commands(text)`` already computed.
+    """
+    if commands is None:
+        commands = run_commands(text)
+    subjects = [command.text for command in commands if command.program != "cd"]
+    if not subjects:
+        return (text.strip(),)
+    return tuple(dict.fromkeys(subjects))
