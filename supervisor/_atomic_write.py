@@ -52,14 +52,22 @@ _renameat2 = _load_renameat2()
 _RENAME_INSTEAD = {errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
     """Set ``path``'s content to ``text``; a concurrent reader sees the old file or the new.
 
     Leaves ``.<name>.partial`` beside ``path``, holding the previous content,
-    for the next rewrite to reuse.
+    for the next rewrite to reuse. ``mode``: the file's permission bits (for
+    example 0o600), set before the content is written; default: as created.
     """
     scratch = path.with_name(f".{path.name}.partial")
-    scratch.write_text(text, encoding="utf-8")
+    if mode is None:
+        scratch.write_text(text, encoding="utf-8")
+    else:
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        with open(fd, "w", encoding="utf-8") as file:
+            # The scratch file may be an older inode with other bits.
+            os.fchmod(fd, mode)
+            file.write(text)
     if _renameat2 is not None:
         source, target = os.fsencode(scratch), os.fsencode(path)
         if _renameat2(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE) == 0:

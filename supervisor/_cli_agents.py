@@ -12,13 +12,15 @@ from rich.table import Table
 from ._cli_run import wide_console
 from ._config_files import load_settings
 from ._profile_catalog import ProfileCatalog
+from ._project_trust import TrustGate
 
 __all__ = ["agents_command"]
 
 
 def agents_command(project_dir: Path, as_json: bool) -> int:
     """List the profiles of ``project_dir`` (S-PROF-3); exit 1 when a profile failed to load."""
-    settings = load_settings(project_dir)
+    # Lists profiles and starts nothing: untrusted servers and providers are left out.
+    settings = load_settings(project_dir, trust=TrustGate("leave-out"))
     catalog = ProfileCatalog.discover(
         project_dir, home=settings.home, plugin_dirs=settings.plugin_dirs
     )

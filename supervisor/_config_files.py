@@ -1,50 +1,160 @@
-"""Reading settings from ``$SUBVISOR_HOME/config.toml`` and the project's ``subvisor.toml``.
+"""Reading settings from ``$SUBVISOR_HOME/config.toml`` and the project's files.
 
 Later wins: defaults < user config < project config < command-line flags.
-Only keys subvisor knows are accepted; a typo is an error naming the file.
+Only keys subvisor knows are accepted; a typo, a file that is not UTF-8
+TOML (or JSON for ``.mcp.json``), or a wrong shape is an error naming the
+file and what to fix.
 
-A project's ``subvisor.toml`` comes with the repository, so it may not lift
-the limits that protect the user from that repository (S-SBX-3, like a
-project profile's ``permissionMode``): bypassing permissions, ``full``
-sandboxes, network access, running unsandboxed where Landlock is missing.
+A project's ``subvisor.toml`` and ``.mcp.json`` come with the repository (or
+from a subagent that wrote them), so they may not lift what protects the
+user from that repository:
+
+- the sandbox and permission protections (S-SBX-3, like a project
+  profile's ``permissionMode``): bypassing permissions, ``full`` sandboxes,
+  network access, running unsandboxed where Landlock is missing;
+- numeric caps (S-SEC-3): a project value above the one otherwise in force
+  (user config or default) is refused, and ``home`` cannot come from it;
+- MCP servers and provider endpoints or keys (S-SEC-3) take effect only
+  once the user trusted the file's exact content (``_project_trust``).
+  This module is the one reader of project files and applies the trust
+  gate itself, so no command can skip it.
+
 Those belong in the user's config or on the command line.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from ._errors import SubvisorError
-from ._mcp import load_mcp_json
+from protocol import ResourceLimits
+
+from ._errors import ConfigError, validation_problems
+from ._mcp import McpServerConfig, parse_mcp_json
 from ._paths import subvisor_home
 from ._permissions import PermissionConfigError, parse_permission_mode
+from ._project_trust import (
+    TrustGate,
+    TrustRequest,
+    mcp_json_trust_request,
+    toml_trust_request,
+    without_trust_needing,
+)
 from ._settings import SubvisorSettings
+from ._trust_store import TrustStore
 
-__all__ = ["ConfigError", "load_settings"]
+__all__ = [
+    "MCP_JSON",
+    "PROJECT_CONFIG",
+    "USER_CONFIG",
+    "ConfigError",
+    "load_settings",
+    "project_trust_requests",
+    "read_config_bytes",
+]
 
 PROJECT_CONFIG = "subvisor.toml"
 USER_CONFIG = "config.toml"
+MCP_JSON = ".mcp.json"
+#: Config files are small text; anything bigger is the wrong file.
+_MAX_CONFIG_BYTES = 1 << 20
+
+#: Numeric caps a project file may lower but never raise (S-SEC-3), as key paths.
+_CAPS: tuple[tuple[str, ...], ...] = (
+    ("max_concurrent_subagents",),
+    ("max_subagents_per_session",),
+    ("max_turns",),
+    ("root_max_turns",),
+    ("subagent_depth",),
+    *(("subagent_limits", name) for name in ResourceLimits.model_fields),
+    ("gateway", "max_concurrency"),
+    ("gateway", "max_retries"),
+    ("gateway", "backoff_max_s"),
+    ("gateway", "retry_after_max_s"),
+)
+#: Caps that `subvisor run` also takes as flags.
+_CAP_FLAGS = {
+    ("max_concurrent_subagents",): "--max-concurrent-subagents",
+    ("max_subagents_per_session",): "--max-subagents-per-session",
+}
 
 
-class ConfigError(SubvisorError):
-    """A config file could not be read or has wrong keys or values."""
+@dataclass(frozen=True, slots=True)
+class _File:
+    """A config file as read: its exact bytes and what they parse to."""
+
+    path: Path
+    content: bytes
+    data: dict[str, Any]
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_config_bytes(path: Path) -> bytes | None:
+    """The exact content of the config file ``path``, or None if there is none.
+
+    Raises ``ConfigError`` for what no config file is: a FIFO, a directory,
+    over 1 MiB, unreadable.
+    """
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
+        # Non-blocking, so a FIFO planted under the name cannot hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path} is not a regular file; remove it or replace it with one")
+    with open(fd, "rb") as file:
+        content = file.read(_MAX_CONFIG_BYTES + 1)
+    if len(content) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is over 1 MiB, too big for a config file; check what it is")
+    return content
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _decode(path: Path, content: bytes, language: str) -> str:
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {content[exc.start]:#04x} at offset {exc.start}):"
+            f" it must be {language}; fix it or remove it"
+        ) from None
+
+
+def _read_toml(path: Path) -> _File | None:
+    content = read_config_bytes(path)
+    if content is None:
+        return None
+    text = _decode(path, content, "TOML")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or remove it") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to be a config file; fix it") from None
+    return _File(path, content, data)
+
+
+def _read_mcp_json(path: Path) -> tuple[_File, dict[str, McpServerConfig]] | None:
+    content = read_config_bytes(path)
+    if content is None:
+        return None
+    try:
+        servers = parse_mcp_json(path, _decode(path, content, "JSON"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return _File(path, content, {}), servers
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -58,7 +168,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 _FLAG_ONLY_SANDBOX_KEYS = ("force_mode", "force_network")
 
 
-def _loosened_by_project(project: dict[str, Any]) -> list[str]:
+def _loosened_by_project(project: Mapping[str, Any]) -> list[str]:
     """What the project config sets that only the user may (see the module doc)."""
     found: list[str] = []
     mode = project.get("permission_mode")
@@ -76,7 +186,11 @@ def _loosened_by_project(project: dict[str, Any]) -> list[str]:
     return found
 
 
-def _check_config_file(path: Path, data: dict[str, Any], *, project: bool) -> None:
+def _user_config() -> Path:
+    return subvisor_home() / USER_CONFIG
+
+
+def _check_config_file(path: Path, data: Mapping[str, Any], *, project: bool) -> None:
     sandbox = data.get("sandbox")
     if isinstance(sandbox, dict):
         for key in _FLAG_ONLY_SANDBOX_KEYS:
@@ -86,42 +200,160 @@ def _check_config_file(path: Path, data: dict[str, Any], *, project: bool) -> No
                     f"{path}: sandbox.{key} is set by `subvisor run {flag}` only;"
                     f" use sandbox.{key.removeprefix('force_')} in a config file"
                 )
-    if project:
-        loosened = _loosened_by_project(data)
-        if loosened:
-            raise ConfigError(
-                f"{path} sets {', '.join(loosened)}: a project's config comes with the"
-                " repository and may not lift the user's protections (S-SBX-3); put it in"
-                f" {subvisor_home() / USER_CONFIG} or pass the flag to `subvisor run`"
-            )
+    if "mcp_servers" in data and not isinstance(data["mcp_servers"], dict):
+        raise ConfigError(
+            f"{path}: mcp_servers must be a table of servers ([mcp_servers.NAME] with"
+            " command or url)"
+        )
+    if not project:
+        return
+    loosened = _loosened_by_project(data)
+    if loosened:
+        raise ConfigError(
+            f"{path} sets {', '.join(loosened)}: a project's config comes with the"
+            " repository and may not lift the user's protections (S-SBX-3); put it in"
+            f" {_user_config()} or pass the flag to `subvisor run`"
+        )
+    if "home" in data:
+        raise ConfigError(
+            f"{path} sets home: subvisor's home cannot come from a project's config (S-SEC-3);"
+            f" set SUBVISOR_HOME or home in {_user_config()}"
+        )
 
 
-def load_settings(project_dir: Path, **overrides: Any) -> SubvisorSettings:
-    """Settings for a run in ``project_dir``: config files, then ``overrides`` (not None)."""
-    home = subvisor_home()
-    data: dict[str, Any] = {"home": home}
-    sources = [home / USER_CONFIG, project_dir / PROJECT_CONFIG]
-    for path, project in zip(sources, (False, True), strict=True):
-        read = _read(path)
-        _check_config_file(path, read, project=project)
-        data = _merge(data, read)
+def _lookup(data: Any, key: tuple[str, ...]) -> Any:
+    for part in key:
+        data = data.get(part) if isinstance(data, Mapping) else getattr(data, part, None)
+    return data
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_project_caps(path: Path, project: Mapping[str, Any], in_force: Any) -> None:
+    """Refuse a project value above the cap otherwise in force (S-SEC-3)."""
+    for key in _CAPS:
+        value = _lookup(project, key)
+        limit = _lookup(in_force, key)
+        # A wrong type is left to validation; a limit of None means no cap.
+        if not _is_number(value) or not _is_number(limit) or value <= limit:
+            continue
+        where = str(_user_config())
+        if key in _CAP_FLAGS:
+            where += f" or pass {_CAP_FLAGS[key]}"
+        name = ".".join(key)
+        raise ConfigError(
+            f"{path} sets {name} = {value}, above the {limit} in force: a project's config"
+            f" may only tighten limits (S-SEC-3); to raise it, set it in {where}"
+        )
+
+
+def _defaults(home: Path) -> dict[str, Any]:
+    # A partial [subagent_limits] table amends the default caps; it does not drop them.
+    limits = SubvisorSettings.model_fields["subagent_limits"].default
+    return {"home": home, "subagent_limits": limits.model_dump()}
+
+
+def _in_force(base: dict[str, Any], home: Path) -> SubvisorSettings:
+    """Settings from the defaults and the user's config, to compare project caps with."""
     try:
-        from_mcp_json = load_mcp_json(project_dir)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    configured = data.get("mcp_servers", {})
+        return SubvisorSettings.model_validate(base)
+    except ValidationError:
+        # Reported, naming the file, when the merged settings are validated.
+        return SubvisorSettings(home=home)
+
+
+@dataclass(frozen=True, slots=True)
+class _Project:
+    """A project's config files as read, and what in them waits for trust."""
+
+    toml: _File | None
+    mcp_json: _File | None
+    mcp_json_servers: dict[str, McpServerConfig]
+    requests: tuple[TrustRequest, ...]
+
+
+def _read_project(project_dir: Path, user: Mapping[str, Any], in_force: Any) -> _Project:
+    """Read and check the project's files; ``in_force``: the caps before them."""
+    toml = _read_toml(project_dir / PROJECT_CONFIG)
+    if toml is not None:
+        _check_config_file(toml.path, toml.data, project=True)
+        _check_project_caps(toml.path, toml.data, in_force)
+    read_json = _read_mcp_json(project_dir / MCP_JSON)
+    mcp_json, servers = read_json if read_json is not None else (None, {})
+    requests = []
+    if toml is not None:
+        requests.append(toml_trust_request(toml.path, toml.content, toml.data, user))
+    if mcp_json is not None:
+        requests.append(mcp_json_trust_request(mcp_json.path, mcp_json.content, servers))
+    return _Project(toml, mcp_json, servers, tuple(r for r in requests if r is not None))
+
+
+def project_trust_requests(project_dir: Path) -> tuple[TrustRequest, ...]:
+    """What in ``project_dir``'s ``subvisor.toml`` and ``.mcp.json`` waits for trust."""
+    home = subvisor_home()
+    user = _read_toml(home / USER_CONFIG)
+    user_data = user.data if user is not None else {}
+    in_force = _in_force(_merge(_defaults(home), user_data), home)
+    return _read_project(project_dir, user_data, in_force).requests
+
+
+def load_settings(
+    project_dir: Path, *, trust: TrustGate | None = None, **overrides: Any
+) -> SubvisorSettings:
+    """Settings for a run in ``project_dir``: config files, then ``overrides`` (not None).
+
+    ``trust``: what to do with project files the user has not trusted
+    (default: refuse with ``UntrustedProjectError``, asking no one).
+    """
+    home = subvisor_home()
+    user_path = home / USER_CONFIG
+    user = _read_toml(user_path)
+    user_data = user.data if user is not None else {}
+    _check_config_file(user_path, user_data, project=False)
+    base = _merge(_defaults(home), user_data)
+    project = _read_project(project_dir, user_data, _in_force(base, home))
+    settings = partial(_assemble, base, project, overrides=overrides, project_dir=project_dir)
+    # Validated whole before anyone is asked: nobody is asked to trust a file refused anyway.
+    everything = settings(admitted=None)
+    admitted = (trust or TrustGate()).admit(project.requests, TrustStore(home))
+    if all(request.path in admitted for request in project.requests):
+        return everything
+    return settings(admitted=admitted)
+
+
+def _assemble(
+    base: dict[str, Any],
+    project: _Project,
+    *,
+    admitted: frozenset[Path] | None,
+    overrides: Mapping[str, Any],
+    project_dir: Path,
+) -> SubvisorSettings:
+    """``base``, the project's files and ``overrides``, validated; ``admitted``: None for all."""
+    project_data: dict[str, Any] = {}
+    if project.toml is not None:
+        project_data = project.toml.data
+        if admitted is not None and project.toml.path.absolute() not in admitted:
+            project_data = without_trust_needing(project_data)
+    data = _merge(base, project_data)
+    from_mcp_json: dict[str, McpServerConfig] = {}
+    if project.mcp_json is not None and (
+        admitted is None or project.mcp_json.path.absolute() in admitted
+    ):
+        from_mcp_json = project.mcp_json_servers
     data["mcp_servers"] = {
         **{name: cfg.model_dump() for name, cfg in from_mcp_json.items()},
-        **(configured if isinstance(configured, dict) else {}),
+        **data.get("mcp_servers", {}),
     }
     data = _merge(data, {key: value for key, value in overrides.items() if value is not None})
     try:
         return SubvisorSettings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        places = [str(p) for p in sources]
+        places = [str(subvisor_home() / USER_CONFIG), str(project_dir / PROJECT_CONFIG)]
         if any(value is not None for value in overrides.values()):
             places.insert(0, "the command-line flags")
-        raise ConfigError(f"invalid settings ({problems}); check {' or '.join(places)}") from None
+        raise ConfigError(
+            f"invalid settings ({validation_problems(exc)}); check {' or '.join(places)}"
+        ) from None

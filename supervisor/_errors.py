@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from ._exit import WorkerExit
 
 __all__ = [
+    "ConfigError",
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
@@ -16,11 +19,16 @@ __all__ = [
     "WorkerExitedError",
     "WorkerRequestError",
     "find_exception",
+    "validation_problems",
 ]
 
 
 class SubvisorError(Exception):
     """Base class of every error subvisor raises on purpose."""
+
+
+class ConfigError(SubvisorError):
+    """A config file could not be read, has wrong keys or values, or is not trusted."""
 
 
 class SpawnError(SubvisorError):
@@ -67,3 +75,11 @@ def find_exception(exc: BaseException, kind: type[BaseException]) -> BaseExcepti
             if found is not None:
                 return found
     return None
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic error on one line: ``key.path: message; ...``."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'value'}: {error['msg']}"
+        for error in exc.errors()
+    )

@@ -21,18 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
+
+from ._errors import validation_problems
 
 __all__ = [
     "McpHub",
     "McpHubTool",
     "McpServerConfig",
     "McpToolResult",
-    "load_mcp_json",
     "mcp_tool_name",
+    "parse_mcp_json",
     "split_mcp_tool_name",
 ]
 
@@ -77,26 +79,49 @@ class McpServerConfig(BaseModel):
         return self
 
 
-def load_mcp_json(project_dir: Path) -> dict[str, McpServerConfig]:
-    """Servers of a Claude Code ``.mcp.json`` in ``project_dir`` (none if absent)."""
-    path = project_dir / ".mcp.json"
+def parse_mcp_json(path: Path, text: str) -> dict[str, McpServerConfig]:
+    """Servers of a Claude Code ``.mcp.json`` whose content is ``text``.
+
+    Raises ``ValueError``, on one line naming ``path``, when it is not JSON
+    or not shaped ``{"mcpServers": {NAME: {"command": ..., "args": [...]}}}``.
+    """
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from exc
-    servers = document.get("mcpServers", {}) if isinstance(document, dict) else {}
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); fix it or remove it") from None
+    if not isinstance(document, dict):
+        raise ValueError(
+            f'{path}: expected an object such as {{"mcpServers": {{...}}}},'
+            f" not {_json_kind(document)}"
+        )
+    servers = document.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise ValueError(
+            f'{path}: "mcpServers" must be an object of named servers'
+            f' ({{"NAME": {{"command": ...}}}}), not {_json_kind(servers)}'
+        )
     configs: dict[str, McpServerConfig] = {}
     for name, raw in servers.items():
         if not isinstance(raw, dict):
-            raise ValueError(f"{path}: mcpServers.{name} must be an object")
+            raise ValueError(
+                f"{path}: mcpServers.{name} must be an object with command or url,"
+                f" not {_json_kind(raw)}"
+            )
         fields = {k: v for k, v in raw.items() if k in ("command", "args", "env", "url")}
         try:
             configs[name] = McpServerConfig.model_validate(fields)
-        except ValueError as exc:
-            raise ValueError(f"{path}: mcpServers.{name}: {exc}") from exc
+        except ValidationError as exc:
+            raise ValueError(
+                f"{path}: mcpServers.{name}: {validation_problems(exc)}; fix it or remove it"
+            ) from None
     return configs
+
+
+def _json_kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
 
 
 @dataclass(frozen=True, slots=True)

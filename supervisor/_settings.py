@@ -52,8 +52,8 @@ class SubvisorSettings(BaseModel):
     permission_mode: str = "default"
     #: Directories of Claude Code plugins whose agents to load (S-PROF-3).
     plugin_dirs: tuple[Path, ...] = ()
-    #: MCP servers the supervisor connects at startup (S-MCP-1); a project's
-    #: ``.mcp.json`` adds to them.
+    #: MCP servers the supervisor connects at startup (S-MCP-1), as given;
+    #: ``load_settings`` adds a project's ``.mcp.json`` once trusted (S-SEC-3).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     #: Subagent sandboxes (S-SBX-1): defaults, CLI overrides, and what to do
     #: where the kernel cannot enforce them.

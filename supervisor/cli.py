@@ -37,7 +37,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, *, demo: bool) -> int:
     from ._cli_run import RunRequest, demo_scenario_path, run_command
+    from ._cli_trust import trust_gate
     from ._config_files import load_settings
+    from ._project_trust import TrustGate
 
     cwd = Path(args.cwd).resolve()
     # S-SBX-1: the command line's sandbox overrides every profile and the config.
@@ -48,6 +50,8 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
     }
     settings = load_settings(
         cwd,
+        # The demo's scripted model needs none of the project's servers or providers.
+        trust=TrustGate("leave-out") if demo else trust_gate(args.trust_project),
         sandbox=forced or None,
         max_concurrent_subagents=args.max_concurrent_subagents,
         max_subagents_per_session=args.max_subagents_per_session,
@@ -131,7 +135,24 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help="subagents one session may launch; further launches fail (default 200)",
         )
+        if name == "run":
+            _add_trust_project(sub)
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
+
+    trust = commands.add_parser(
+        "trust",
+        help="review a project's MCP servers and provider settings, and trust that content",
+    )
+    trust.add_argument(
+        "path",
+        nargs="?",
+        default=".",
+        help="the project directory, or its subvisor.toml or .mcp.json (default: .)",
+    )
+    trust_action = trust.add_mutually_exclusive_group()
+    trust_action.add_argument("--list", action="store_true", help="list the trusted files")
+    trust_action.add_argument("--revoke", action="store_true", help="forget the trust of PATH")
+    trust.set_defaults(handler=_trust)
 
     stress = commands.add_parser("stress", help="delegate many scripted subagents, with faults")
     stress.add_argument("--agents", type=int, default=100, help="subagents the root launches")
@@ -217,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flow_run.add_argument("--json", action="store_true", help="print a JSON report on stdout")
     flow_run.add_argument("--cwd", default=".", help="working directory of the actors")
+    _add_trust_project(flow_run)
     flow_run.set_defaults(handler=_workflow_run)
     flow_show = flow_commands.add_parser("show", help="a run's actors and asks (or recent runs)")
     flow_show.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
@@ -225,7 +247,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_trust_project(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trust-project",
+        action="store_true",
+        help="trust the project's .mcp.json and subvisor.toml servers and providers for this "
+        "run only, without asking (for CI; see `subvisor trust`)",
+    )
+
+
+def _trust(args: argparse.Namespace) -> int:
+    from ._cli_trust import trust_command
+
+    return trust_command(Path(args.path), list_trusted=args.list, revoke=args.revoke)
+
+
 def _workflow_run(args: argparse.Namespace) -> int:
+    from ._cli_trust import trust_gate
     from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
     from ._config_files import load_settings
     from .workflow import WorkflowError
@@ -240,7 +278,7 @@ def _workflow_run(args: argparse.Namespace) -> int:
         WorkflowRunRequest(
             script=Path(args.script),
             cwd=cwd,
-            settings=load_settings(cwd),
+            settings=load_settings(cwd, trust=trust_gate(args.trust_project)),
             inputs=inputs,
             amend=args.amend,
             model=args.model,
@@ -252,8 +290,10 @@ def _workflow_run(args: argparse.Namespace) -> int:
 def _workflow_show(args: argparse.Namespace) -> int:
     from ._cli_workflow import workflow_show_command
     from ._config_files import load_settings
+    from ._project_trust import TrustGate
 
-    return workflow_show_command(args.run_id, args.json, load_settings(Path.cwd()).home)
+    settings = load_settings(Path.cwd(), trust=TrustGate("leave-out"))
+    return workflow_show_command(args.run_id, args.json, settings.home)
 
 
 def _stress(args: argparse.Namespace) -> int:
@@ -349,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             refuse_inside_worker_tree()
         code: int = args.handler(args)
     except (ConfigError, NestedSupervisorError) as exc:
-        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
+        # One line, however narrow the terminal.
+        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
         return 2
     return code
 

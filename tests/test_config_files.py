@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import stat
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from supervisor._config_files import ConfigError, load_settings
+from supervisor._cli_trust import trust_command
+from supervisor._config_files import ConfigError, load_settings, project_trust_requests
+from supervisor._project_trust import TrustGate, TrustRequest, UntrustedProjectError
 
 
 def test_project_config_overrides_user_config(
@@ -16,15 +24,16 @@ def test_project_config_overrides_user_config(
     home.mkdir()
     project.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
-    (home / "config.toml").write_text('model = "openai:gpt-4o-mini"\nmax_turns = 6\n')
+    (home / "config.toml").write_text('model = "openai:gpt-4o-mini"\nmax_turns = 9\n')
     (project / "subvisor.toml").write_text(
-        'max_turns = 9\npermission_mode = "acceptEdits"\n'
+        'max_turns = 6\npermission_mode = "acceptEdits"\n'
         '[permission]\n"*" = "allow"\nbash = { "*" = "allow", "rm *" = "deny" }\n'
         '[gateway.providers.ollama]\napi = "openai"\nbase_url = "http://localhost:11434/v1"\n'
     )
-    settings = load_settings(project)
+    # The ollama endpoint waits for trust (S-SEC-3, tests/security/test_project_trust.py).
+    settings = load_settings(project, trust=TrustGate("trust-this-run"))
     assert settings.model == "openai:gpt-4o-mini"
-    assert settings.max_turns == 9
+    assert settings.max_turns == 6
     assert settings.mode == "acceptEdits"
     assert [(r.permission, r.pattern, r.action) for r in settings.rules] == [
         ("*", "*", "allow"),
@@ -32,7 +41,7 @@ def test_project_config_overrides_user_config(
         ("bash", "rm *", "deny"),
     ]
     assert settings.gateway.providers["ollama"].base_url == "http://localhost:11434/v1"
-    assert load_settings(project, max_turns=2).max_turns == 2
+    assert load_settings(project, trust=TrustGate("trust-this-run"), max_turns=2).max_turns == 2
 
 
 @pytest.mark.parametrize(
@@ -42,7 +51,7 @@ def test_project_config_overrides_user_config(
         ("colour = 'red'", "colour"),
         ("[permission]\nbash = 'sometimes'", "permission 'bash'"),
         ("subagent_depth = 2", "subagent_depth"),
-        ("max_turns = ", "cannot read"),
+        ("max_turns = ", "is not valid TOML"),
     ],
 )
 def test_bad_config_is_a_clear_error_naming_the_file(
@@ -106,3 +115,217 @@ def test_run_flag_only_sandbox_keys_are_refused_in_config_files(
     (home / "config.toml").write_text(f'[sandbox]\n{key} = "full"\n')
     with pytest.raises(ConfigError, match=f"sandbox.{key} is set by `subvisor run"):
         load_settings(tmp_path)
+
+
+# -- S-SEC-3: a project's config may only tighten limits ------------------------------
+
+#: Each cap a project may lower, with the smallest value its validator takes.
+_CAP_KEYS: list[tuple[tuple[str, ...], int]] = [
+    (("max_concurrent_subagents",), 1),
+    (("max_subagents_per_session",), 1),
+    (("max_turns",), 1),
+    (("root_max_turns",), 1),
+    (("subagent_depth",), 0),
+    (("subagent_limits", "memory_mb"), 1),
+    (("subagent_limits", "cpu_seconds"), 1),
+    (("subagent_limits", "address_space_mb"), 1),
+    (("subagent_limits", "open_files"), 17),
+    (("subagent_limits", "wall_timeout_s"), 1),
+    (("subagent_limits", "idle_timeout_s"), 1),
+    (("gateway", "max_concurrency"), 1),
+    (("gateway", "max_retries"), 0),
+    (("gateway", "backoff_max_s"), 0),
+    (("gateway", "retry_after_max_s"), 0),
+]
+
+
+def _toml(key: tuple[str, ...], value: int) -> str:
+    table = f"[{key[0]}]\n" if len(key) == 2 else ""
+    return f"{table}{key[-1]} = {value}\n"
+
+
+@st.composite
+def _cap_case(draw: st.DrawFn) -> tuple[tuple[str, ...], int, int]:
+    key, lowest = draw(st.sampled_from(_CAP_KEYS))
+    highest = 1 if key == ("subagent_depth",) else 10**6
+    values = st.integers(min_value=lowest, max_value=highest)
+    return key, draw(values), draw(values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_cap_case())
+def test_s_sec_3_a_project_cap_is_taken_only_at_or_below_the_users(
+    case: tuple[tuple[str, ...], int, int],
+) -> None:
+    """S-SEC-3: for every numeric cap, a project value is accepted iff it is at most the
+    user's; a larger one is refused naming the key, the file and the user's config."""
+    key, user_value, project_value = case
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        home, project = Path(tmp, "home"), Path(tmp, "project")
+        home.mkdir()
+        project.mkdir()
+        patch.setenv("SUBVISOR_HOME", str(home))
+        (home / "config.toml").write_text(_toml(key, user_value))
+        (project / "subvisor.toml").write_text(_toml(key, project_value))
+        if project_value <= user_value:
+            in_force: Any = load_settings(project)
+            for part in key:
+                in_force = getattr(in_force, part)
+            assert in_force == project_value
+            return
+        with pytest.raises(ConfigError) as raised:
+            load_settings(project)
+        message = str(raised.value)
+        assert f"{'.'.join(key)} = {project_value}" in message
+        assert str(project / "subvisor.toml") in message
+        assert str(home / "config.toml") in message
+        assert "\n" not in message
+
+
+def test_s_sec_3_project_caps_compare_with_the_defaults_and_flags_still_lift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a user config the defaults are in force; the command line is the user's."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / "subvisor.toml").write_text("max_concurrent_subagents = 100000\n")
+    with pytest.raises(ConfigError, match=r"above the 20 in force.*--max-concurrent-subagents"):
+        load_settings(tmp_path)
+    (tmp_path / "subvisor.toml").write_text("max_concurrent_subagents = 2\n")
+    assert load_settings(tmp_path).max_concurrent_subagents == 2
+    assert load_settings(tmp_path, max_concurrent_subagents=50).max_concurrent_subagents == 50
+
+
+def test_s_sec_3_a_partial_limits_table_keeps_the_other_caps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lowering idle_timeout_s in a project must not drop the default memory cap."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / "subvisor.toml").write_text("[subagent_limits]\nidle_timeout_s = 60\n")
+    limits = load_settings(tmp_path).subagent_limits
+    assert (limits.idle_timeout_s, limits.memory_mb) == (60, 2048)
+
+
+def test_s_sec_3_home_cannot_come_from_a_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    (tmp_path / "subvisor.toml").write_text(f'home = "{tmp_path / "elsewhere"}"\n')
+    with pytest.raises(ConfigError, match=r"sets home: .*SUBVISOR_HOME"):
+        load_settings(tmp_path)
+    (tmp_path / "subvisor.toml").unlink()
+    (home / "config.toml").write_text(f'home = "{tmp_path / "elsewhere"}"\n')
+    assert load_settings(tmp_path).home == tmp_path / "elsewhere"  # the user's config may
+
+
+# -- S-SEC-3: what waits for trust, and what leave-out keeps --------------------------
+
+
+def test_s_sec_3_leave_out_drops_only_what_waits_for_trust(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands that start nothing (agents, workflow show) see the rest of the file."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / "subvisor.toml").write_text(
+        "max_turns = 3\n"
+        '[mcp_servers.tool]\ncommand = "tool-server"\n'
+        '[gateway.providers.openai]\nbase_url = "http://127.0.0.1:9/v1"\n'
+        "[gateway.providers.anthropic]\nstreaming = false\n"
+    )
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {"other": {"command": "x"}}}')
+    settings = load_settings(tmp_path, trust=TrustGate("leave-out"))
+    assert settings.max_turns == 3
+    assert settings.mcp_servers == {}
+    assert settings.gateway.providers["openai"].base_url is None
+    assert settings.gateway.providers["anthropic"].streaming is False  # harmless: kept
+    everything = load_settings(tmp_path, trust=TrustGate("trust-this-run"))
+    assert set(everything.mcp_servers) == {"tool", "other"}
+    assert everything.gateway.providers["openai"].base_url == "http://127.0.0.1:9/v1"
+
+
+def test_s_sec_3_a_file_with_nothing_to_trust_needs_no_trust(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / "subvisor.toml").write_text(
+        "max_turns = 3\n[gateway.providers.openai]\nread_timeout_s = 30\n"
+    )
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {}}')
+    assert load_settings(tmp_path).max_turns == 3  # the default gate refuses untrusted files
+    assert project_trust_requests(tmp_path) == ()
+
+
+def test_s_sec_3_trust_is_bound_to_the_exact_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant is kept 0600 in the user's home; one changed byte asks again."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    mcp_json = tmp_path / ".mcp.json"
+    mcp_json.write_text('{"mcpServers": {"s": {"command": "server", "args": ["a"]}}}')
+    asked: list[bool] = []
+
+    def yes(request: TrustRequest, changed: bool) -> bool:
+        asked.append(changed)
+        return True
+
+    assert set(load_settings(tmp_path, trust=TrustGate(ask=yes)).mcp_servers) == {"s"}
+    assert set(load_settings(tmp_path).mcp_servers) == {"s"}  # recorded: no question
+    assert asked == [False]
+    store = home / "trusted.json"
+    assert stat.S_IMODE(store.stat().st_mode) == 0o600
+    assert str(mcp_json.resolve()) in json.loads(store.read_text())["files"]
+    mcp_json.write_text('{"mcpServers": {"s": {"command": "server", "args": ["b"]}}}')
+    with pytest.raises(UntrustedProjectError, match="changed since you trusted it"):
+        load_settings(tmp_path)
+    load_settings(tmp_path, trust=TrustGate(ask=yes))
+    assert asked == [False, True]
+
+
+def test_s_sec_3_the_summary_escapes_what_could_redraw_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names, commands and env names come from the file: control characters are shown
+    escaped, and env values are never shown."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / ".mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "ok\x1b[2K": {
+                        "command": "evil\rgood",
+                        "args": ["\u202eflip"],
+                        "env": {"TOKEN": "value-never-shown"},
+                    }
+                }
+            }
+        )
+    )
+    (request,) = project_trust_requests(tmp_path)
+    shown = "\n".join(request.details) + request.effect()
+    assert "\x1b" not in shown and "\r" not in shown and "\u202e" not in shown
+    assert "\\x1b[2K" in shown and "\\r" in shown and "\\u202e" in shown
+    assert "TOKEN" in shown and "value-never-shown" not in shown
+
+
+def test_s_sec_3_a_symlinked_file_is_trusted_by_its_target_and_named_as_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error names `.mcp.json` as found in the project (what `subvisor trust` takes);
+    the grant is keyed by the file it resolves to, so retargeting the link asks again."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text('{"mcpServers": {"s": {"command": "server"}}}')
+    (project / ".mcp.json").symlink_to(tmp_path / "a.json")
+    with pytest.raises(UntrustedProjectError, match=r"subvisor trust \S*project/\.mcp\.json`"):
+        load_settings(project)
+    assert trust_command(project / ".mcp.json") == 0
+    assert "trusted" in capsys.readouterr().out
+    assert set(load_settings(project).mcp_servers) == {"s"}
+    (project / ".mcp.json").unlink()
+    (project / ".mcp.json").symlink_to(tmp_path / "b.json")  # same bytes, another file
+    with pytest.raises(UntrustedProjectError, match="is not trusted"):
+        load_settings(project)

@@ -10,9 +10,20 @@ from pathlib import Path
 __all__ = ["cli_env", "run_cli"]
 
 
+#: The checkout under test; first on the child's path, whatever its working directory.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
 def cli_env(home: Path) -> dict[str, str]:
-    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree."""
+    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree.
+
+    The child imports this checkout's code, not whichever one the virtualenv
+    has installed (another worktree's, say).
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     env["SUBVISOR_HOME"] = str(home)
     env["COLUMNS"] = "200"
     return env

@@ -1,0 +1,249 @@
+"""What in a project's files waits for the user's trust, and the gate that asks (S-SEC-3).
+
+A repository, or a subagent that wrote into it, controls the project's
+``.mcp.json`` and ``subvisor.toml``. Three kinds of setting there act outside
+every sandbox, so they take effect only once the user trusted that exact
+content: an MCP server (a stdio command runs unsandboxed, with the user's
+environment; a URL is connected from the supervisor), and a provider's
+endpoint or key (``base_url``, ``api_key``, ``api_key_env``, ``api``:
+anything but its timeouts and streaming), which decide where the bearer key
+goes. A file with none of them needs no trust.
+
+``TrustGate`` is what a command does with a file the user has not trusted:
+refuse (asking first at a terminal), leave its trust-needing settings out
+(commands that start nothing), or trust it for this run only
+(``--trust-project``). ``load_settings``, the one reader of project files,
+applies the gate itself; ``Subvisor`` and ``SubvisorSettings`` never read a
+project, so library callers pass servers explicitly.
+
+Every string shown comes from the file, so it is shown with control
+characters escaped: a file cannot redraw the question it is asked about.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ._errors import ConfigError, validation_problems
+from ._mcp import McpServerConfig
+from ._trust_store import TrustStore, content_digest
+from .providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
+
+__all__ = [
+    "AskTrust",
+    "TrustGate",
+    "TrustRequest",
+    "UntrustedProjectError",
+    "mcp_json_trust_request",
+    "printable",
+    "toml_trust_request",
+    "without_trust_needing",
+]
+
+#: Provider settings that cannot redirect traffic or keys.
+_HARMLESS_PROVIDER_KEYS = frozenset(
+    {"streaming", "connect_timeout_s", "read_timeout_s", "max_tokens_param"}
+)
+_KEY_HEADERS = {"openai": "Authorization", "anthropic": "x-api-key"}
+_DEFAULT_URLS = {"openai": OPENAI_DEFAULT_BASE_URL, "anthropic": ANTHROPIC_DEFAULT_BASE_URL}
+
+
+@dataclass(frozen=True, slots=True)
+class TrustRequest:
+    """A project file whose settings wait for trust, and exactly what they would do."""
+
+    #: The file, absolute, as named in the project (the store keys trust by its resolved path).
+    path: Path
+    #: sha256 of the exact bytes that were read and parsed.
+    digest: str
+    #: MCP servers it would start or connect.
+    servers: tuple[str, ...]
+    #: Providers whose endpoint or key it sets.
+    providers: tuple[str, ...]
+    #: One line per server or provider: command, args, env names, cwd; or URL and key.
+    details: tuple[str, ...]
+
+    def effect(self) -> str:
+        """What trusting it lets happen, in a few words."""
+        parts = []
+        if self.servers:
+            parts.append(
+                f"start MCP server{'s' if len(self.servers) > 1 else ''}"
+                f" {', '.join(map(printable, self.servers))} outside any sandbox"
+            )
+        if self.providers:
+            parts.append(
+                "send model calls and API keys where it says"
+                f" (provider{'s' if len(self.providers) > 1 else ''}"
+                f" {', '.join(map(printable, self.providers))})"
+            )
+        return " and ".join(parts)
+
+
+#: Shows a request and says whether to trust it; ``changed``: it was trusted with other content.
+AskTrust = Callable[[TrustRequest, bool], bool]
+
+
+class UntrustedProjectError(ConfigError):
+    """A project file needs the user's trust before its settings can take effect."""
+
+    def __init__(self, request: TrustRequest, *, changed: bool, declined: bool = False) -> None:
+        if declined:
+            state = "was not trusted; nothing was started"
+        elif changed:
+            state = "changed since you trusted it"
+        else:
+            state = "is not trusted"
+        super().__init__(
+            f"{printable(str(request.path))} {state}: it would {request.effect()}; review and"
+            f" trust it with `subvisor trust {shlex.quote(str(request.path))}`, or pass"
+            " --trust-project to trust it for this run only"
+        )
+        self.request = request
+
+
+@dataclass(frozen=True, slots=True)
+class TrustGate:
+    """What a command does with a project file the user has not trusted.
+
+    ``refuse``: ask with ``ask`` if given (at a terminal), recording a yes;
+    else raise ``UntrustedProjectError``. ``leave-out``: its trust-needing
+    settings are left out (for commands that start nothing).
+    ``trust-this-run``: take it as trusted, recording nothing (CI).
+    """
+
+    untrusted: Literal["refuse", "leave-out", "trust-this-run"] = "refuse"
+    ask: AskTrust | None = None
+
+    def admit(self, requests: Sequence[TrustRequest], store: TrustStore) -> frozenset[Path]:
+        """The files of ``requests`` whose settings may take effect."""
+        admitted: set[Path] = set()
+        for request in requests:
+            trusted = store.digest_of(request.path)
+            if trusted == request.digest or self.untrusted == "trust-this-run":
+                admitted.add(request.path)
+                continue
+            if self.untrusted == "leave-out":
+                continue
+            changed = trusted is not None
+            if self.ask is None:
+                raise UntrustedProjectError(request, changed=changed)
+            if not self.ask(request, changed):
+                raise UntrustedProjectError(request, changed=changed, declined=True)
+            store.grant(request.path, request.digest)
+            admitted.add(request.path)
+        return frozenset(admitted)
+
+
+def mcp_json_trust_request(
+    path: Path, content: bytes, servers: Mapping[str, McpServerConfig]
+) -> TrustRequest | None:
+    """What a ``.mcp.json`` holding ``servers`` would do; None if it has none."""
+    if not servers:
+        return None
+    details = tuple(_server_detail(name, config) for name, config in servers.items())
+    return TrustRequest(path.absolute(), content_digest(content), tuple(servers), (), details)
+
+
+def toml_trust_request(
+    path: Path, content: bytes, data: Mapping[str, Any], user: Mapping[str, Any]
+) -> TrustRequest | None:
+    """What a project ``subvisor.toml`` (parsed: ``data``) would do; None if nothing waits.
+
+    ``user``: the user's config, to say which key a provider would send.
+    """
+    servers = _table(data, "mcp_servers")
+    details = []
+    for name, raw in servers.items():
+        try:
+            config = McpServerConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"{path}: mcp_servers.{name}: {validation_problems(exc)}; fix it or remove it"
+            ) from None
+        details.append(_server_detail(name, config))
+    user_providers = _table(_table(user, "gateway"), "providers")
+    providers = _trust_needing_providers(data)
+    for name in providers:
+        entry = {**_table(user_providers, name), **_table(_providers(data), name)}
+        details.append(_provider_detail(name, entry, sets_key="api_key" in _providers(data)[name]))
+    if not details:
+        return None
+    return TrustRequest(
+        path.absolute(), content_digest(content), tuple(servers), providers, tuple(details)
+    )
+
+
+def without_trust_needing(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a parsed project ``subvisor.toml``) less what waits for trust."""
+    kept = {key: value for key, value in data.items() if key != "mcp_servers"}
+    untrusted = _trust_needing_providers(data)
+    if untrusted:
+        gateway = dict(_table(data, "gateway"))
+        gateway["providers"] = {
+            name: entry for name, entry in _providers(data).items() if name not in untrusted
+        }
+        kept["gateway"] = gateway
+    return kept
+
+
+def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]`` if it is a table; a wrong shape is left to validation."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _providers(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _table(_table(data, "gateway"), "providers")
+
+
+def _trust_needing_providers(data: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, entry in _providers(data).items()
+        if isinstance(entry, dict) and set(entry) - _HARMLESS_PROVIDER_KEYS
+    )
+
+
+def _server_detail(name: str, config: McpServerConfig) -> str:
+    if config.url is not None:
+        return f"MCP server {printable(name)}: connects to {printable(config.url)}"
+    command = shlex.join([config.command or "", *config.args])
+    detail = (
+        f"MCP server {printable(name)}: runs {printable(command)} outside any sandbox,"
+        f" in {printable(os.getcwd())}"
+    )
+    if config.env:
+        detail += f", setting {', '.join(map(printable, config.env))}"
+    return detail
+
+
+def _provider_detail(name: str, entry: Mapping[str, Any], *, sets_key: bool) -> str:
+    api = str(entry.get("api") or name)
+    url = entry.get("base_url") or f"{_DEFAULT_URLS.get(api, '?')} (its default)"
+    if sets_key:
+        key = "the api_key written in this file"
+    elif entry.get("api_key"):
+        key = "the api_key of your config"
+    else:
+        key = f"${entry.get('api_key_env') or name.upper().replace('-', '_') + '_API_KEY'}"
+    header = _KEY_HEADERS.get(api, "?")
+    return (
+        f"provider {printable(name)} ({printable(api)} API): model calls go to"
+        f" {printable(str(url))}, with {printable(key)} in the {header} header"
+    )
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters escaped, for a terminal."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
