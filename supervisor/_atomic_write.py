@@ -52,14 +52,21 @@ _renameat2 = _load_renameat2()
 _RENAME_INSTEAD = {errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
     """Set ``path``'s content to ``text``; a concurrent reader sees the old file or the new.
 
-    Leaves ``.<name>.partial`` beside ``path``, holding the previous content,
-    for the next rewrite to reuse.
+    ``mode`` sets the file's permission bits before its content is written
+    (default: a new file's, under the umask). Leaves ``.<name>.partial``
+    beside ``path``, holding the previous content, for the next rewrite to reuse.
     """
     scratch = path.with_name(f".{path.name}.partial")
-    scratch.write_text(text, encoding="utf-8")
+    if mode is None:
+        scratch.write_text(text, encoding="utf-8")
+    else:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with open(os.open(scratch, flags, mode), "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), mode)  # a scratch file left by a rewrite keeps its old bits
+            f.write(text)
     if _renameat2 is not None:
         source, target = os.fsencode(scratch), os.fsencode(path)
         if _renameat2(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE) == 0:
