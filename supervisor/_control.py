@@ -2,7 +2,10 @@
 
 ``subvisor run`` and ``subvisor stress`` serve it while they run, on an
 abstract UNIX socket whose name their address file ``run/<session>.addr``
-gives (``supervisor._control_channel``). One JSON object per line each way; a
+gives (``supervisor._control_channel``). Only this user's processes outside
+any worker tree are served (S-SEC-2): each connection's peer is checked
+first (``supervisor._control_peer``), and a refused one gets one error line
+(code ``refused``) and is closed. One JSON object per line each way; a
 connection may send any number of requests, and each gets one reply line::
 
     {"op": "list", "page": 1, "page_size": 20}
@@ -57,6 +60,7 @@ from ._control_channel import (
     socket_address,
     write_address_file,
 )
+from ._control_peer import peer_credentials, refusal
 from ._lifecycle import LIFECYCLE_EVENTS
 from ._store import MAX_PAGE_SIZE, SessionRow
 from ._tasks import TaskError, TaskRecord, TaskUsage
@@ -82,6 +86,9 @@ DEFAULT_PAGE_SIZE = 20
 #: The longest request line the server reads; longer ones end the connection.
 MAX_REQUEST_BYTES = 64 * 1024
 
+#: Refused connections logged per session; the rest are refused silently.
+_LOGGED_REFUSALS = 20
+
 #: A ``transcript`` reply stops adding messages past this many bytes (one at least).
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
 
@@ -90,7 +97,8 @@ class ControlRequestError(ValueError):
     """A request the channel cannot answer; the message says what to send instead.
 
     ``code`` tells clients the kind: ``bad_request``, ``unknown_op``,
-    ``unknown_task``, ``ambiguous_task`` or ``not_running``.
+    ``unknown_task``, ``ambiguous_task``, ``not_running`` (or ``refused``,
+    sent before a refused connection is closed).
     """
 
     def __init__(self, message: str, code: str = "bad_request") -> None:
@@ -154,11 +162,14 @@ class _ControlServer:
         self.root = root
         # psutil measures CPU% between two calls on the same Process object.
         self._processes: dict[int, psutil.Process] = {}
+        self._refusals = 0
 
     async def serve(self, stream: trio.SocketStream) -> None:
         conn = _LineStream(stream)
         async with stream:
             try:
+                if not await self._admit(conn):
+                    return
                 while True:
                     try:
                         line = await conn.receive_line()
@@ -180,6 +191,33 @@ class _ControlServer:
                     await conn.send(reply)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away
+
+    async def _admit(self, conn: _LineStream) -> bool:
+        """Check the peer (S-SEC-2); a refused one gets one error line and is logged."""
+        sock = conn.stream.socket
+        # The credentials of the process that called connect(), fixed then: not of
+        # whoever holds the socket now, nor of a later owner of that pid (the race
+        # is handled and explained in _control_peer). The peer stays connected meanwhile.
+        try:
+            peer = peer_credentials(sock)
+        except OSError:
+            return False  # gone already: nothing to answer
+        why = refusal(sock, peer)
+        if why is None:
+            return True
+        self._refusals += 1
+        # Bounded: a worker that retries in a loop cannot flood the log.
+        if self._refusals <= _LOGGED_REFUSALS:
+            log.warning(
+                "control channel of session %s refused process %d (uid %d): %s%s",
+                self.session_id,
+                peer.pid,
+                peer.uid,
+                why,
+                "; further refusals are not logged" if self._refusals == _LOGGED_REFUSALS else "",
+            )
+        await conn.send({"ok": False, "error": f"refused: {why}", "code": "refused"})
+        return False
 
     @staticmethod
     def _parse(line: bytes) -> dict[str, Any] | str:
