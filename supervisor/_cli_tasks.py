@@ -1,6 +1,6 @@
 """``subvisor ps``, ``logs``, ``stop`` and ``bg``: look at and steer the tasks of a session.
 
-A session whose supervisor is live answers on its control socket (live usage,
+A session whose supervisor is live answers on its control channel (live usage,
 and the only way to stop a task); otherwise the SQLite store has the record.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,10 +17,11 @@ from rich.markup import escape
 from protocol import ChatMessage
 
 from ._cli_run import tasks_table, wide_console
+from ._control_channel import LiveSession
+from ._control_client import ControlError, control_request, live_sessions
 from ._paths import database_path, subvisor_home
 from ._store import SessionStore
 from ._tasks import TaskRecord
-from ._top_client import ControlError, LiveSession, control_request, live_sessions
 from ._usage import UsageRollup
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
@@ -49,7 +51,7 @@ class _SessionTasks:
 
 def _live_tasks(session: LiveSession) -> _SessionTasks | None:
     try:
-        reply = control_request(session.socket_path, {"op": "tasks"})
+        reply = control_request(session.address, "tasks")
     except (OSError, ControlError):
         return None  # it ended meanwhile: the store has the final state
     return _SessionTasks(
@@ -152,7 +154,7 @@ def _find_live(task_id: str) -> _LiveTask | None:
     """
     for session in live_sessions(subvisor_home()):
         try:
-            reply = control_request(session.socket_path, {"op": "task", "task_id": task_id})
+            reply = control_request(session.address, "task", task_id=task_id)
         except OSError:
             continue
         except ControlError as exc:
@@ -168,8 +170,7 @@ def _live_transcript(live: _LiveTask) -> list[ChatMessage]:
     after = 0
     while True:
         reply = control_request(
-            live.session.socket_path,
-            {"op": "transcript", "task_id": live.record.task_id, "after_seq": after},
+            live.session.address, "transcript", task_id=live.record.task_id, after_seq=after
         )
         for item in reply["messages"]:
             item.pop("seq", None)
@@ -242,7 +243,7 @@ def background_command(task_id: str) -> int:
     return _control_command(task_id, "background")
 
 
-def _control_command(task_id: str, op: str) -> int:
+def _control_command(task_id: str, op: Literal["stop", "background"]) -> int:
     console = wide_console()
     try:
         live = _find_live(task_id)
@@ -272,7 +273,7 @@ def _control_command(task_id: str, op: str) -> int:
         console.print(f"task {record.task_id} already ended: {record.status}")
         return 0 if op == "stop" else 1
     try:
-        reply = control_request(live.session.socket_path, {"op": op, "task_id": record.task_id})
+        reply = control_request(live.session.address, op, task_id=record.task_id)
     except (OSError, ControlError) as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 1

@@ -1,9 +1,12 @@
 """A live session's control channel: `subvisor top`, `ps`, `logs`, `stop`, `bg` reach it.
 
-``subvisor run`` and ``subvisor stress`` serve ``$SUBVISOR_HOME/run/<session>.sock``
-while they run. Only this user can connect: the directory is 0700 and the
-socket 0600. One JSON object per line each way; a connection may send any
-number of requests, and each gets one reply line::
+``subvisor run`` and ``subvisor stress`` serve it while they run, on an
+abstract UNIX socket whose name their address file ``run/<session>.addr``
+gives (``supervisor._control_channel``). Only this user's processes outside
+any worker tree are served (S-SEC-2): each connection's peer is checked
+first (``supervisor._control_peer``), and a refused one gets one error line
+(code ``refused``) and is closed. One JSON object per line each way; a
+connection may send any number of requests, and each gets one reply line::
 
     {"op": "list", "page": 1, "page_size": 20}
     {"ok": true, "agents": [...], "total": 42, "pages": 3, "usage": {...}, ...}
@@ -49,6 +52,15 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import trio
 
+from ._control_channel import (
+    CONTROL_OPS,
+    LiveSession,
+    address_file,
+    new_address,
+    socket_address,
+    write_address_file,
+)
+from ._control_peer import peer_credentials, refusal
 from ._lifecycle import LIFECYCLE_EVENTS
 from ._store import MAX_PAGE_SIZE, SessionRow
 from ._tasks import TaskError, TaskRecord, TaskUsage
@@ -60,28 +72,13 @@ if TYPE_CHECKING:
     from ._subagents import SubagentRun
 
 __all__ = [
-    "CONTROL_OPS",
     "DEFAULT_PAGE_SIZE",
     "MAX_REQUEST_BYTES",
     "ControlRequestError",
-    "control_socket_path",
-    "send_control_request",
     "serve_control",
 ]
 
 log = logging.getLogger("subvisor")
-
-#: Every op the channel answers.
-CONTROL_OPS = (
-    "session",
-    "list",
-    "tasks",
-    "task",
-    "transcript",
-    "subscribe",
-    "stop",
-    "background",
-)
 
 #: Subagents per ``list`` page unless the client asks otherwise (S-OBS-1).
 DEFAULT_PAGE_SIZE = 20
@@ -89,28 +86,24 @@ DEFAULT_PAGE_SIZE = 20
 #: The longest request line the server reads; longer ones end the connection.
 MAX_REQUEST_BYTES = 64 * 1024
 
+#: Refused connections logged per session; the rest are refused silently.
+_LOGGED_REFUSALS = 20
+
 #: A ``transcript`` reply stops adding messages past this many bytes (one at least).
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
-
-#: Longest ``sun_path`` Linux accepts, terminating NUL included.
-_SUN_PATH_MAX = 108
 
 
 class ControlRequestError(ValueError):
     """A request the channel cannot answer; the message says what to send instead.
 
     ``code`` tells clients the kind: ``bad_request``, ``unknown_op``,
-    ``unknown_task``, ``ambiguous_task`` or ``not_running``.
+    ``unknown_task``, ``ambiguous_task``, ``not_running`` (or ``refused``,
+    sent before a refused connection is closed).
     """
 
     def __init__(self, message: str, code: str = "bad_request") -> None:
         super().__init__(message)
         self.code = code
-
-
-def control_socket_path(home: Path, session_id: str) -> Path:
-    """Where the session's control socket lives."""
-    return home / "run" / f"{session_id}.sock"
 
 
 class _LineStream:
@@ -169,11 +162,14 @@ class _ControlServer:
         self.root = root
         # psutil measures CPU% between two calls on the same Process object.
         self._processes: dict[int, psutil.Process] = {}
+        self._refusals = 0
 
     async def serve(self, stream: trio.SocketStream) -> None:
         conn = _LineStream(stream)
         async with stream:
             try:
+                if not await self._admit(conn):
+                    return
                 while True:
                     try:
                         line = await conn.receive_line()
@@ -195,6 +191,33 @@ class _ControlServer:
                     await conn.send(reply)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away
+
+    async def _admit(self, conn: _LineStream) -> bool:
+        """Check the peer (S-SEC-2); a refused one gets one error line and is logged."""
+        sock = conn.stream.socket
+        # The credentials of the process that called connect(), fixed then: not of
+        # whoever holds the socket now, nor of a later owner of that pid (the race
+        # is handled and explained in _control_peer). The peer stays connected meanwhile.
+        try:
+            peer = peer_credentials(sock)
+        except OSError:
+            return False  # gone already: nothing to answer
+        why = refusal(sock, peer)
+        if why is None:
+            return True
+        self._refusals += 1
+        # Bounded: a worker that retries in a loop cannot flood the log.
+        if self._refusals <= _LOGGED_REFUSALS:
+            log.warning(
+                "control channel of session %s refused process %d (uid %d): %s%s",
+                self.session_id,
+                peer.pid,
+                peer.uid,
+                why,
+                "; further refusals are not logged" if self._refusals == _LOGGED_REFUSALS else "",
+            )
+        await conn.send({"ok": False, "error": f"refused: {why}", "code": "refused"})
+        return False
 
     @staticmethod
     def _parse(line: bytes) -> dict[str, Any] | str:
@@ -487,59 +510,36 @@ async def serve_control(
     *,
     root: RootSession | None = None,
     home: Path | None = None,
-) -> AsyncIterator[Path | None]:
-    """Serve the session's control socket for the duration of the block.
+) -> AsyncIterator[LiveSession]:
+    """Serve the session's control channel for the duration of the block.
 
     ``root`` lets the usage rollup include the root's usage while it runs;
-    ``home`` (default the host's) is where ``run/<session>.sock`` goes, so a
+    ``home`` (default the host's) is where ``run/<session>.addr`` goes, so a
     run whose state lives elsewhere (stress) is still found by ``subvisor top``.
-    Yields the socket's path, or ``None`` when the path is too long for a Unix
-    socket (the run goes on without a control channel, and says so).
+    Yields the session's address as its address file gives it.
     """
-    path = control_socket_path(home or host.home, session_id)
-    if len(os.fsencode(path)) >= _SUN_PATH_MAX:
-        log.warning(
-            "no control socket for session %s: %s is longer than a Unix socket path may be"
-            " (%d bytes); set SUBVISOR_HOME to a shorter directory",
-            session_id,
-            path,
-            _SUN_PATH_MAX - 1,
-        )
-        yield None
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    path.unlink(missing_ok=True)  # a socket left by a process that died
+    home = home or host.home
+    run_dir = home / "run"
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(run_dir, 0o700)
     server = _ControlServer(host, session_id, root)
-    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        await listener.bind(str(path))
-        # The 0700 directory already keeps others out between bind and chmod.
-        os.chmod(path, 0o600)
+    with trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        address = new_address()
+        await listener.bind(socket_address(address))
         listener.listen(64)
-        async with trio.open_nursery() as nursery:
+        session = LiveSession(session_id, address, os.getpid(), time.time())
+        try:
+            # Published only once it listens: a refused address means a dead session.
+            write_address_file(home, session)
+            async with trio.open_nursery() as nursery:
 
-            async def accept_loop() -> None:
-                while True:
-                    conn, _ = await listener.accept()
-                    nursery.start_soon(server.serve, trio.SocketStream(conn))
+                async def accept_loop() -> None:
+                    while True:
+                        conn, _ = await listener.accept()
+                        nursery.start_soon(server.serve, trio.SocketStream(conn))
 
-            nursery.start_soon(accept_loop)
-            yield path
-            nursery.cancel_scope.cancel()
-    finally:
-        listener.close()
-        path.unlink(missing_ok=True)
-
-
-async def send_control_request(path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """Send one request to a session's control socket (from trio) and return its reply."""
-    stream = await trio.open_unix_socket(str(path))
-    async with stream:
-        conn = _LineStream(stream)
-        await conn.send(request)
-        line = await conn.receive_line(limit=2**31)
-    if line is None:
-        raise ConnectionError(f"{path} closed the connection without a reply")
-    reply: dict[str, Any] = json.loads(line)
-    return reply
+                nursery.start_soon(accept_loop)
+                yield session
+                nursery.cancel_scope.cancel()
+        finally:
+            address_file(home, session_id).unlink(missing_ok=True)

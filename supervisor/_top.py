@@ -1,6 +1,6 @@
 """``subvisor top``: a live view of one session's subagents (S-OBS-1, S-OBS-2).
 
-A Textual app attached to a live supervisor's control socket. It redraws on
+A Textual app attached to a live supervisor's control channel. It redraws on
 the session's lifecycle events (a subagent launched, started, finished a turn
 or a tool call, ended), coalesced to a few redraws a second, and samples the
 running workers' RSS and CPU% every ``resource_refresh_s``; it never polls
@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rich.console import Console
 from rich.text import Text
@@ -28,9 +28,9 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, RichLog, Static
 
+from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
 from ._paths import database_path, subvisor_home
 from ._store import MAX_PAGE_SIZE, SessionStore
-from ._top_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
 from ._usage import UsageRollup, format_bytes
 
 __all__ = ["COLUMNS", "TopApp", "top_command"]
@@ -76,7 +76,7 @@ def _cells(row: AgentRow) -> tuple[str | Text, ...]:
 
 
 class TopApp(App[None]):
-    """The live view of one session; ``socket_path`` is its control socket."""
+    """The live view of one session; ``address`` is its control channel's."""
 
     TITLE = "subvisor top"
     CSS = """
@@ -99,7 +99,7 @@ class TopApp(App[None]):
 
     def __init__(
         self,
-        socket_path: Path,
+        address: str,
         session_id: str,
         *,
         page_size: int = 20,
@@ -109,7 +109,7 @@ class TopApp(App[None]):
         super().__init__()
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page size must be from 1 to {MAX_PAGE_SIZE}, not {page_size}")
-        self.client = ControlClient(socket_path)
+        self.client = ControlClient(address)
         self.session_id = session_id
         self.page_size = page_size
         self.page = 1
@@ -144,10 +144,6 @@ class TopApp(App[None]):
         self.run_worker(self._follow_events(), name="events", exclusive=False)
         self.run_worker(self._resource_ticks(), name="resources", exclusive=False)
         self.run_worker(self._transcript_loop(), name="transcript", exclusive=False)
-
-    async def on_unmount(self) -> None:
-        """Close the request connection."""
-        await self.client.aclose()
 
     # -- following the session ------------------------------------------------------
 
@@ -344,7 +340,7 @@ class TopApp(App[None]):
         """Move the selected foreground agent to the background (S-RUN-5)."""
         self._act("background", "moving to the background", "moved to the background")
 
-    def _act(self, op: str, doing: str, done: str) -> None:
+    def _act(self, op: Literal["stop", "background"], doing: str, done: str) -> None:
         agent = self.selected_agent()
         if agent is None:
             self.say("no agent selected")
@@ -409,7 +405,7 @@ def top_command(session_id: str | None, page_size: int, console: Console) -> int
             console.print(_not_live(session_id, home, matches))
             return 1
         target = (exact or matches)[0]
-    TopApp(target.socket_path, target.session_id, page_size=page_size).run()
+    TopApp(target.address, target.session_id, page_size=page_size).run()
     return 0
 
 

@@ -1,12 +1,14 @@
 """The control channel of a live session: a real Subvisor, real workers, a real Unix socket.
 
 S-OBS-1 (a paged list of the session's subagents, finished ones too, refreshed on
-lifecycle events), S-OBS-2 (a read-only transcript of a running child), and the
-issue's "local control channel, owner-only permissions".
+lifecycle events), S-OBS-2 (a read-only transcript of a running child), and where
+the channel is: an abstract socket named in an owner-only address file (S-SEC-2;
+who may connect is tested in ``tests/security/test_control_channel.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import stat
 from collections.abc import AsyncIterator
@@ -19,13 +21,15 @@ import pytest
 import trio
 
 from supervisor import RootSession, Subvisor
-from supervisor._control import (
+from supervisor._control import MAX_REQUEST_BYTES, serve_control
+from supervisor._control_channel import (
     CONTROL_OPS,
-    MAX_REQUEST_BYTES,
-    control_socket_path,
-    send_control_request,
-    serve_control,
+    LiveSession,
+    address_file,
+    read_address_file,
+    socket_address,
 )
+from supervisor._control_client import control_request
 from supervisor._lifecycle import LIFECYCLE_EVENTS
 from tests.support.delegation import (
     READ_README,
@@ -72,8 +76,8 @@ class Lines:
 
 
 @asynccontextmanager
-async def connect(path: Path) -> AsyncIterator[Lines]:
-    stream = await trio.open_unix_socket(str(path))
+async def connect(session: LiveSession) -> AsyncIterator[Lines]:
+    stream = await trio.open_unix_socket(socket_address(session.address))
     async with stream:
         yield Lines(stream)
 
@@ -81,13 +85,12 @@ async def connect(path: Path) -> AsyncIterator[Lines]:
 @asynccontextmanager
 async def served_session(
     tmp_path: Path, project: Path, agents: dict[str, list[dict[str, Any]]]
-) -> AsyncIterator[tuple[Subvisor, RootSession, Path]]:
+) -> AsyncIterator[tuple[Subvisor, RootSession, LiveSession]]:
     model = write_scenario(tmp_path / "scenario.yaml", agents)
     async with subvisor(tmp_path / "home") as host:
         root = RootSession(host, model=model, cwd=project)
-        async with serve_control(host, root.session_id, root=root) as path:
-            assert path is not None
-            yield host, root, path
+        async with serve_control(host, root.session_id, root=root) as session:
+            yield host, root, session
 
 
 def quick_agents(n: int) -> dict[str, list[dict[str, Any]]]:
@@ -102,25 +105,41 @@ def quick_agents(n: int) -> dict[str, list[dict[str, Any]]]:
     return agents
 
 
-async def test_the_socket_is_owner_only(tmp_path: Path, project: Path) -> None:
-    """The run dir is 0700 (even when it existed with looser bits) and the socket 0600."""
+def _abstract_names() -> set[str]:
+    """The abstract socket names ``/proc/net/unix`` lists, ``@`` for the leading NUL."""
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return {row[7] for row in rows if len(row) > 7 and row[7].startswith("@")}
+
+
+async def test_the_address_file_is_owner_only_and_names_an_abstract_socket(
+    tmp_path: Path, project: Path
+) -> None:
+    """S-SEC-2: the run dir is 0700 (even when it existed with looser bits), the address file
+    0600 and the only trace in it; the socket is abstract (no file to connect to), its name
+    random per session; both are gone with the session."""
     run_dir = tmp_path / "home" / "run"
     run_dir.mkdir(parents=True)
     run_dir.chmod(0o755)
-    async with served_session(tmp_path, project, quick_agents(0)) as (_, root, path):
-        assert path == control_socket_path(tmp_path / "home", root.session_id)
-        assert stat.S_ISSOCK(path.stat().st_mode)
+    async with served_session(tmp_path, project, quick_agents(0)) as (host, root, session):
+        path = address_file(tmp_path / "home", root.session_id)
+        assert read_address_file(path) == session
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-    assert not path.exists()  # gone with the session
+        assert [p.name for p in run_dir.iterdir()] == [path.name]
+        assert session.address in _abstract_names()
+        async with serve_control(host, "another_session", home=tmp_path / "home") as other:
+            assert other.address != session.address
+    assert not path.exists()  # gone with the session ...
+    assert session.address not in _abstract_names()  # ... and so is its socket
 
 
 async def test_list_pages_the_children_finished_ones_too(tmp_path: Path, project: Path) -> None:
     """S-OBS-1: the store's child sessions in creation order, paged; bad pages are refused."""
-    async with served_session(tmp_path, project, quick_agents(5)) as (host, root, path):
+    async with served_session(tmp_path, project, quick_agents(5)) as (host, root, session):
         await root.run("go")
         projected = [row.session_id for row in host.store.list_child_sessions(root.session_id)]
-        async with connect(path) as conn:
+        async with connect(session) as conn:
             first = await conn.ask({"op": "list"})
             assert first["ok"] and first["page_size"] == 20 and first["total"] == 5
             assert [a["child_session_id"] for a in first["agents"]] == projected
@@ -151,8 +170,8 @@ async def test_subscribe_streams_lifecycle_events_never_tokens(
     tmp_path: Path, project: Path
 ) -> None:
     """S-OBS-1: one line per lifecycle step of every child, in order, until the client leaves."""
-    async with served_session(tmp_path, project, quick_agents(2)) as (host, root, path):
-        async with connect(path) as conn:
+    async with served_session(tmp_path, project, quick_agents(2)) as (host, root, session):
+        async with connect(session) as conn:
             ack = await conn.ask({"op": "subscribe"})
             assert ack["ok"] and set(ack["events"]) == LIFECYCLE_EVENTS
             await root.run("go")
@@ -180,12 +199,12 @@ async def test_transcript_is_read_only_and_incremental_from_a_seq(
     tmp_path: Path, project: Path
 ) -> None:
     """S-OBS-2: a child's messages after a seq; asking again from the last seq gives nothing."""
-    async with served_session(tmp_path, project, quick_agents(1)) as (host, root, path):
+    async with served_session(tmp_path, project, quick_agents(1)) as (host, root, session):
         await root.run("go")
         [record] = host.registry.list(root.session_id)
         assert record.child_session_id is not None
         stored = host.store.messages(record.child_session_id)
-        async with connect(path) as conn:
+        async with connect(session) as conn:
             whole = await conn.ask({"op": "transcript", "task_id": record.task_id[:12]})
             assert whole["ok"] and whole["ended"] and whole["status"] == "completed"
             assert [m["seq"] for m in whole["messages"]] == list(range(1, len(stored) + 1))
@@ -204,8 +223,8 @@ async def test_bad_requests_get_clear_errors_and_the_server_lives_on(
     tmp_path: Path, project: Path
 ) -> None:
     """Malformed lines, unknown ops and ids: an error line each, the same connection goes on."""
-    async with served_session(tmp_path, project, quick_agents(0)) as (_, root, path):
-        async with connect(path) as conn:
+    async with served_session(tmp_path, project, quick_agents(0)) as (_, root, session):
+        async with connect(session) as conn:
             await conn.send_raw(b"this is not json\n")
             reply = await conn.receive()
             assert reply is not None and not reply["ok"] and reply["code"] == "bad_request"
@@ -223,14 +242,16 @@ async def test_bad_requests_get_clear_errors_and_the_server_lives_on(
                 assert missing["code"] == "unknown_task" and "agent_nope" in missing["error"]
             no_id = await conn.ask({"op": "stop"})
             assert no_id["code"] == "bad_request" and "task_id" in no_id["error"]
-            session = await conn.ask({"op": "session"})
-            assert session["ok"] and session["session_id"] == root.session_id
-        async with connect(path) as conn:
+            about = await conn.ask({"op": "session"})
+            assert about["ok"] and about["session_id"] == root.session_id
+        async with connect(session) as conn:
             await conn.send_raw(b"x" * (MAX_REQUEST_BYTES + 10))
             reply = await conn.receive()
             assert reply is not None and "longer than" in reply["error"]
             assert await conn.receive() is None  # that connection is closed ...
-        reply = await send_control_request(path, {"op": "session"})
+        reply = await trio.to_thread.run_sync(
+            functools.partial(control_request, session.address, "session")
+        )
         assert reply["ok"]  # ... and the server lives on
 
 
@@ -245,10 +266,10 @@ async def test_stop_over_the_socket_kills_the_running_worker(tmp_path: Path, pro
         ],
         "sleeper": [{"tool_calls": [READ_README]}, {"text": "never", "latency_ms": 600_000}],
     }
-    async with served_session(tmp_path, project, agents) as (host, root, path):
+    async with served_session(tmp_path, project, agents) as (host, root, session):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.run, "go")
-            async with connect(path) as conn:
+            async with connect(session) as conn:
                 with trio.fail_after(60):
                     while True:  # until the sleeper has read the README and waits on its model
                         rows = (await conn.ask({"op": "list"}))["agents"]
@@ -283,10 +304,10 @@ async def test_background_over_the_socket_moves_a_foreground_agent(
         ],
         "holder": [{"text": "late", "latency_ms": 600_000}],
     }
-    async with served_session(tmp_path, project, agents) as (_, root, path):
+    async with served_session(tmp_path, project, agents) as (_, root, session):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.run, "go")
-            async with connect(path) as conn:
+            async with connect(session) as conn:
                 with trio.fail_after(60):
                     while True:
                         agents_now = (await conn.ask({"op": "list"}))["agents"]

@@ -1,7 +1,7 @@
 """`subvisor top` on a live `subvisor run`, driven by Textual's headless pilot.
 
 The session is a real `subvisor run` process (scripted model, real workers) with
-its control socket in a temporary SUBVISOR_HOME; the app runs in this process on
+its control channel's address file in a temporary SUBVISOR_HOME; the app runs in this process on
 asyncio (pytest-trio does not run these: they are plain tests around
 ``asyncio.run``). S-OBS-1 (paged list, finished ones too, event-driven),
 S-OBS-2 (transcript while the child runs), stop and background from the keyboard.
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,8 +22,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
+from supervisor._control_channel import LiveSession, address_file, write_address_file
+from supervisor._control_client import control_request, live_sessions
 from supervisor._top import TopApp
-from supervisor._top_client import LiveSession, control_request, live_sessions
 from tests.support.cli import cli_env
 from tests.support.delegation import READ_README, agent_call, readme_project, write_scenario
 
@@ -54,7 +53,7 @@ def _wait_live(home: Path, runner: subprocess.Popen[str]) -> LiveSession:
             return live[0]
         assert runner.poll() is None, runner.communicate()
         time.sleep(0.05)
-    raise AssertionError("the run never served its control socket")
+    raise AssertionError("the run never served its control channel")
 
 
 async def _until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
@@ -140,7 +139,7 @@ def test_top_follows_a_live_run_pages_reads_stops_and_backgrounds(
 
 
 async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> None:
-    app = TopApp(session.socket_path, session.session_id, page_size=2, redraw_interval_s=0.05)
+    app = TopApp(session.address, session.session_id, page_size=2, redraw_interval_s=0.05)
     async with app.run_test(size=(170, 40)) as pilot:
         # S-OBS-1: all four children are listed, two per page, finished ones too.
         await _until(
@@ -184,9 +183,7 @@ async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> Non
         sleeper = _select(app, "sleeper")
         pid = next(
             a["pid"]
-            for a in control_request(session.socket_path, {"op": "list", "page_size": 100})[
-                "agents"
-            ]
+            for a in control_request(session.address, "list", page_size=100)["agents"]
             if a["agentId"] == sleeper
         )
         worker = psutil.Process(pid)
@@ -251,17 +248,36 @@ def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
     assert top.returncode == 2 and "from 1 to 100" in top.stderr
 
 
-def test_live_sessions_removes_sockets_of_supervisors_that_are_gone(tmp_path: Path) -> None:
-    """A socket nobody listens on (its supervisor was SIGKILLed) is swept once it is old;
-    a young one may belong to a supervisor that is just starting, so it stays."""
-    run_dir = tmp_path / "home" / "run"
-    run_dir.mkdir(parents=True)
-    old, young = run_dir / "sess_old.sock", run_dir / "sess_young.sock"
-    for path in (old, young):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
-            dead.bind(str(path))  # bound, never listening: as a killed supervisor leaves it
-    an_hour_ago = time.time() - 3600
-    os.utime(old, (an_hour_ago, an_hour_ago))
-    assert live_sessions(tmp_path / "home") == []
-    assert not old.exists()
-    assert young.exists()
+def test_live_sessions_removes_address_files_of_supervisors_that_are_gone(
+    tmp_path: Path,
+) -> None:
+    """An address file whose socket nobody serves (its supervisor was SIGKILLed) is swept;
+    one that does not parse is skipped, not trusted and not removed."""
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    dead = LiveSession("sess_dead", "@subvisor-" + "0" * 32, pid=1, started_at=time.time())
+    write_address_file(home, dead)
+    garbled = address_file(home, "sess_garbled")
+    garbled.write_text("not json")
+    assert live_sessions(home) == []
+    assert not address_file(home, "sess_dead").exists()
+    assert garbled.exists()
+
+
+def test_a_stale_address_file_gives_one_line(tmp_path: Path) -> None:
+    """`subvisor top SESSION` whose address file names a socket nobody serves: one line, exit 1."""
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    write_address_file(
+        home, LiveSession("sess_dead", "@subvisor-" + "0" * 32, pid=1, started_at=time.time())
+    )
+    top = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "top", "sess_dead"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert top.returncode == 1
+    assert "no live session 'sess_dead'" in top.stderr and "Traceback" not in top.stderr
+    assert len(top.stderr.strip().splitlines()) == 1, top.stderr

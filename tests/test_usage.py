@@ -7,15 +7,18 @@ subagent's, field by field, in ``subvisor ps``, ``subvisor top`` and ``run --jso
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from supervisor import RootSession
-from supervisor._control import send_control_request, serve_control
+from supervisor._control import serve_control
+from supervisor._control_client import control_request
 from supervisor._store import SCHEMA_VERSION, SessionStore
 from supervisor._tasks import TaskUsage
 from supervisor._usage import UsageRollup, add_usage, sum_usage
@@ -89,12 +92,12 @@ async def test_a_session_rolls_up_its_root_and_every_subagent(
     """The stored rollup and the live control channel's: own + the field by field sum."""
     async with subvisor(tmp_path / "home") as host:
         root = RootSession(host, model=scenario(tmp_path), cwd=project)
-        async with serve_control(host, root.session_id, root=root) as path:
-            assert path is not None
+        async with serve_control(host, root.session_id, root=root) as session:
             await root.run("go")
-            live = UsageRollup.from_summary(
-                (await send_control_request(path, {"op": "session"}))["usage"]
+            reply = await trio.to_thread.run_sync(
+                functools.partial(control_request, session.address, "session")
             )
+            live = UsageRollup.from_summary(reply["usage"])
         root_own = TaskUsage(
             input_tokens=root.loop.usage.input_tokens,
             output_tokens=root.loop.usage.output_tokens,

@@ -1,0 +1,231 @@
+"""The one client of a live session's control channel (``supervisor._control``).
+
+- ``live_sessions(home)``: the sessions whose supervisor answers now, newest
+  first, found through their address files (``supervisor._control_channel``);
+  a file whose address nobody serves (its supervisor was killed) is removed.
+- ``control_request``: one request on its own connection, its reply. Every
+  client uses it: ``subvisor ps``/``logs``/``stop``/``bg`` directly, ``subvisor
+  top`` (asyncio, under Textual) through ``ControlClient``, which adds the
+  one streaming op, ``subscribe``.
+
+A process the channel refuses (another uid, or one inside a worker tree:
+S-SEC-2) gets ``ControlError`` with code ``refused``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._control_channel import ControlOp, LiveSession, read_address_file, socket_address
+
+__all__ = [
+    "AgentPage",
+    "AgentRow",
+    "ControlClient",
+    "ControlError",
+    "control_request",
+    "live_sessions",
+]
+
+#: Replies (a page, a transcript chunk) can be long; requests never are.
+_MAX_REPLY_BYTES = 64 * 1024 * 1024
+
+
+class ControlError(Exception):
+    """The session answered ``ok: false``; the message is its error, ``code`` its kind."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _connect(address: str, timeout: float) -> socket.socket:
+    """A blocking connection to the channel at ``address``.
+
+    Raises ``ConnectionRefusedError`` when nobody serves that address.
+    """
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(timeout)
+        conn.connect(socket_address(address))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _answers(address: str) -> bool | None:
+    """True if a supervisor accepts at ``address``; None if nobody serves it at all."""
+    try:
+        _connect(address, timeout=1.0).close()
+    except ConnectionRefusedError:
+        return None
+    except OSError:
+        return False
+    return True
+
+
+def live_sessions(home: Path) -> list[LiveSession]:
+    """Sessions under ``home/run`` whose supervisor accepts a connection, newest first.
+
+    Address files of supervisors that are gone are removed on the way: an
+    address file is written only once its socket listens, so a refused
+    connection means the session's supervisor has ended.
+    """
+    found = []
+    for path in (home / "run").glob("*.addr"):
+        session = read_address_file(path)
+        if session is None:
+            continue  # it ended meanwhile, or is not ours
+        answers = _answers(session.address)
+        if answers:
+            found.append(session)
+        elif answers is None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return sorted(found, key=lambda s: s.started_at, reverse=True)
+
+
+def _request_line(op: ControlOp, params: dict[str, Any]) -> bytes:
+    return json.dumps({"op": op, **params}).encode() + b"\n"
+
+
+def _reply(line: bytes, address: str) -> dict[str, Any]:
+    """The ``ok`` reply on ``line``; raises ``ControlError`` for an error or a garbled one."""
+    if not line.endswith(b"\n"):
+        raise ConnectionError(f"the session at {address} closed the connection without a reply")
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        raise ControlError(f"unreadable reply from {address}: {line[:200]!r}") from None
+    if not isinstance(reply, dict):
+        raise ControlError(f"unexpected reply from {address}: {reply!r}")
+    if not reply.get("ok"):
+        raise ControlError(
+            str(reply.get("error") or "the request failed"), str(reply.get("code") or "error")
+        )
+    return reply
+
+
+def control_request(
+    address: str, op: ControlOp, *, timeout: float = 30.0, **params: Any
+) -> dict[str, Any]:
+    """Send one ``op`` request with ``params`` to the channel at ``address``; its ``ok`` reply.
+
+    Raises ``ControlError`` for an error reply (a refusal included), ``OSError``
+    when nobody serves ``address`` or no reply comes within ``timeout`` seconds.
+    """
+    with _connect(address, timeout) as conn:
+        # A refused client may find the connection closed before its request is
+        # sent; the refusal line is still there to read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(_request_line(op, params))
+        with conn.makefile("rb") as lines:
+            line = lines.readline(_MAX_REPLY_BYTES)
+    return _reply(line, address)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """One subagent as the ``list`` op shows it (S-OBS-1)."""
+
+    agent_id: str
+    type: str | None
+    description: str | None
+    status: str
+    background: bool
+    turns: int
+    tokens: int
+    tool_calls: int
+    rss_bytes: int | None
+    cpu_percent: float | None
+    elapsed_s: float
+    live: bool
+    note: str | None
+
+    @classmethod
+    def from_reply(cls, item: dict[str, Any]) -> AgentRow:
+        """Read one entry of a ``list`` reply's ``agents``."""
+        return cls(
+            agent_id=item["agentId"],
+            type=item.get("type"),
+            description=item.get("description"),
+            status=item["status"],
+            background=bool(item.get("background")),
+            turns=int(item.get("turns") or 0),
+            tokens=int(item.get("tokens") or 0),
+            tool_calls=int(item.get("tool_calls") or 0),
+            rss_bytes=item.get("rss_bytes"),
+            cpu_percent=item.get("cpu_percent"),
+            elapsed_s=float(item.get("elapsed_s") or 0.0),
+            live=bool(item.get("live")),
+            note=item.get("note"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPage:
+    """A ``list`` reply: one page of the session's subagents and the session's figures."""
+
+    session_id: str
+    session_status: str
+    page: int
+    pages: int
+    page_size: int
+    total: int
+    agents: tuple[AgentRow, ...]
+    counts: dict[str, int]
+    usage: dict[str, Any]
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> AgentPage:
+        """Read a ``list`` reply."""
+        return cls(
+            session_id=reply["session_id"],
+            session_status=reply["session_status"],
+            page=reply["page"],
+            pages=reply["pages"],
+            page_size=reply["page_size"],
+            total=reply["total"],
+            agents=tuple(AgentRow.from_reply(item) for item in reply["agents"]),
+            counts=dict(reply["counts"]),
+            usage=dict(reply["usage"]),
+        )
+
+
+class ControlClient:
+    """``control_request`` for asyncio (``subvisor top``), plus the ``subscribe`` stream."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    async def request(self, op: ControlOp, **params: Any) -> dict[str, Any]:
+        """One request, on a thread so the event loop runs on; its ``ok`` reply.
+
+        Raises ``ControlError`` for an error reply, ``OSError`` when the session has ended.
+        """
+        return await asyncio.to_thread(control_request, self.address, op, **params)
+
+    async def page(self, page: int, page_size: int) -> AgentPage:
+        """One page of the session's subagents."""
+        return AgentPage.from_reply(await self.request("list", page=page, page_size=page_size))
+
+    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
+        """The session's lifecycle events as they happen; ends when the session does."""
+        conn = await asyncio.to_thread(_connect, self.address, 30.0)
+        reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_MAX_REPLY_BYTES)
+        try:
+            writer.write(_request_line("subscribe", {}))
+            await writer.drain()
+            _reply(await reader.readline(), self.address)
+            while line := await reader.readline():
+                yield json.loads(line)
+        finally:
+            writer.close()
