@@ -245,6 +245,7 @@ class AgentTool:
             self._host.settings.sandbox,
             project_dir=self._cwd,
             memory_dir=memory_dir(profile, home=self._host.home, project_dir=self._cwd),
+            home=self._host.home,
         )
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,

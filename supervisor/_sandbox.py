@@ -203,11 +203,14 @@ def choose_sandbox(
     *,
     project_dir: Path,
     memory_dir: Path | None = None,
+    home: Path | None = None,
 ) -> SandboxPolicy:
     """The sandbox a launch of ``profile`` with ``tools`` gets (see the module doc).
 
     Raises ``SubvisorError`` for a project profile that asks for ``full``
-    (S-SBX-3), whatever path the profile took to get here.
+    (S-SBX-3), whatever path the profile took to get here, and for
+    ``workspace-write`` in a project dir that holds subvisor's ``home``
+    (S-SEC-3): the subagent could rewrite the user's config and database.
     """
     if profile.scope == "project" and profile.sandbox == "full":
         raise SubvisorError(
@@ -225,6 +228,12 @@ def choose_sandbox(
     network = settings.force_network or profile.network or default_network or "deny"
     roots: list[str] = []
     if mode == "workspace-write":
+        if home is not None and home.resolve().is_relative_to(project_dir.resolve()):
+            raise SubvisorError(
+                f"workspace-write refused: the project dir {project_dir} holds subvisor's "
+                f"home {home}, whose config and database a subagent could then rewrite; "
+                "run from the project's own directory, or set SUBVISOR_HOME outside it"
+            )
         roots.append(str(project_dir))
     if mode != "full" and memory_dir is not None:
         # The Write tool would create it; a sandbox rule needs it to exist.

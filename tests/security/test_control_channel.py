@@ -174,18 +174,7 @@ def _steps(report: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in report.read_text().splitlines()]
 
 
-#: The peer check finds a worker tree by ancestry, which holds for a detached process only
-#: once the worker is a child subreaper (S-SEC-5, protocol/_process_names.py); until then a
-#: setsid double fork is re-parented to init, out of the tree. Strict: it fails once fixed.
-DETACHED = pytest.param(
-    "detached",
-    marks=pytest.mark.xfail(
-        strict=True, reason="workers are not child subreapers yet: a double fork leaves the tree"
-    ),
-)
-
-
-@pytest.mark.parametrize("launch", ["direct", DETACHED])
+@pytest.mark.parametrize("launch", ["direct", "detached"])
 def test_s_sec_2_a_subagent_cannot_reach_its_own_or_another_sessions_control_channel(
     tmp_path: Path, launch: str
 ) -> None:

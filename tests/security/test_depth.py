@@ -51,8 +51,9 @@ async def test_s_sec_7_a_detached_double_forked_run_also_refuses(tmp_path: Path)
     """S-SEC-7: `setsid` plus a double fork (reparented away from Bash) does not shed the
     marker: the detached nested run refuses too."""
     _nested_scenario(tmp_path)
-    out_file = tmp_path / "detached.out"
-    script = tmp_path / "nested.sh"
+    out_file = tmp_path / "project" / "detached.out"
+    script = tmp_path / "project" / "nested.sh"
+    script.parent.mkdir(exist_ok=True)
     script.write_text(_nested_run(str(tmp_path)) + "\n")
     detached = (
         f"setsid sh -c '( sh {script} > {out_file} 2>&1 & ) &' ; "

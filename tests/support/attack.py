@@ -22,6 +22,13 @@ from tests.support.cli import run_cli
 from tests.support.delegation import agent_call, subvisor, write_scenario
 
 
+def _project(tmp_path: Path) -> Path:
+    """The default working directory: beside subvisor's home, never holding it."""
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    return project
+
+
 def bash(command: str, timeout_ms: int | None = None) -> dict[str, Any]:
     """One Bash call of a scripted turn."""
     call: dict[str, Any] = {"name": "Bash", "input": {"command": command}}
@@ -59,7 +66,7 @@ async def bash_attack(
     ``mode``/``network`` force the sandbox as ``subvisor run --sandbox/--network``
     do; other keyword arguments go to ``SubvisorSettings``.
     """
-    cwd = cwd or tmp_path
+    cwd = cwd or _project(tmp_path)
     model = write_scenario(
         tmp_path / "attack.yaml",
         {
@@ -115,7 +122,7 @@ def cli_bash_attack(
     done = run_cli(
         home,
         "run", "--model", model, "--json", "--sandbox", mode, "--network", network,
-        "--cwd", str(cwd or tmp_path), "attack",
+        "--cwd", str(cwd or _project(tmp_path)), "attack",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     answer: str = json.loads(done.stdout)["answer"]

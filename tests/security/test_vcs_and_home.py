@@ -1,0 +1,148 @@
+"""S-SEC-3 / S-SEC-1: a subagent cannot plant version-control hooks or config, nor reach home.
+
+A ``.git`` hook or ``core.hooksPath``/``core.fsmonitor`` written by a
+subagent would run outside any sandbox, with the user's environment, at the
+user's next commit. A workspace-write worker therefore gets its project's
+``.git`` read-only, while the rest of the project (top directory included)
+stays writable. The Landlock-only fallback, for machines where no mount
+namespace can be made, is exercised on the real kernel too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from protocol import SandboxPolicy
+from supervisor import RootSession
+from tests.support.attack import bash_attack
+from tests.support.delegation import agent_call, subvisor, write_scenario
+from worker import _landlock
+from worker._sandbox import _ruleset, landlock_abi
+
+
+def _git_project(root: Path) -> Path:
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "app.py").write_text("print('hi')\n")
+    return root
+
+
+async def test_s_sec_3_a_workspace_write_subagent_cannot_write_git(tmp_path: Path) -> None:
+    """S-SEC-3: hooks, config (core.hooksPath, core.fsmonitor), removal and renaming of
+    `.git` all fail; the project itself, its top directory included, stays writable."""
+    project = _git_project(tmp_path / "project")
+    config_before = (project / ".git" / "config").read_text()
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/pre-commit; echo rc=$?",
+            "git config core.hooksPath /tmp/evil; echo rc=$?",
+            "git config core.fsmonitor 'touch /tmp/pwned'; echo rc=$?",
+            "rm -rf .git; echo rc=$?",
+            "mv .git .git-gone; echo rc=$?",
+            "echo new > brand_new.py && echo x >> app.py && mkdir pkg && echo rc=$?",
+        ],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="workspace-write",
+    )
+    hook, hooks_path, fsmonitor, remove, rename, control = (r.content for r in attack.results)
+    for text in (hook, hooks_path, fsmonitor, remove, rename):
+        assert "rc=0" not in text, text
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    assert (project / ".git" / "config").read_text() == config_before
+    assert (project / ".git" / "HEAD").exists() and not (project / ".git-gone").exists()
+    # Control: the rest of the project is the subagent's to write.
+    assert "rc=0" in control, control
+    assert (project / "brand_new.py").read_text() == "new\n"
+    assert (project / "app.py").read_text().endswith("x\n") and (project / "pkg").is_dir()
+    record = attack.record.sandbox
+    assert record is not None and str(project / ".git") in record.read_only
+
+
+async def test_s_sec_3_workspace_write_is_refused_where_the_project_holds_home(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: run from a directory that holds subvisor's home (as from `~`), a
+    workspace-write launch fails saying why, and runs nothing."""
+    project = tmp_path / "user-home"
+    project.mkdir()
+    home = project / ".subvisor"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("w", "w", subagent_type="general-purpose")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "w": [{"text": "should not run"}],
+        },
+    )
+    async with subvisor(home) as host:
+        root = RootSession(host, model=model, cwd=project)
+        outcome = await root.run("go")
+    assert "workspace-write refused" in outcome.text
+    assert "should not run" not in outcome.text
+
+
+# -- the Landlock-only fallback, on the real kernel ------------------------------------
+
+needs_landlock = pytest.mark.skipif(
+    landlock_abi() < 1, reason="this kernel has no Landlock: the fallback cannot run here"
+)
+
+
+def _confined(policy: SandboxPolicy, carve: list[str], script: str) -> str:
+    """Fork; apply only the Landlock rules (no mounts) that carve ``carve``; run ``script``."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(read_fd)
+            ruleset, _ = _ruleset(policy, landlock_abi(), carve)
+            _landlock.restrict_self(ruleset)
+            done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+            os.write(write_fd, (done.stdout + done.stderr).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as out:
+        text = out.read()
+    os.waitpid(pid, 0)
+    return text
+
+
+@needs_landlock
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write", "full"])
+def test_s_sec_1_and_3_the_landlock_fallback_carves_home_and_git(tmp_path: Path, mode: str) -> None:
+    """S-SEC-1, S-SEC-3: with no mount namespace, Landlock grants siblings instead, so home
+    is unreadable and `.git` unwritable, while the rest stays as the mode says."""
+    project = _git_project(tmp_path / "project")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("api_key = 'sk-MARKER'\n")
+    policy = SandboxPolicy(
+        mode=mode,  # type: ignore[arg-type]
+        writable_roots=(str(project),) if mode == "workspace-write" else (),
+        hidden_paths=(str(home),),
+    )
+    carve = [str(home)] + ([str(project / ".git")] if mode != "full" else [])
+    out = _confined(
+        policy,
+        carve,
+        f"cat {home}/config.toml; echo read=$?; "
+        f"echo x > {project}/.git/hooks/post-checkout; echo hook=$?; "
+        f"cat {project}/app.py; echo src=$?; "
+        f"echo y >> {project}/app.py; echo write=$?",
+    )
+    assert "MARKER" not in out and "read=0" not in out, out
+    assert "src=0" in out  # the project stays readable
+    if mode == "full":
+        assert "write=0" in out
+    else:
+        assert "hook=0" not in out, out
+        assert ("write=0" in out) is (mode == "workspace-write"), out
