@@ -37,11 +37,12 @@ from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
 from ._policy import PolicyDecision, PolicyHolder
+from ._recovery import recover_dead_runs
 from ._settings import SubvisorSettings
 from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
 from ._supervisor import Supervisor, default_request_handler
-from ._tasks import TaskRegistry
+from ._tasks import TaskError, TaskRegistry
 from .providers import ModelError, ModelGateway
 
 __all__ = ["Subvisor"]
@@ -68,6 +69,8 @@ class Subvisor:
         self.home = self.settings.home
         self.home.mkdir(parents=True, exist_ok=True)
         self.store = SessionStore(database_path(self.home))
+        # S-SEC-6: what a dead supervisor left running is ended before anything starts.
+        recover_dead_runs(self.store, self.home)
         self.registry = TaskRegistry(self.store, self.home)
         self.gateway = ModelGateway(self.settings.gateway, transport=transport)
         self.supervisor = Supervisor(
@@ -93,6 +96,8 @@ class Subvisor:
         self._queues: dict[str, CommandQueue] = {}
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
+        #: Why every task is being stopped (``stop_all``); each stop then records it.
+        self.stopping_reason: str | None = None
 
     async def __aenter__(self) -> Self:
         try:
@@ -123,7 +128,14 @@ class Subvisor:
                 await self.mcp.aclose()
             await self._stack.aclose()
         finally:
-            self.store.close()
+            try:
+                # A session nobody ended (an interactive root, a run cut short)
+                # must not read as running once its supervisor is gone.
+                self.store.interrupt_created_sessions(
+                    "its supervisor shut down before the session ended"
+                )
+            finally:
+                self.store.close()
 
     # -- subagents ------------------------------------------------------------------
 
@@ -162,6 +174,25 @@ class Subvisor:
             run.launch_order.pass_turn(run.ticket)  # it will never queue
             raise
         return run
+
+    async def stop_all(self, reason: str) -> None:
+        """Stop every running task of this supervisor, subagents and background commands.
+
+        Each ends ``killed`` with ``reason`` as its error (S-RUN-8), also one
+        that something else stops meanwhile (a foreground child whose parent
+        turn is cancelled with it); returns once all have ended.
+        """
+        # Set before the first checkpoint: a parent cancelled together with
+        # this call cannot stop its children for another reason first.
+        self.stopping_reason = reason
+
+        async def stop(task_id: str) -> None:
+            with contextlib.suppress(TaskError):  # it ended meanwhile
+                await self.registry.stop(task_id, reason)
+
+        async with trio.open_nursery() as nursery:
+            for record in self.registry.running():
+                nursery.start_soon(stop, record.task_id)
 
     def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
