@@ -327,9 +327,13 @@ class SubagentRun:
         return "ended"
 
     async def stop(self, reason: str = "stopped by request") -> None:
-        """Stop the run (S-RUN-6 stop); returns once it has ended."""
+        """Stop the run (S-RUN-6 stop); returns once it has ended.
+
+        The first reason given wins, and the host's ``stopping_reason``
+        (everything is being stopped) over any.
+        """
         if self._stop_reason is None:
-            self._stop_reason = reason
+            self._stop_reason = self.host.stopping_reason or reason
         self._cancel_scope.cancel()
         await self.done.wait()
 
