@@ -34,6 +34,7 @@ from typing import Any, Literal, Self
 
 from protocol import ChatMessage
 
+from ._budget import EventBudget, text_size
 from ._errors import SubvisorError
 from ._process_identity import this_process
 from ._tasks import TaskRecord, TaskUsage
@@ -398,14 +399,18 @@ class SessionStore:
 
     # -- messages and events ----------------------------------------------
 
-    def append_message(self, session_id: str, message: ChatMessage) -> int:
-        """Append a message to a session's transcript; returns its ``seq``."""
-        return self._append(
-            "messages",
-            "message, created_at",
-            session_id,
-            (message.model_dump_json(), time.time()),
-        )
+    def append_message(
+        self, session_id: str, message: ChatMessage, *, budget: EventBudget | None = None
+    ) -> int:
+        """Append a message to a session's transcript; returns its ``seq``.
+
+        With a ``budget`` (the worker it comes from) its size is charged
+        first, and an ``EventBudgetExceeded`` leaves the transcript as it was.
+        """
+        text = message.model_dump_json()
+        if budget is not None:
+            budget.charge(size=text_size(text))
+        return self._append("messages", "message, created_at", session_id, (text, time.time()))
 
     def messages(self, session_id: str) -> list[ChatMessage]:
         """A session's transcript, in order."""
@@ -414,14 +419,23 @@ class SessionStore:
         ).fetchall()
         return [ChatMessage.model_validate_json(row[0]) for row in rows]
 
-    def append_event(self, session_id: str, name: str, data: dict[str, Any]) -> int:
-        """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``."""
-        return self._append(
-            "events",
-            "name, data, ts",
-            session_id,
-            (name, json.dumps(data, separators=(",", ":")), time.time()),
-        )
+    def append_event(
+        self,
+        session_id: str,
+        name: str,
+        data: dict[str, Any],
+        *,
+        budget: EventBudget | None = None,
+    ) -> int:
+        """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``.
+
+        With a ``budget`` (the worker it comes from) its size is charged
+        first, and an ``EventBudgetExceeded`` leaves the events as they were.
+        """
+        text = json.dumps(data, separators=(",", ":"))
+        if budget is not None:
+            budget.charge(size=len(text) + text_size(name))  # json.dumps escapes to ASCII
+        return self._append("events", "name, data, ts", session_id, (name, text, time.time()))
 
     def events(
         self, session_id: str, *, after_seq: int = 0, limit: int | None = None
