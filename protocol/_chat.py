@@ -104,8 +104,9 @@ class ModelResult(_Frozen):
     """The complete answer of one model call.
 
     ``fault`` is only ever set by the scripted provider: the worker that made
-    the call must then really crash in that way (segfault, exit, oom, hang),
-    which is how tests and stress runs inject faults into real processes.
+    the call must then really crash in that way (segfault, exit, oom, hang)
+    or turn hostile (flood: valid events without end, S-SEC-8), which is how
+    tests and stress runs inject faults into real processes.
     """
 
     text: str = ""
@@ -113,4 +114,4 @@ class ModelResult(_Frozen):
     stop_reason: str = "end_turn"
     usage: Usage = Usage()
     model: str = ""
-    fault: Literal["segfault", "exit", "oom", "hang"] | None = None
+    fault: Literal["segfault", "exit", "oom", "hang", "flood"] | None = None

@@ -5,6 +5,7 @@ in one environment.
 """
 
 from ._agent_tool import AgentTool
+from ._budget import EventBudgetLimits
 from ._config import SpawnMode, SupervisorConfig
 from ._errors import (
     FleetCapacityError,
@@ -24,6 +25,7 @@ from ._supervisor import Supervisor
 
 __all__ = [
     "AgentTool",
+    "EventBudgetLimits",
     "ExitKind",
     "FleetCapacityError",
     "FleetExhaustedError",

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import trio
 
+from ._budget import EventBudget
+
 __all__ = [
     "ApprovalDecision",
     "ApprovalHandler",
@@ -47,13 +49,15 @@ class Requester:
 
     ``root_session_id`` is the identity the ask is made with (S-APR-1);
     ``event_sessions`` the child's session and, mirrored, its parent's
-    (S-APR-2), or just the root's own.
+    (S-APR-2), or just the root's own; ``budget`` the asking worker's, which
+    those events are charged to (S-SEC-8; None for the root).
     """
 
     root_session_id: str
     origin: ApprovalOrigin
     description: str
     event_sessions: tuple[str, ...]
+    budget: EventBudget | None = None
 
 
 @dataclass(frozen=True, slots=True)

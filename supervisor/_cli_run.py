@@ -29,6 +29,7 @@ from ._approvals import (
 from ._control import serve_control
 from ._errors import find_exception
 from ._host import Subvisor
+from ._interrupt import interruptible
 from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._tasks import TaskRecord
@@ -106,7 +107,13 @@ def tasks_table(records: list[TaskRecord], title: str) -> Table:
     ):
         table.add_column(column)
     table.add_column("note", overflow="fold")
-    colours = {"completed": "green", "failed": "red", "killed": "yellow", "running": "cyan"}
+    colours = {
+        "completed": "green",
+        "failed": "red",
+        "killed": "yellow",
+        "interrupted": "magenta",
+        "running": "cyan",
+    }
     for r in sorted(records, key=lambda r: r.created_at):
         colour = colours.get(r.status, "white")
         table.add_row(
@@ -199,13 +206,16 @@ async def _run(
     elif request.approve == "allow":
         handler = fixed_approval_handler("allow")
     # "deny": no handler; an ask is refused, naming the rule that would allow it.
-    async with Subvisor(
-        request.settings, approval_handler=handler, question_handler=questions
-    ) as host:
+    async with (
+        interruptible() as interruption,
+        Subvisor(request.settings, approval_handler=handler, question_handler=questions) as host,
+    ):
         root = RootSession(host, model=request.model, cwd=request.cwd)
         async with serve_control(host, root.session_id, root=root):
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
+                # Ctrl-C and SIGTERM: every worker is stopped, then the root's turn ends.
+                nursery.start_soon(interruption.stop_on_signal, host.stop_all, nursery.cancel_scope)
                 if console.is_terminal and not request.json:
                     nursery.start_soon(_show_progress, host, root, console, terminal)
                 if terminal is not None:
@@ -217,7 +227,10 @@ async def _run(
                     )
                 outcome = await root.run(request.prompt)
                 nursery.cancel_scope.cancel()
-            if timed_out.is_set():
+            if interruption.signum is not None:
+                status, outcome = "interrupted", None
+                host.store.set_session_status(root.session_id, status, interruption.reason)
+            elif timed_out.is_set():
                 status = "timeout"
         records = host.registry.list(root.session_id)
         narration = [text for text in map(_narrate, root.loop.messages) if text is not None]
@@ -243,7 +256,10 @@ async def _run(
                 for r in records
             ],
         }
-    return (124 if status == "timeout" else 0), report, records
+    code = 124 if status == "timeout" else 0
+    if interruption.signum is not None:
+        code = interruption.exit_code
+    return code, report, records
 
 
 _NARRATION_LINES = 12
@@ -274,6 +290,10 @@ def _narrate(message: ChatMessage) -> str | None:
     return None
 
 
+#: Said on stderr after Ctrl-C or SIGTERM; the exit code is 128 + the signal.
+_INTERRUPTED = "[yellow]interrupted: every running subagent was stopped (killed)[/]"
+
+
 def run_command(request: RunRequest) -> int:
     """Run a root session to completion and print its answer (or JSON); return the exit code."""
     console = wide_console(stderr=request.json)
@@ -282,9 +302,7 @@ def run_command(request: RunRequest) -> int:
     except BaseException as exc:
         # trio wraps what escapes a nursery in exception groups.
         if find_exception(exc, KeyboardInterrupt) is not None:
-            Console(stderr=True).print(
-                "[yellow]interrupted: every running subagent was stopped (killed)[/]"
-            )
+            Console(stderr=True).print(_INTERRUPTED)
             return 130
         model_error = find_exception(exc, ModelError)
         if model_error is None:
@@ -293,6 +311,8 @@ def run_command(request: RunRequest) -> int:
             f"[red]model error:[/] {escape(str(model_error))}", highlight=False
         )
         return 1
+    if report["status"] == "interrupted":
+        Console(stderr=True).print(_INTERRUPTED)
     if request.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return code

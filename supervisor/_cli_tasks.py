@@ -2,6 +2,8 @@
 
 A session whose supervisor is live answers on its control channel (live usage,
 and the only way to stop a task); otherwise the SQLite store has the record.
+Opening the store first ends what dead supervisors left running (S-SEC-6),
+so a killed run never shows as running.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from protocol import ChatMessage
 from ._cli_run import tasks_table, wide_console
 from ._control_channel import LiveSession
 from ._control_client import ControlError, control_request, live_sessions
-from ._paths import database_path, subvisor_home
+from ._paths import subvisor_home
+from ._recovery import open_recovered_store
 from ._store import SessionStore
 from ._tasks import TaskRecord
 from ._usage import UsageRollup
@@ -28,8 +31,7 @@ __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
 
 
 def _open_store() -> SessionStore | None:
-    path = database_path(subvisor_home())
-    return SessionStore(path) if path.exists() else None
+    return open_recovered_store(subvisor_home())
 
 
 def _no_state(console: Console) -> int:
@@ -47,6 +49,8 @@ class _SessionTasks:
     live: bool
     records: list[TaskRecord]
     usage: UsageRollup
+    #: Why the session ended as it did (``interrupted``: why), when known.
+    status_reason: str | None = None
 
 
 def _live_tasks(session: LiveSession) -> _SessionTasks | None:
@@ -79,6 +83,7 @@ def _stored_tasks(console: Console, session_id: str | None) -> _SessionTasks | N
             live=False,
             records=store.tasks_for_session(session.session_id),
             usage=store.usage_rollup(session.session_id),
+            status_reason=session.status_reason,
         )
 
 
@@ -113,6 +118,7 @@ def ps_command(session_id: str | None, as_json: bool) -> int:
                 {
                     "session_id": found.session_id,
                     "status": found.status,
+                    "status_reason": found.status_reason,
                     "live": found.live,
                     "tasks": [r.model_dump(mode="json") for r in found.records],
                     "usage": found.usage.summary(),
@@ -123,6 +129,8 @@ def ps_command(session_id: str | None, as_json: bool) -> int:
         )
         return 0
     state = "live" if found.live else found.status
+    if found.status_reason:
+        state += f": {escape(found.status_reason)}"
     console.print(tasks_table(found.records, f"tasks of session {found.session_id} ({state})"))
     console.print(f"usage: {found.usage.describe()}", highlight=False)
     return 0

@@ -17,6 +17,7 @@ from rich.table import Table
 from ._cli_run import wide_console
 from ._errors import find_exception
 from ._host import Subvisor
+from ._interrupt import RunInterrupted, interruptible
 from ._paths import database_path
 from ._settings import SubvisorSettings
 from .workflow import (
@@ -67,19 +68,25 @@ async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | Non
             console.print(f"run [bold]{run_id}[/]  actor sites: {escape(listed)}", highlight=False)
 
     configured = os.environ.get("SUBVISOR_MODEL") or request.settings.model
-    async with Subvisor(request.settings) as host:
+    async with interruptible() as interruption, Subvisor(request.settings) as host:
         with WorkflowJournal(database_path(host.home)) as journal:
-            outcome = await run_workflow(
-                host,
-                request.script,
-                journal=journal,
-                inputs=request.inputs,
-                amend=request.amend,
-                model=request.model,
-                parent_model=configured,
-                cwd=request.cwd,
-                on_start=on_start,
-            )
+            async with trio.open_nursery() as nursery:
+                # Ctrl-C and SIGTERM cancel the run: its actors' workers are stopped.
+                nursery.start_soon(interruption.stop_on_signal, host.stop_all, nursery.cancel_scope)
+                outcome = await run_workflow(
+                    host,
+                    request.script,
+                    journal=journal,
+                    inputs=request.inputs,
+                    amend=request.amend,
+                    model=request.model,
+                    parent_model=configured,
+                    cwd=request.cwd,
+                    on_start=on_start,
+                )
+                nursery.cancel_scope.cancel()
+            if interruption.signum is not None:
+                raise RunInterrupted(interruption)
     return outcome.run_id, outcome.value
 
 
@@ -92,6 +99,10 @@ def workflow_run_command(request: WorkflowRunRequest) -> int:
     try:
         run_id, value = trio.run(_run, request, console)
     except BaseException as exc:
+        interrupted = find_exception(exc, RunInterrupted)
+        if isinstance(interrupted, RunInterrupted):
+            errors.print("[yellow]interrupted: every actor's worker was stopped[/]")
+            return interrupted.exit_code
         if find_exception(exc, KeyboardInterrupt) is not None:
             errors.print("[yellow]interrupted: every actor's worker was stopped[/]")
             return 130

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocol import ResourceLimits
 
+from ._budget import EventBudgetLimits
+
 __all__ = ["SpawnMode", "SupervisorConfig"]
 
 SpawnMode = Literal["zygote", "exec"]
@@ -35,6 +37,8 @@ class SupervisorConfig(BaseModel):
     kill_grace_s: float = Field(default=2.0, ge=0)
     #: Events buffered per worker before its reader stops reading (backpressure).
     event_buffer: int = Field(default=1024, ge=1)
+    #: What one worker may make the supervisor record before it is stopped (S-SEC-8).
+    event_budget: EventBudgetLimits = EventBudgetLimits()
     default_limits: ResourceLimits = ResourceLimits()
     #: Directories no worker may reach, in any sandbox mode (S-SEC-1): the
     #: ``Subvisor`` puts its home here (keys in config, the database, sockets,

@@ -20,6 +20,7 @@ class ExitKind(enum.StrEnum):
     WALL_TIMEOUT = "wall timeout"
     IDLE_WATCHDOG = "idle watchdog"
     PROTOCOL_VIOLATION = "protocol violation"
+    EVENT_BUDGET = "event budget exceeded"
     KILLED = "killed"
     LOST = "lost"
 

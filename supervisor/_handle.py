@@ -7,6 +7,11 @@ full buffer stops the reader, which fills the pipe, which blocks the worker:
 backpressure instead of unbounded memory), worker requests to the
 supervisor's request handler.
 
+Each handle holds the worker's ``EventBudget`` (S-SEC-8): every event frame
+is counted on arrival, and whoever records something for the worker charges
+it too; once the budget is spent the worker is stopped for it, and events
+that arrive meanwhile are dropped.
+
 The worker ends exactly once. Whatever notices first (the reaper's exit
 status, EOF, a protocol violation, a cap, a watchdog) only contributes to
 the single ``WorkerExit`` built in ``_finish``; the first *reason* to kill it
@@ -49,6 +54,7 @@ from protocol import (
 )
 from worker import Outcome, PipeStream
 
+from ._budget import EventBudget, EventBudgetExceeded, EventBudgetLimits
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
@@ -101,10 +107,13 @@ class WorkerHandle:
         kill_grace_s: float,
         request_handler: RequestHandler,
         wire_tap: WireTap | None = None,
+        event_budget: EventBudgetLimits | None = None,
         cgroup: WorkerCgroup | None = None,
         tree_caps: str = "sampling",
     ) -> None:
         self.worker_id = process.worker_id
+        #: What this worker may make the supervisor record (S-SEC-8).
+        self.budget = EventBudget(event_budget)
         #: The worker's cgroups, when caps are enforced by cgroup (S-SEC-4).
         self.cgroup = cgroup
         #: How caps over its whole tree are enforced: ``cgroup v1``, ``sampling``...
@@ -291,6 +300,7 @@ class WorkerHandle:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop, nursery)
                 nursery.start_soon(self._watchdog, nursery)
+                nursery.start_soon(self._enforce_budget)
                 await self._process.reaped.wait()
                 # Frames written just before death are still in the pipe.
                 with trio.move_on_after(_EOF_AFTER_EXIT_S):
@@ -367,6 +377,11 @@ class WorkerHandle:
                     return
                 self.last_activity = now
 
+    async def _enforce_budget(self) -> None:
+        await self.budget.exhausted.wait()
+        assert self.budget.reason is not None
+        await self.terminate(ExitKind.EVENT_BUDGET, self.budget.reason)
+
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         try:
             while True:
@@ -392,6 +407,10 @@ class WorkerHandle:
         # ``receive_some``), not per message: an event only waits when the
         # buffer is full.
         if isinstance(message, Event):
+            try:
+                self.budget.charge(events=1)
+            except EventBudgetExceeded:
+                return  # the worker is being stopped for it; nothing more is kept
             try:
                 self._events_in.send_nowait(message)
             except trio.WouldBlock:

@@ -29,6 +29,7 @@ from ._approvals import (
     QuestionRequest,
     Requester,
 )
+from ._budget import EventBudget, EventBudgetExceeded, text_size
 from ._config import SupervisorConfig
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._launch_order import LaunchOrder
@@ -37,14 +38,21 @@ from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
 from ._paths import agent_output_dir, database_path
 from ._policy import PolicyDecision, PolicyHolder
+from ._recovery import recover_dead_runs
 from ._settings import SubvisorSettings
 from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
 from ._supervisor import Supervisor, default_request_handler
-from ._tasks import TaskRegistry
+from ._tasks import TaskError, TaskRegistry
 from .providers import ModelError, ModelGateway
 
 __all__ = ["Subvisor"]
+
+#: Worker requests that make the supervisor record or queue something; each
+#: is one event of the worker's budget (S-SEC-8).
+_RECORDING_METHODS = frozenset(
+    {"permission.check", "coordinator.message", "mcp.call_tool", "user.question"}
+)
 
 
 class Subvisor:
@@ -68,6 +76,8 @@ class Subvisor:
         self.home = self.settings.home
         self.home.mkdir(parents=True, exist_ok=True)
         self.store = SessionStore(database_path(self.home))
+        # S-SEC-6: what a dead supervisor left running is ended before anything starts.
+        recover_dead_runs(self.store, self.home)
         self.registry = TaskRegistry(self.store, self.home)
         self.gateway = ModelGateway(self.settings.gateway, transport=transport)
         self.supervisor = Supervisor(
@@ -75,6 +85,7 @@ class Subvisor:
                 max_workers=self.settings.max_concurrent_subagents,
                 # Keys in its config, every session's transcripts (S-SEC-1).
                 hidden_paths=(str(self.home),),
+                event_budget=self.settings.event_budget,
             ),
             request_handler=self._serve_worker,
             wire_tap=wire_tap,
@@ -97,6 +108,8 @@ class Subvisor:
         self._queues: dict[str, CommandQueue] = {}
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
+        #: Why every task is being stopped (``stop_all``); each stop then records it.
+        self.stopping_reason: str | None = None
 
     async def __aenter__(self) -> Self:
         try:
@@ -127,7 +140,14 @@ class Subvisor:
                 await self.mcp.aclose()
             await self._stack.aclose()
         finally:
-            self.store.close()
+            try:
+                # A session nobody ended (an interactive root, a run cut short)
+                # must not read as running once its supervisor is gone.
+                self.store.interrupt_created_sessions(
+                    "its supervisor shut down before the session ended"
+                )
+            finally:
+                self.store.close()
 
     # -- subagents ------------------------------------------------------------------
 
@@ -167,6 +187,25 @@ class Subvisor:
             raise
         return run
 
+    async def stop_all(self, reason: str) -> None:
+        """Stop every running task of this supervisor, subagents and background commands.
+
+        Each ends ``killed`` with ``reason`` as its error (S-RUN-8), also one
+        that something else stops meanwhile (a foreground child whose parent
+        turn is cancelled with it); returns once all have ended.
+        """
+        # Set before the first checkpoint: a parent cancelled together with
+        # this call cannot stop its children for another reason first.
+        self.stopping_reason = reason
+
+        async def stop(task_id: str) -> None:
+            with contextlib.suppress(TaskError):  # it ended meanwhile
+                await self.registry.stop(task_id, reason)
+
+        async with trio.open_nursery() as nursery:
+            for record in self.registry.running():
+                nursery.start_soon(stop, record.task_id)
+
     def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
         if self._nursery is None:
@@ -204,6 +243,16 @@ class Subvisor:
             self._worker_servers[worker_id] = server
 
     async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
+        try:
+            if request.method in _RECORDING_METHODS:
+                # S-SEC-8: each of these records or queues something for the worker.
+                handle.budget.charge(events=1)
+            return await self._route_worker_request(handle, request)
+        except EventBudgetExceeded as exc:
+            # The worker's handle stops it; until then it is told why.
+            raise RequestRefused("event_budget", str(exc)) from None
+
+    async def _route_worker_request(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
         server = self._worker_servers.get(handle.worker_id)
         if server is not None:
             return await server(handle, request)
@@ -223,7 +272,7 @@ class Subvisor:
         if request.method == "permission.check":
             return await self._check_permission(run, request.params)
         if request.method == "coordinator.message":
-            return self._queue_coordinator_message(run, request.params)
+            return self._queue_coordinator_message(run, handle.budget, request.params)
         if request.method == "mcp.call_tool":
             return await self._call_mcp(run, request.params)
         if request.method == "user.question":
@@ -256,22 +305,31 @@ class Subvisor:
         if name not in {spec.name for spec in run.launch.mcp_tools}:
             raise RequestRefused("not_lent", f"{name} was not lent to this subagent")
         session = run.launch.child_session_id
+        budget = run.handle.budget if run.handle is not None else None
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             # Progress notifications of the parent's session become the child's events.
-            self.store.append_event(
-                session, "mcp.progress", {"tool": name, "progress": done, "total": total}
-            )
+            with contextlib.suppress(EventBudgetExceeded):  # its worker is being stopped
+                self.store.append_event(
+                    session,
+                    "mcp.progress",
+                    {"tool": name, "progress": done, "total": total},
+                    budget=budget,
+                )
 
         result = await self.mcp.call(name, arguments, on_progress=progress)
         return {"text": result.text, "is_error": result.is_error}
 
-    def _queue_coordinator_message(self, run: SubagentRun, params: dict[str, Any]) -> bool:
+    def _queue_coordinator_message(
+        self, run: SubagentRun, budget: EventBudget, params: dict[str, Any]
+    ) -> bool:
         # S-MSG-2: into the parent's command queue with priority `next`:
         # between steps of its running turn, or a new turn when it is idle.
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
             raise RequestRefused("bad_request", "coordinator.message needs a non-empty text")
+        # The text waits in memory, then joins the parent's transcript (S-SEC-8).
+        budget.charge(size=text_size(text))
         queue = self.command_queue(run.launch.parent_session_id)
         queue.enqueue(subagent_message_command(run.task_id, text, generation=run.launch.generation))
         return True
@@ -306,7 +364,7 @@ class Subvisor:
         if decision.action == "ask":
             assert self.approval_handler is not None
             self._record(
-                requester.event_sessions,
+                requester,
                 "PermissionRequested",
                 {**event, "reason": decision.reason},
             )
@@ -325,14 +383,10 @@ class Subvisor:
             else:
                 if answer == "allow_always":
                     agent.policy = agent.policy.remembering(tool, tool_input)
-                self._record(
-                    requester.event_sessions, "PermissionResolved", {**event, "decision": answer}
-                )
+                self._record(requester, "PermissionResolved", {**event, "decision": answer})
                 return PolicyDecision("allow")
         if decision.action == "deny":
-            self._record(
-                requester.event_sessions, "PermissionDenied", {**event, "reason": decision.reason}
-            )
+            self._record(requester, "PermissionDenied", {**event, "reason": decision.reason})
         return decision
 
     async def ask_question(self, params: dict[str, Any], requester: Requester) -> dict[str, Any]:
@@ -352,7 +406,7 @@ class Subvisor:
             "origin": requester.origin.kind,
             "question": question,
         }
-        self._record(requester.event_sessions, "QuestionAsked", event)
+        self._record(requester, "QuestionAsked", event)
         answer = await self.question_handler(
             QuestionRequest(
                 session_id=requester.root_session_id,
@@ -362,9 +416,9 @@ class Subvisor:
                 description=requester.description,
             )
         )
-        self._record(requester.event_sessions, "QuestionAnswered", {**event, "answer": answer})
+        self._record(requester, "QuestionAnswered", {**event, "answer": answer})
         return {"answer": answer}
 
-    def _record(self, sessions: tuple[str, ...], name: str, data: dict[str, Any]) -> None:
-        for session in sessions:
-            self.store.append_event(session, name, data)
+    def _record(self, requester: Requester, name: str, data: dict[str, Any]) -> None:
+        for session in requester.event_sessions:
+            self.store.append_event(session, name, data, budget=requester.budget)

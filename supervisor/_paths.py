@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["agent_output_dir", "agents_dir", "database_path", "subvisor_home"]
+__all__ = ["agent_output_dir", "agents_dir", "database_path", "run_dir", "subvisor_home"]
 
 
 def subvisor_home() -> Path:
@@ -23,6 +23,11 @@ def subvisor_home() -> Path:
 def database_path(home: Path) -> Path:
     """The SQLite session store: ``home/subvisor.db``."""
     return home / "subvisor.db"
+
+
+def run_dir(home: Path) -> Path:
+    """Where live sessions keep their files, ``home/run/<session>.*`` (control sockets)."""
+    return home / "run"
 
 
 def agents_dir(home: Path) -> Path:

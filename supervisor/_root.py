@@ -206,13 +206,18 @@ class RootSession:
         After the root answers, wait for the session's background agents:
         each batch of notifications becomes a new root turn, and the run
         ends only when no background agent is left and the root has answered
-        the last notification.
+        the last notification. A run that fails ends its session ``failed``;
+        one cancelled leaves the status to whoever cancelled it.
         """
-        outcome = await self.ask(prompt)
-        while self.host.running_background(self.session_id) or len(self.queue):
-            await self.queue.wait()
-            commands = self.queue.take()
-            if commands:
-                outcome = await self.loop.run(format_command_turn(commands))
+        try:
+            outcome = await self.ask(prompt)
+            while self.host.running_background(self.session_id) or len(self.queue):
+                await self.queue.wait()
+                commands = self.queue.take()
+                if commands:
+                    outcome = await self.loop.run(format_command_turn(commands))
+        except Exception as exc:
+            self.host.store.set_session_status(self.session_id, "failed", str(exc) or None)
+            raise
         self.host.store.set_session_status(self.session_id, outcome.status)
         return outcome

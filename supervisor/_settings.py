@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol import ResourceLimits
 
+from ._budget import EventBudgetLimits
 from ._mcp import McpServerConfig
 from ._paths import subvisor_home
 from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
@@ -32,6 +33,10 @@ class SubvisorSettings(BaseModel):
     root_max_turns: int = Field(default=50, ge=1)
     #: Per-subagent process caps; ``idle_timeout_s`` is the S-RUN-3 watchdog.
     subagent_limits: ResourceLimits = ResourceLimits(memory_mb=2048, idle_timeout_s=600)
+    #: What one subagent's worker may make the supervisor record: events and the
+    #: MB of its transcript, tool output and events; past it the worker is stopped
+    #: with "event budget exceeded" (S-SEC-8). No normal run comes near the defaults.
+    event_budget: EventBudgetLimits = EventBudgetLimits()
     #: Subagent workers alive at once (further launches wait, in order).
     max_concurrent_subagents: int = Field(default=20, ge=1)
     #: Subagents one session may launch in all (further launches fail clearly).

@@ -105,8 +105,8 @@ class BashWithBackground:
         registry.update(record.task_id, status="running")
         stopped: list[str] = []
 
-        async def stop() -> None:
-            stopped.append("stopped by request")
+        async def stop(reason: str) -> None:
+            stopped.append(reason)
             _signal_group(process.pid, signal.SIGTERM)
             with trio.move_on_after(_TERM_GRACE_S):
                 await registry.wait(record.task_id)

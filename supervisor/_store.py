@@ -13,6 +13,11 @@ Invariants:
 - A task's ``notified`` flag only ever goes from false to true
   (``claim_notification``), whatever a later ``save_task`` of a stale copy
   says (S-NOTE-3).
+- Every session and task row names its ``owner``, the process that wrote
+  it (``ProcessIdentity``): a row still ``running`` whose owner is gone is
+  what ``interrupt_owned`` ends (S-SEC-6). Only a dead owner's rows are
+  ended that way, and a dead owner writes no more, so that update races no
+  writer but another recovering reader, which then finds nothing left.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from typing import Any, Literal, Self
 
 from protocol import ChatMessage
 
+from ._budget import EventBudget, text_size
 from ._errors import SubvisorError
+from ._process_identity import this_process
 from ._tasks import TaskRecord, TaskUsage
 from ._usage import UsageRollup, sum_usage
 
@@ -49,9 +56,10 @@ __all__ = [
 ]
 
 #: The schema this code writes (``PRAGMA user_version``). 2 added ``session_usage``;
-#: every table is ``CREATE ... IF NOT EXISTS``, so an older database migrates by
-#: running the schema again.
-SCHEMA_VERSION = 2
+#: 3 the ``owner`` of sessions and tasks and a session's ``status_reason``. Every
+#: table and index is ``CREATE ... IF NOT EXISTS`` and added columns are listed in
+#: ``_ADDED_COLUMNS``, so an older database migrates by running the schema again.
+SCHEMA_VERSION = 3
 
 #: Milliseconds a connection waits for a lock held by another connection.
 BUSY_TIMEOUT_MS = 5_000
@@ -73,9 +81,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     cwd         TEXT,
     status      TEXT NOT NULL,
     created_at  REAL NOT NULL,
-    updated_at  REAL NOT NULL
+    updated_at  REAL NOT NULL,
+    owner       TEXT,
+    status_reason TEXT
 );
-CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions (parent_id, task_type);
 CREATE TABLE IF NOT EXISTS messages (
     session_id TEXT NOT NULL REFERENCES sessions (session_id),
     seq        INTEGER NOT NULL,
@@ -98,9 +107,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     status            TEXT NOT NULL,
     notified          INTEGER NOT NULL,
     created_at        REAL NOT NULL,
-    record            TEXT NOT NULL
+    record            TEXT NOT NULL,
+    owner             TEXT
 );
-CREATE INDEX IF NOT EXISTS tasks_by_parent ON tasks (parent_session_id);
 CREATE TABLE IF NOT EXISTS session_usage (
     session_id TEXT PRIMARY KEY REFERENCES sessions (session_id),
     usage      TEXT NOT NULL,
@@ -108,9 +117,27 @@ CREATE TABLE IF NOT EXISTS session_usage (
 );
 """
 
+#: Created after ``_ADDED_COLUMNS`` exist: some index them.
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS sessions_by_parent ON sessions (parent_id, task_type);
+CREATE INDEX IF NOT EXISTS tasks_by_parent ON tasks (parent_session_id);
+CREATE INDEX IF NOT EXISTS sessions_running ON sessions (owner) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS tasks_unended ON tasks (owner) WHERE status IN ('pending', 'running');
+"""
+
+#: Columns later schema versions added to existing tables: (table, column, type).
+_ADDED_COLUMNS = (
+    ("sessions", "owner", "TEXT"),
+    ("sessions", "status_reason", "TEXT"),
+    ("tasks", "owner", "TEXT"),
+)
+
+#: What a task that has not ended is: ``pending`` or ``running``.
+_UNENDED = "status IN ('pending', 'running')"
+
 _SESSION_COLUMNS = (
     "session_id, parent_id, task_type, agent_type, description, model, cwd, status,"
-    " created_at, updated_at"
+    " created_at, updated_at, status_reason"
 )
 
 
@@ -160,6 +187,8 @@ class SessionRow:
     status: str
     created_at: float
     updated_at: float
+    #: Why the session ended as it did, when that is not plain (``interrupted``).
+    status_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +213,8 @@ class SessionStore:
         self._db = connect_database(self.path)
         self._db.execute("PRAGMA foreign_keys = ON")
         self._next_seq: dict[tuple[str, str], int] = {}
+        #: Sessions this store created and has not ended (``interrupt_created_sessions``).
+        self._created: set[str] = set()
         self._create_schema()
 
     def _create_schema(self) -> None:
@@ -200,6 +231,13 @@ class SessionStore:
                     "SUBVISOR_HOME at another directory"
                 )
             for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            for table, column, kind in _ADDED_COLUMNS:
+                present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            for statement in _INDEXES.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -261,7 +299,7 @@ class SessionStore:
         model: str | None = None,
         cwd: str | None = None,
     ) -> SessionRow:
-        """Store a new session with status ``running`` (S-RUN-2) and return it.
+        """Store a new session with status ``running`` (S-RUN-2), owned by this process.
 
         Raises ``DuplicateSessionError`` when the id is taken.
         """
@@ -280,7 +318,8 @@ class SessionStore:
         )
         try:
             self._db.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row.session_id,
                     row.parent_id,
@@ -292,12 +331,15 @@ class SessionStore:
                     row.status,
                     row.created_at,
                     row.updated_at,
+                    row.status_reason,
+                    str(this_process()),
                 ),
             )
         except sqlite3.IntegrityError as error:
             raise DuplicateSessionError(
                 f"session {session_id!r} already exists; every session needs a new id"
             ) from error
+        self._created.add(session_id)
         return row
 
     def get_session(self, session_id: str) -> SessionRow | None:
@@ -307,17 +349,20 @@ class SessionStore:
         ).fetchone()
         return None if row is None else SessionRow(*row)
 
-    def set_session_status(self, session_id: str, status: str) -> None:
-        """Set a session's status (and ``updated_at``).
+    def set_session_status(self, session_id: str, status: str, reason: str | None = None) -> None:
+        """Set a session's status, why (``reason``, may be ``None``) and ``updated_at``.
 
         Raises ``UnknownSessionError`` when there is no such session.
         """
         cursor = self._db.execute(
-            "UPDATE sessions SET status = ?, updated_at = ? WHERE session_id = ?",
-            (status, time.time(), session_id),
+            "UPDATE sessions SET status = ?, status_reason = ?, updated_at = ?"
+            " WHERE session_id = ?",
+            (status, reason, time.time(), session_id),
         )
         if cursor.rowcount == 0:
             raise _unknown_session(session_id)
+        if status != "running":
+            self._created.discard(session_id)
 
     def latest_root_session(self) -> SessionRow | None:
         """The most recently created root session, or ``None``."""
@@ -354,14 +399,18 @@ class SessionStore:
 
     # -- messages and events ----------------------------------------------
 
-    def append_message(self, session_id: str, message: ChatMessage) -> int:
-        """Append a message to a session's transcript; returns its ``seq``."""
-        return self._append(
-            "messages",
-            "message, created_at",
-            session_id,
-            (message.model_dump_json(), time.time()),
-        )
+    def append_message(
+        self, session_id: str, message: ChatMessage, *, budget: EventBudget | None = None
+    ) -> int:
+        """Append a message to a session's transcript; returns its ``seq``.
+
+        With a ``budget`` (the worker it comes from) its size is charged
+        first, and an ``EventBudgetExceeded`` leaves the transcript as it was.
+        """
+        text = message.model_dump_json()
+        if budget is not None:
+            budget.charge(size=text_size(text))
+        return self._append("messages", "message, created_at", session_id, (text, time.time()))
 
     def messages(self, session_id: str) -> list[ChatMessage]:
         """A session's transcript, in order."""
@@ -370,14 +419,23 @@ class SessionStore:
         ).fetchall()
         return [ChatMessage.model_validate_json(row[0]) for row in rows]
 
-    def append_event(self, session_id: str, name: str, data: dict[str, Any]) -> int:
-        """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``."""
-        return self._append(
-            "events",
-            "name, data, ts",
-            session_id,
-            (name, json.dumps(data, separators=(",", ":")), time.time()),
-        )
+    def append_event(
+        self,
+        session_id: str,
+        name: str,
+        data: dict[str, Any],
+        *,
+        budget: EventBudget | None = None,
+    ) -> int:
+        """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``.
+
+        With a ``budget`` (the worker it comes from) its size is charged
+        first, and an ``EventBudgetExceeded`` leaves the events as they were.
+        """
+        text = json.dumps(data, separators=(",", ":"))
+        if budget is not None:
+            budget.charge(size=len(text) + text_size(name))  # json.dumps escapes to ASCII
+        return self._append("events", "name, data, ts", session_id, (name, text, time.time()))
 
     def events(
         self, session_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -441,11 +499,12 @@ class SessionStore:
         """
         self._db.execute(
             "INSERT INTO tasks"
-            " (task_id, parent_session_id, kind, status, notified, created_at, record)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " (task_id, parent_session_id, kind, status, notified, created_at, record, owner)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (task_id) DO UPDATE SET"
             " parent_session_id = excluded.parent_session_id, kind = excluded.kind,"
             " status = excluded.status, created_at = excluded.created_at,"
+            " owner = excluded.owner,"
             " notified = tasks.notified OR excluded.notified,"
             " record = CASE WHEN tasks.notified"
             "   THEN json_set(excluded.record, '$.notified', json('true'))"
@@ -458,6 +517,7 @@ class SessionStore:
                 int(record.notified),
                 record.created_at,
                 record.model_dump_json(),
+                str(this_process()),
             ),
         )
 
@@ -513,6 +573,66 @@ class SessionStore:
             (task_id,),
         )
         return cursor.rowcount == 1
+
+    # -- recovery (S-SEC-6) -----------------------------------------------
+
+    def unended_owners(self) -> set[str | None]:
+        """The owners of running sessions and of pending or running tasks.
+
+        ``None`` stands for rows written before owners were recorded.
+        """
+        rows = self._db.execute(
+            "SELECT owner FROM sessions WHERE status = 'running'"
+            f" UNION SELECT owner FROM tasks WHERE {_UNENDED}"
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def interrupt_owned(self, owner: str | None, reason: str) -> list[TaskRecord]:
+        """End every running session and unended task of ``owner`` as ``interrupted``.
+
+        Call it only for an owner that is gone: its rows then change under
+        nobody. Tasks get ``reason`` as their error and ``ended_at`` now;
+        returns the tasks ended, for their output dirs to be brought in line.
+        """
+        now = time.time()
+        with self._write():
+            self._db.execute(
+                "UPDATE sessions SET status = 'interrupted', status_reason = ?, updated_at = ?"
+                " WHERE status = 'running' AND owner IS ?",
+                (reason, now, owner),
+            )
+            rows = self._db.execute(
+                f"SELECT record FROM tasks WHERE {_UNENDED} AND owner IS ?", (owner,)
+            ).fetchall()
+            ended = [
+                TaskRecord.model_validate_json(row[0]).model_copy(
+                    update={"status": "interrupted", "error": reason, "ended_at": now}
+                )
+                for row in rows
+            ]
+            for record in ended:
+                self._db.execute(
+                    "UPDATE tasks SET status = ?, record = ? WHERE task_id = ?",
+                    (record.status, record.model_dump_json(), record.task_id),
+                )
+        return ended
+
+    def interrupt_created_sessions(self, reason: str) -> int:
+        """End the sessions this store created that still run as ``interrupted``; how many.
+
+        For a supervisor that shuts down before one of its sessions ended
+        (an interactive root that was never told it is done).
+        """
+        if not self._created:
+            return 0
+        marks = ", ".join("?" * len(self._created))
+        cursor = self._db.execute(
+            "UPDATE sessions SET status = 'interrupted', status_reason = ?, updated_at = ?"
+            f" WHERE status = 'running' AND session_id IN ({marks})",
+            (reason, time.time(), *self._created),
+        )
+        self._created.clear()
+        return cursor.rowcount
 
     # -- usage ------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from protocol import ResourceLimits
 
 from ._control import serve_control
 from ._host import Subvisor
+from ._interrupt import RunInterrupted, interruptible
 from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
@@ -250,7 +251,11 @@ async def _drive(
     peak_rss = me.memory_info().rss
     peak_workers = 0
     expected = min(options.agents, options.session_cap)
-    async with Subvisor(settings) as host, contextlib.AsyncExitStack() as control:
+    async with (
+        interruptible() as interruption,
+        Subvisor(settings) as host,
+        contextlib.AsyncExitStack() as control,
+    ):
         root = RootSession(host, model=model, cwd=work / "tree")
         # `subvisor top` finds live sessions in the user's SUBVISOR_HOME, not the temporary one.
         await control.enter_async_context(
@@ -272,8 +277,13 @@ async def _drive(
                     await trio.sleep(0.05)
 
             nursery.start_soon(watch)
+            # Ctrl-C and SIGTERM: every worker is stopped, then the run ends (S-SEC-6).
+            nursery.start_soon(interruption.stop_on_signal, host.stop_all, nursery.cancel_scope)
             await root.run("stress")
             nursery.cancel_scope.cancel()
+        if interruption.signum is not None:
+            host.store.set_session_status(root.session_id, "interrupted", interruption.reason)
+            raise RunInterrupted(interruption)
         wall = time.monotonic() - clocks["monotonic"]
         if on_progress is not None:
             on_progress(_progress(host, expected))

@@ -40,6 +40,7 @@ from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
 from ._approvals import ApprovalOrigin, Requester
+from ._budget import EventBudget, EventBudgetExceeded
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._handle import WorkerHandle
 from ._notifications import Command, build_task_notification
@@ -269,6 +270,7 @@ class SubagentRun:
             ),
             description=launch.description,
             event_sessions=(launch.child_session_id, launch.parent_session_id),
+            budget=self.handle.budget if self.handle is not None else None,
         )
 
     @property
@@ -327,9 +329,13 @@ class SubagentRun:
         return "ended"
 
     async def stop(self, reason: str = "stopped by request") -> None:
-        """Stop the run (S-RUN-6 stop); returns once it has ended."""
+        """Stop the run (S-RUN-6 stop); returns once it has ended.
+
+        The first reason given wins, and the host's ``stopping_reason``
+        (everything is being stopped) over any.
+        """
         if self._stop_reason is None:
-            self._stop_reason = reason
+            self._stop_reason = self.host.stopping_reason or reason
         self._cancel_scope.cancel()
         await self.done.wait()
 
@@ -370,24 +376,30 @@ class SubagentRun:
                 batch = await handle.receive_event_batch()
             except WorkerExitedError:
                 return
+            if handle.budget.reason is not None:
+                continue  # S-SEC-8: spent; the handle is stopping the worker
             # One commit for whatever arrived together.
             with store.batch():
                 for event in batch:
-                    self._record_event(event)
+                    try:
+                        self._record_event(event, handle.budget)
+                    except EventBudgetExceeded:
+                        break  # what was recorded before it stays
 
-    def _record_event(self, event: Event) -> None:
+    def _record_event(self, event: Event, budget: EventBudget) -> None:
         store, registry = self.host.store, self.host.registry
         session = self.launch.child_session_id
         data = event.data
         if event.name == "message":
-            seq = store.append_message(session, ChatMessage.model_validate(data.get("message")))
+            message = ChatMessage.model_validate(data.get("message"))
+            seq = store.append_message(session, message, budget=budget)
             self._publish("message.appended", seq=seq)
         elif event.name == "process_group":
             pgid = data.get("pgid")
             if isinstance(pgid, int) and pgid > 1:
                 self._process_groups.add(pgid)
         else:
-            store.append_event(session, event.name, data)
+            store.append_event(session, event.name, data, budget=budget)
             if event.name in ("tool.started", "tool.finished"):
                 # S-APR-2: the parent's timeline shows the child's tool activity
                 # (never its text), under an id that names the child.
@@ -400,6 +412,7 @@ class SubagentRun:
                         "source": "subagent",
                         "agentId": self.task_id,
                     },
+                    budget=budget,
                 )
             if event.name == "tool.started":
                 registry.append_output(

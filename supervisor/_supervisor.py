@@ -238,6 +238,7 @@ class Supervisor:
             kill_grace_s=self.config.kill_grace_s,
             request_handler=self._request_handler,
             wire_tap=self._wire_tap,
+            event_budget=self.config.event_budget,
         )
         self.workers[worker_id] = handle
         # From here on the slot belongs to the worker: released when it ends.

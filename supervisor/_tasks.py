@@ -59,17 +59,20 @@ __all__ = [
     "TaskUsage",
     "UnknownTaskError",
     "new_task_id",
+    "write_metadata",
 ]
 
-#: Where a task is in its life; the last three are terminal.
-TaskStatus = Literal["pending", "running", "completed", "failed", "killed"]
+#: Where a task is in its life; the last four are terminal. ``killed``: stopped
+#: (on request, by a timeout, by Ctrl-C); ``interrupted``: its supervisor died
+#: before recording its end, found so by a later start (S-SEC-6).
+TaskStatus = Literal["pending", "running", "completed", "failed", "killed", "interrupted"]
 #: A subagent or a background Bash command (S-RUN-6).
 TaskKind = Literal["local_agent", "local_bash"]
-#: How ``TaskRegistry.stop`` ends a running task.
-TaskStopper = Callable[[], Awaitable[None]]
+#: How ``TaskRegistry.stop`` ends a running task; it gets the reason to record.
+TaskStopper = Callable[[str], Awaitable[None]]
 
 #: Statuses a task never leaves.
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed"})
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed", "interrupted"})
 
 #: The error of a task ended by ``TaskRegistry.stop``.
 STOPPED_BY_REQUEST = "stopped by request"
@@ -160,7 +163,7 @@ class TaskRecord(BaseModel):
 
     @property
     def is_terminal(self) -> bool:
-        """Whether the task has ended (completed, failed or killed)."""
+        """Whether the task has ended (completed, failed, killed or interrupted)."""
         return self.status in TERMINAL_STATUSES
 
     @property
@@ -299,7 +302,8 @@ class TaskRegistry:
         """
         if status not in TERMINAL_STATUSES:
             raise TaskError(
-                f"finish needs a terminal status (completed, failed, killed), not {status!r}"
+                "finish needs a terminal status (completed, failed, killed, interrupted),"
+                f" not {status!r}"
             )
         entry = self._entry(task_id)
         if entry.record.is_terminal:
@@ -348,7 +352,7 @@ class TaskRegistry:
             record = self._store.get_task(task_id)
         # A task of another machine's home has no output dir here to update.
         if record is not None and Path(record.output_dir).is_dir():
-            _write_metadata(record)
+            write_metadata(record)
         return True
 
     def set_stopper(self, task_id: str, stopper: TaskStopper) -> None:
@@ -362,13 +366,13 @@ class TaskRegistry:
         if not entry.record.is_terminal:
             entry.stopper = stopper
 
-    async def stop(self, task_id: str) -> TaskRecord:
+    async def stop(self, task_id: str, reason: str = STOPPED_BY_REQUEST) -> TaskRecord:
         """Stop a task and return its final record (S-RUN-6).
 
-        Calls the task's stopper; a task the stopper left unfinished ends as
-        ``killed`` with error "stopped by request". A pending task without a
-        stopper simply ends as ``killed``. Raises ``UnknownTaskError`` or
-        ``TaskNotRunningError`` with a message saying why.
+        Calls the task's stopper with ``reason``; a task the stopper left
+        unfinished ends as ``killed`` with ``reason`` as its error. A pending
+        task without a stopper simply ends as ``killed``. Raises
+        ``UnknownTaskError`` or ``TaskNotRunningError`` with a message saying why.
         """
         entry = self._entries.get(task_id)
         if entry is None:
@@ -395,13 +399,13 @@ class TaskRegistry:
                     " try again in a moment"
                 )
             await trio.lowlevel.checkpoint()
-            return self.finish(task_id, "killed", error=STOPPED_BY_REQUEST)
+            return self.finish(task_id, "killed", error=reason)
         entry.stopping = True
         try:
-            await stopper()
+            await stopper(reason)
         finally:
             entry.stopping = False
-        return self.finish(task_id, "killed", error=STOPPED_BY_REQUEST)
+        return self.finish(task_id, "killed", error=reason)
 
     def read_output(self, task_id: str) -> str:
         """``output.txt`` of an ended task, else its running log ``task.output``."""
@@ -427,11 +431,12 @@ class TaskRegistry:
         return entry
 
     def _persist(self, record: TaskRecord) -> None:
-        _write_metadata(record)
+        write_metadata(record)
         self._store.save_task(record)
 
 
-def _write_metadata(record: TaskRecord) -> None:
+def write_metadata(record: TaskRecord) -> None:
+    """Rewrite the task's ``metadata.json`` (atomically) from ``record``."""
     write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
 
 

@@ -30,6 +30,7 @@ from textual.widgets import DataTable, Footer, RichLog, Static
 
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
 from ._paths import database_path, subvisor_home
+from ._recovery import open_recovered_store
 from ._store import MAX_PAGE_SIZE, SessionStore
 from ._usage import UsageRollup, format_bytes
 
@@ -55,6 +56,7 @@ _STATUS_STYLES = {
     "completed": "green",
     "failed": "red",
     "killed": "yellow",
+    "interrupted": "magenta",
 }
 
 
@@ -388,6 +390,10 @@ def top_command(session_id: str | None, page_size: int, console: Console) -> int
         )
         return 2
     home = subvisor_home()
+    # S-SEC-6: what dead supervisors left is ended (and their run files removed) first.
+    store = open_recovered_store(home)
+    if store is not None:
+        store.close()
     live = live_sessions(home)
     if session_id is None:
         if not live:

@@ -300,6 +300,8 @@ def _stress(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
+    from ._errors import find_exception
+    from ._interrupt import RunInterrupted
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
 
@@ -328,8 +330,15 @@ def _stress(args: argparse.Namespace) -> int:
         # Said now, so nobody waits for a report that will not come; the run goes on.
         errors.print(f"[yellow]{escape(missing)}; running anyway, without the report[/]")
     live = not args.json and errors.is_terminal
-    with progress_bar(errors) if live else contextlib.nullcontext() as on_progress:
-        result = run_stress(options, on_progress)
+    try:
+        with progress_bar(errors) if live else contextlib.nullcontext() as on_progress:
+            result = run_stress(options, on_progress)
+    except BaseException as exc:
+        interrupted = find_exception(exc, RunInterrupted)
+        if not isinstance(interrupted, RunInterrupted):
+            raise
+        errors.print(f"[yellow]{escape(str(interrupted))}: every subagent was stopped[/]")
+        return interrupted.exit_code
     report = result.summary
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -268,14 +268,14 @@ async def test_stop_calls_the_stopper_and_its_finish_wins_s_run_6(
     registry.register(agent(status="running"))
     stopped: list[str] = []
 
-    async def stopper() -> None:
-        stopped.append("agent_1")
+    async def stopper(reason: str) -> None:
+        stopped.append(reason)
         await trio.lowlevel.checkpoint()
         registry.finish("agent_1", "killed", error="cancelled", usage=TaskUsage(tool_calls=3))
 
     registry.set_stopper("agent_1", stopper)
     record = await registry.stop("agent_1")
-    assert stopped == ["agent_1"]
+    assert stopped == ["stopped by request"]
     assert record.status == "killed"
     assert record.error == "cancelled"
     assert record.usage.tool_calls == 3
@@ -287,7 +287,7 @@ async def test_stop_kills_a_task_its_stopper_left_unfinished(registry: TaskRegis
     registry.register(agent(status="running"))
     calls: list[int] = []
 
-    async def stopper() -> None:
+    async def stopper(reason: str) -> None:
         calls.append(1)
         await trio.testing.wait_all_tasks_blocked()
 
@@ -343,7 +343,7 @@ async def test_background_bash_shares_the_stop_and_output_interface_s_run_6(
         registry.append_output(task_id, f"exit {code}\n")
         registry.finish(task_id, "killed", error=f"killed by signal {-code}")
 
-    async def stopper() -> None:
+    async def stopper(reason: str) -> None:
         process.kill()
         await registry.wait(task_id)
 

@@ -65,7 +65,7 @@ class ScriptedTurn(BaseModel):
     text: StrictStr = ""
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     latency_ms: float = Field(default=0.0, ge=0, strict=True)
-    fault: Literal["segfault", "exit", "oom", "hang"] | None = None
+    fault: Literal["segfault", "exit", "oom", "hang", "flood"] | None = None
 
 
 class Scenario(BaseModel):

@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import supervisor
+
 __all__ = ["cli_env", "run_cli"]
+
+#: The checkout whose ``supervisor`` these tests import: the child runs the same code,
+#: not whatever copy the environment has installed.
+_CHECKOUT = str(Path(supervisor.__file__).resolve().parent.parent)
 
 
 #: The checkout under test; first on the child's path, whatever its working directory.
@@ -26,6 +32,7 @@ def cli_env(home: Path) -> dict[str, str]:
     )
     env["SUBVISOR_HOME"] = str(home)
     env["COLUMNS"] = "200"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))
     return env
 
 

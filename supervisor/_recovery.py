@@ -1,0 +1,120 @@
+"""Crash recovery: what a dead supervisor left behind is ended at the next start (S-SEC-6).
+
+A supervisor killed by SIGKILL (or a crash, or a power cut) cannot record
+the end of its sessions and tasks, nor remove its files in ``home/run``.
+Whatever opens the store next (a ``Subvisor``; ``subvisor ps``, ``top``,
+``logs``, ``stop``, ``bg``) calls ``recover_dead_runs`` first, so nothing
+shows a dead run as running:
+
+- every running session and unended task whose owner (``ProcessIdentity``)
+  is certainly gone becomes ``interrupted``, with the reason ("supervisor
+  pid 1234 is gone (killed or crashed)"); a task's ``metadata.json`` and
+  ``output.txt`` say the same;
+- every ``home/run/<session>.*`` file of a session the store knows and that
+  no longer runs is removed, whatever its suffix (socket, address file).
+
+Invariants:
+
+- A live supervisor's rows and files are never touched: an owner is only
+  judged gone on certain grounds (see ``ProcessIdentity.gone_reason``), and
+  a run file is only removed once its session's row has ended.
+- Cheap when there is nothing to do: one indexed read of the unended rows'
+  owners, no write lock, so a read-only ``ps`` stays read-only.
+- A run file of a session this store does not know is left alone: it may
+  belong to a supervisor whose state lives elsewhere (``subvisor stress``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ._paths import database_path, run_dir
+from ._process_identity import ProcessIdentity
+from ._store import SessionStore
+from ._tasks import TaskRecord, write_metadata
+
+__all__ = [
+    "UNRECORDED_OWNER",
+    "open_recovered_store",
+    "recover_dead_runs",
+    "remove_stale_run_files",
+]
+
+#: The reason given for rows written before owners were recorded (schema 2).
+UNRECORDED_OWNER = "its supervisor was not recorded (an older subvisor) and is presumed gone"
+
+
+def recover_dead_runs(store: SessionStore, home: Path) -> list[TaskRecord]:
+    """End the sessions and tasks of dead supervisors; remove their run files.
+
+    Returns the tasks it ended.
+    """
+    ended: list[TaskRecord] = []
+    for owner in store.unended_owners():
+        reason = _gone_reason(owner)
+        if reason is None:
+            continue
+        for record in store.interrupt_owned(owner, reason):
+            _align_output_dir(record)
+            ended.append(record)
+    remove_stale_run_files(store, home)
+    return ended
+
+
+def open_recovered_store(home: Path) -> SessionStore | None:
+    """The store of ``home`` after ``recover_dead_runs``; ``None`` when it has none yet."""
+    path = database_path(home)
+    if not path.exists():
+        return None
+    store = SessionStore(path)
+    try:
+        recover_dead_runs(store, home)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def remove_stale_run_files(store: SessionStore, home: Path) -> list[Path]:
+    """Remove ``home/run/<session>.*`` of every known session that no longer runs.
+
+    Returns the paths removed.
+    """
+    try:
+        entries = list(run_dir(home).iterdir())
+    except OSError:
+        return []
+    removed = []
+    for path in entries:
+        session_id = path.name.split(".", 1)[0]
+        if not session_id:
+            continue
+        row = store.get_session(session_id)
+        if row is None or row.status == "running":
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _gone_reason(owner: str | None) -> str | None:
+    """Why the rows of ``owner`` are ended, or ``None`` while it may still run."""
+    if owner is None:
+        return UNRECORDED_OWNER
+    identity = ProcessIdentity.parse(owner)
+    if identity is None:
+        return None
+    why = identity.gone_reason()
+    return None if why is None else f"supervisor pid {identity.pid} is gone ({why})"
+
+
+def _align_output_dir(record: TaskRecord) -> None:
+    # The output dir may be gone (deleted, another machine's home): the
+    # store's record is the one that counts.
+    if not Path(record.output_dir).is_dir():
+        return
+    with contextlib.suppress(OSError):
+        write_metadata(record)
+        Path(record.output_file).write_text(record.error or "", encoding="utf-8")

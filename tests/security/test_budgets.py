@@ -1,0 +1,183 @@
+"""S-SEC-8 Budgets: one worker cannot grow the store or the supervisor's memory without bound.
+
+Real workers flood for real: the kernel's ``flood`` command, and a subagent
+whose scripted turn orders the ``flood`` fault (valid transcript messages and
+tool events, as fast as the pipe takes them, forever). Each is stopped with
+"event budget exceeded", and what the store holds for it stays within the
+budget; a normal run under the same budget is untouched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocol import ResourceLimits
+from supervisor import (
+    EventBudgetLimits,
+    ExitKind,
+    RootSession,
+    Supervisor,
+    SupervisorConfig,
+    WorkerExitedError,
+)
+from supervisor._paths import database_path
+from supervisor._tasks import TaskRecord
+from tests.support.delegation import agent_call, subvisor, write_scenario
+
+_MB = 1024 * 1024
+#: A safety net only: a flood the budget failed to stop ends here, as a wall timeout.
+_WALL = ResourceLimits(memory_mb=1024, idle_timeout_s=30, wall_timeout_s=120)
+
+
+async def test_s_sec_8_a_worker_flooding_events_is_stopped_for_its_budget() -> None:
+    """S-SEC-8: a real worker writing events past its budget is stopped, and the exit says so."""
+    config = SupervisorConfig(event_budget=EventBudgetLimits(max_events=1000))
+    async with Supervisor(config) as sup:
+        handle = await sup.spawn()
+        received = 0
+        async with trio.open_nursery() as nursery:
+
+            async def consume() -> None:
+                nonlocal received
+                async for _ in handle.events():
+                    received += 1
+
+            nursery.start_soon(consume)
+            with pytest.raises(WorkerExitedError) as raised:
+                await handle.request("flood", {"count": 1_000_000, "size": 64})
+        exit = raised.value.exit
+        assert exit.kind is ExitKind.EVENT_BUDGET
+        assert exit.reason.startswith("event budget exceeded: 1000 events / 64 MB")
+        assert received == 1000  # not one event past the budget reached a consumer
+
+
+async def test_s_sec_8_control_a_flood_within_the_budget_is_delivered_whole() -> None:
+    """Control: the same worker and budget, a flood below it: every event arrives, the
+    worker lives on."""
+    config = SupervisorConfig(event_budget=EventBudgetLimits(max_events=1000))
+    async with Supervisor(config) as sup:
+        handle = await sup.spawn()
+        seen: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def consume() -> None:
+                async for event in handle.events():
+                    seen.append(event.data["seq"])
+
+            nursery.start_soon(consume)
+            assert await handle.request("flood", {"count": 999, "size": 64}) == 999
+            assert await handle.request("echo", {"value": "alive"}) == "alive"
+            await handle.shutdown()
+        assert seen == list(range(999))
+
+
+def _stored_bytes(home: Path, session_id: str) -> int:
+    """The text stored for one session: its events and its transcript."""
+    with sqlite3.connect(database_path(home)) as db:
+        events = db.execute(
+            "SELECT COALESCE(SUM(length(name) + length(data)), 0) FROM events WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()[0]
+        messages = db.execute(
+            "SELECT COALESCE(SUM(length(message)), 0) FROM messages WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()[0]
+    return int(events) + int(messages)
+
+
+def _files_size(home: Path) -> int:
+    db = database_path(home)
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+async def _delegate(
+    tmp_path: Path, turns: list[dict[str, object]], **settings: object
+) -> TaskRecord:
+    """A root that delegates once to ``worker``, whose turns are ``turns``; its record."""
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("worker", "go")]}, {"text": "{{tool_result}}"}],
+            "worker": turns,
+        },
+    )
+    async with subvisor(tmp_path / "home", subagent_limits=_WALL, **settings) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+    return record
+
+
+@pytest.mark.parametrize("max_event_mb", [2.0, None], ids=["2MB", "default"])
+async def test_s_sec_8_a_subagent_flooding_its_transcript_is_stopped_and_the_store_bounded(
+    tmp_path: Path, max_event_mb: float | None
+) -> None:
+    """S-SEC-8: a subagent's worker that floods valid transcript messages and tool events
+    (16 KB of model text or tool output each) is stopped with "event budget exceeded";
+    the store holds no more than the budget for it, and the parent goes on (also with the
+    default budget, 64 MB)."""
+    limits = EventBudgetLimits() if max_event_mb is None else EventBudgetLimits(max_event_mb=2)
+    record = await _delegate(tmp_path, [{"fault": "flood"}], event_budget=limits)
+    assert record.status == "failed"
+    assert record.worker_exit is not None
+    assert record.worker_exit.startswith(f"event budget exceeded: {limits.describe()}")
+    assert record.error is not None and "event budget exceeded" in record.error
+    assert record.child_session_id is not None
+    budget = int(limits.max_event_mb * _MB)
+    child = _stored_bytes(tmp_path / "home", record.child_session_id)
+    mirrored = _stored_bytes(tmp_path / "home", record.parent_session_id)
+    # Something was recorded (it flooded), and no more than the budget (one worker's share
+    # of the parent's timeline included).
+    assert budget // 2 < child + mirrored <= budget
+    # The files: the budget, plus what SQLite keeps besides (pages, indexes, the WAL).
+    assert _files_size(tmp_path / "home") < 3 * budget + 16 * _MB
+
+
+async def test_s_sec_8_a_subagent_flooding_its_coordinator_is_stopped(tmp_path: Path) -> None:
+    """S-SEC-8: a subagent sending 5 MB of messages to its coordinator under a 2 MB budget
+    is stopped, and the parent's transcript (where they would end up, after waiting in the
+    supervisor's memory) does not hold them: each call's tool event and each queued
+    message are charged to the worker's budget."""
+    big = "y" * (100 * 1024)
+    calls = [{"name": "RespondToCoordinator", "input": {"message": big}} for _ in range(50)]
+    limits = EventBudgetLimits(max_event_mb=2)
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("worker", "go")]}, {"text": "done"}] * 3,
+            "worker": [{"tool_calls": calls}, {"text": "sent"}],
+        },
+    )
+    async with subvisor(tmp_path / "home", subagent_limits=_WALL, event_budget=limits) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        delivered = sum(m.content.count("y" * 1024) for m in root.loop.messages) * 1024
+    assert record.status == "failed"
+    assert record.worker_exit is not None
+    assert record.worker_exit.startswith("event budget exceeded: 100000 events / 2 MB")
+    assert delivered <= 2 * _MB
+
+
+async def test_s_sec_8_control_a_normal_subagent_under_the_same_budget_completes(
+    tmp_path: Path,
+) -> None:
+    """Control: a subagent that works normally (Bash, a sizeable output, messages to its
+    coordinator) under the 2 MB budget completes, untouched."""
+    turns = [
+        {
+            "tool_calls": [
+                {"name": "Bash", "input": {"command": "seq 1 20000"}},
+                {"name": "RespondToCoordinator", "input": {"message": "halfway"}},
+            ]
+        },
+        {"text": "counted"},
+    ]
+    record = await _delegate(tmp_path, turns, event_budget=EventBudgetLimits(max_event_mb=2))
+    assert record.status == "completed", record.error
+    assert record.worker_exit is None
+    assert record.result == "counted"
