@@ -79,6 +79,8 @@ _CAPS: tuple[tuple[str, ...], ...] = (
     ("gateway", "max_retries"),
     ("gateway", "backoff_max_s"),
     ("gateway", "retry_after_max_s"),
+    ("event_budget", "max_events"),
+    ("event_budget", "max_event_mb"),
 )
 #: Caps that `subvisor run` also takes as flags.
 _CAP_FLAGS = {

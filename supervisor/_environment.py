@@ -53,5 +53,8 @@ def worker_environment(tree_id: str, source: Mapping[str, str] | None = None) ->
     scrubbed = {key: value for key, value in env.items() if key in ENV_ALLOWLIST}
     scrubbed.setdefault("PATH", os.defpath)
     scrubbed[TREE_ENV] = tree_id
-    scrubbed["PYTHONPATH"] = _IMPORT_ROOT
+    # The zygote imports what the supervisor imports: our packages first,
+    # then wherever the supervisor was told to find the rest.
+    inherited = env.get("PYTHONPATH", "")
+    scrubbed["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, inherited) if p)
     return scrubbed

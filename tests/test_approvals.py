@@ -13,7 +13,7 @@ from supervisor._approvals import (
     QuestionRequest,
     TerminalApprovalHandler,
 )
-from tests.support.delegation import agent_call, write_scenario
+from tests.support.delegation import agent_call, home_for, write_scenario
 
 ASK_RM = {"*": "allow", "bash": {"*": "allow", "rm *": "ask"}}
 
@@ -54,7 +54,7 @@ async def _run(
     (tmp_path / "a.txt").write_text("a")
     (tmp_path / "b.txt").write_text("b")
     settings = SubvisorSettings(
-        home=tmp_path / "home",
+        home=home_for(tmp_path),
         permission=ASK_RM,
         subagent_limits=ResourceLimits(idle_timeout_s=30),
     )
@@ -128,7 +128,7 @@ async def test_a_child_waiting_for_approval_is_not_idle(tmp_path: Path) -> None:
 
     (tmp_path / "a.txt").write_text("a")
     settings = SubvisorSettings(
-        home=tmp_path / "home",
+        home=home_for(tmp_path),
         permission=ASK_RM,
         subagent_limits=ResourceLimits(idle_timeout_s=0.3),
     )
@@ -158,7 +158,7 @@ async def test_ask_user_question_from_a_child_reaches_the_root_handler(tmp_path:
         asked.append((request.session_id, request.origin.agent_id, request.options))
         return "dev"
 
-    settings = SubvisorSettings(home=tmp_path / "home")
+    settings = SubvisorSettings(home=home_for(tmp_path))
     async with Subvisor(settings, question_handler=answer) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
@@ -174,6 +174,6 @@ async def test_without_anyone_to_ask_the_agent_is_told_to_decide(tmp_path: Path)
     model = write_scenario(
         tmp_path / "s.yaml", {"root": [{"tool_calls": [ask]}, {"text": "{{tool_result}}"}]}
     )
-    async with Subvisor(SubvisorSettings(home=tmp_path / "home")) as host:
+    async with Subvisor(SubvisorSettings(home=home_for(tmp_path))) as host:
         outcome = await RootSession(host, model=model, cwd=tmp_path).run("go")
     assert "nobody can answer questions in this session" in outcome.text

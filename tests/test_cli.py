@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cli_env, run_cli
-from tests.support.delegation import agent_call, write_scenario
+from tests.support.delegation import agent_call, home_for, write_scenario
 
 
 def _start_run(home: Path, project: Path, model: str, *flags: str) -> subprocess.Popen[str]:
@@ -52,7 +52,7 @@ def project(tmp_path: Path) -> Path:
 
 def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: Path) -> None:
     """`subvisor demo`: parallel Explore agents, a background notification, an isolated segfault."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     demo = run_cli(home, "demo", cwd=project)
     assert demo.returncode == 0, demo.stderr
     out = demo.stdout
@@ -73,7 +73,7 @@ def test_demo_runs_offline_and_reports_every_subagent(tmp_path: Path, project: P
 
 def test_run_flags_set_the_fan_out_caps(tmp_path: Path, project: Path) -> None:
     """Fan-out caps come from config and from `run`/`demo` flags; a bad value names the flags."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     capped = run_cli(home, "demo", "--json", "--max-subagents-per-session", "2", cwd=project)
     assert capped.returncode == 0, capped.stderr
     report = json.loads(capped.stdout)
@@ -99,7 +99,7 @@ def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) 
             ],
         },
     )
-    run = run_cli(tmp_path / "home", "run", "--json", "--model", model, "look around", cwd=project)
+    run = run_cli(home_for(tmp_path), "run", "--json", "--model", model, "look around", cwd=project)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert "# demo project" in report["answer"]
@@ -109,20 +109,20 @@ def test_run_json_reports_answer_usage_and_tasks(tmp_path: Path, project: Path) 
 
 
 def test_run_without_a_model_says_how_to_choose_one(tmp_path: Path, project: Path) -> None:
-    run = run_cli(tmp_path / "home", "run", "hello", cwd=project)
+    run = run_cli(home_for(tmp_path), "run", "hello", cwd=project)
     assert run.returncode == 2
     assert "no model configured" in run.stderr and "--model" in run.stderr
 
 
 def test_run_with_an_unknown_provider_is_a_clear_error(tmp_path: Path, project: Path) -> None:
-    run = run_cli(tmp_path / "home", "run", "--model", "nosuch:model", "hello", cwd=project)
+    run = run_cli(home_for(tmp_path), "run", "--model", "nosuch:model", "hello", cwd=project)
     assert run.returncode == 1
     assert "nosuch" in run.stderr and "openai" in run.stderr
 
 
 def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None:
     """`subvisor stop ID` stops a background agent of a live `subvisor run`."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -149,7 +149,7 @@ def test_stop_reaches_the_running_session(tmp_path: Path, project: Path) -> None
 
 
 def test_doctor_passes_here(tmp_path: Path) -> None:
-    doctor = run_cli(tmp_path / "home", "doctor", cwd=tmp_path)
+    doctor = run_cli(home_for(tmp_path), "doctor", cwd=tmp_path)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "all checks passed" in doctor.stdout
 
@@ -160,7 +160,7 @@ def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -
     agents.mkdir(parents=True)
     (agents / "reviewer.md").write_text("---\nname: reviewer\ndescription: Reviews\n---\nReview.\n")
     (agents / "broken.md").write_text("---\nname: broken\ndescription: [oops\n---\nx\n")
-    listing = run_cli(tmp_path / "home", "agents", "--json", cwd=project)
+    listing = run_cli(home_for(tmp_path), "agents", "--json", cwd=project)
     assert listing.returncode == 1  # one profile is broken
     entries = {e["name"]: e for e in json.loads(listing.stdout)["profiles"]}
     assert entries["reviewer"]["scope"] == "project" and entries["reviewer"]["launchable"]
@@ -170,7 +170,7 @@ def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -
 
 def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) -> None:
     """S-RUN-8: Ctrl-C stops the background agents, recorded as killed, and nothing is left."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -200,7 +200,7 @@ def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) ->
 
 def test_run_timeout_stops_everything_as_killed(tmp_path: Path, project: Path) -> None:
     """S-RUN-8: a run timeout stops the subagents, reported as killed."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -219,7 +219,7 @@ def test_run_timeout_stops_everything_as_killed(tmp_path: Path, project: Path) -
 def test_bg_moves_a_foreground_agent_of_a_live_run(tmp_path: Path, project: Path) -> None:
     """S-RUN-5: `subvisor bg ID` moves a running foreground agent; the run ends after its
     notification."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     # The agent waits for this file, so it is still running when `bg` reaches
     # it however slow the machine is.
     gate = project / "gate"

@@ -34,6 +34,7 @@ from supervisor._lifecycle import LIFECYCLE_EVENTS
 from tests.support.delegation import (
     READ_README,
     agent_call,
+    home_for,
     readme_project,
     subvisor,
     write_scenario,
@@ -87,7 +88,7 @@ async def served_session(
     tmp_path: Path, project: Path, agents: dict[str, list[dict[str, Any]]]
 ) -> AsyncIterator[tuple[Subvisor, RootSession, LiveSession]]:
     model = write_scenario(tmp_path / "scenario.yaml", agents)
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=project)
         async with serve_control(host, root.session_id, root=root) as session:
             yield host, root, session
@@ -118,17 +119,17 @@ async def test_the_address_file_is_owner_only_and_names_an_abstract_socket(
     """S-SEC-2: the run dir is 0700 (even when it existed with looser bits), the address file
     0600 and the only trace in it; the socket is abstract (no file to connect to), its name
     random per session; both are gone with the session."""
-    run_dir = tmp_path / "home" / "run"
+    run_dir = home_for(tmp_path) / "run"
     run_dir.mkdir(parents=True)
     run_dir.chmod(0o755)
     async with served_session(tmp_path, project, quick_agents(0)) as (host, root, session):
-        path = address_file(tmp_path / "home", root.session_id)
+        path = address_file(home_for(tmp_path), root.session_id)
         assert read_address_file(path) == session
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
         assert [p.name for p in run_dir.iterdir()] == [path.name]
         assert session.address in _abstract_names()
-        async with serve_control(host, "another_session", home=tmp_path / "home") as other:
+        async with serve_control(host, "another_session", home=home_for(tmp_path)) as other:
             assert other.address != session.address
     assert not path.exists()  # gone with the session ...
     assert session.address not in _abstract_names()  # ... and so is its socket

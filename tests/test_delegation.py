@@ -13,7 +13,7 @@ import trio
 
 from protocol import ToolCall
 from supervisor import RootSession
-from tests.support.delegation import agent_call, subvisor, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ async def test_eight_parallel_foreground_explore_agents_all_report_back(
             {"text": "found {{tool_result}}"},
         ]
     model = write_scenario(tmp_path / "scenario.yaml", agents)
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=project)
         outcome = await root.run("scan everything")
         records = host.registry.list(root.session_id)
@@ -77,7 +77,7 @@ async def test_hundred_background_agents_with_segfaults_notify_exactly_once(tmp_
         agents[f"job {i}"] = [{"fault": "segfault"}] if i % 10 == 3 else [{"text": f"done {i}"}]
     model = write_scenario(tmp_path / "scenario.yaml", agents)
     notifications: list[str] = []
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("launch the jobs")
         for message in root.loop.messages:
@@ -133,7 +133,7 @@ async def test_api_keys_never_reach_a_worker(
         )
         settings = SubvisorSettings.model_validate(
             {
-                "home": tmp_path / "home",
+                "home": home_for(tmp_path),
                 "gateway": {
                     "providers": {
                         "openai": {"api": "openai", "base_url": server.base_url, "streaming": False}
@@ -162,7 +162,7 @@ async def test_max_turns_ends_the_run_as_partial_with_a_marker(tmp_path: Path) -
             "endless": [loop_turn] * 10,
         },
     )
-    async with subvisor(tmp_path / "home", max_turns=3) as host:
+    async with subvisor(home_for(tmp_path), max_turns=3) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -190,7 +190,7 @@ async def test_subagent_type_matching_and_errors(tmp_path: Path) -> None:
             "default": [{"text": "ok"}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         spec_names = [spec.name for spec in root.loop._tools.specs]
         await root.run("go")
@@ -217,7 +217,7 @@ async def test_children_never_get_the_agent_tool(tmp_path: Path) -> None:
             ],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         records = host.registry.list()
@@ -239,14 +239,14 @@ async def test_output_files_and_child_session(tmp_path: Path) -> None:
             ],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("go")
         [record] = host.registry.list(root.session_id)
         child = host.store.get_session(record.child_session_id or "")
         transcript = host.store.messages(record.child_session_id or "")
     out = Path(record.output_dir)
-    assert out == tmp_path / "home" / "agents" / root.session_id / record.task_id
+    assert out == home_for(tmp_path) / "agents" / root.session_id / record.task_id
     assert json.loads((out / "metadata.json").read_text())["status"] == "completed"
     assert (out / "output.txt").read_text() == "final words"
     assert "[tool] LS" in (out / "task.output").read_text()
@@ -269,7 +269,7 @@ async def test_foreground_abort_cancels_the_child_but_not_a_background_one(tmp_p
             "fg": [{"tool_calls": [{"name": "Bash", "input": {"command": "sleep 60"}}]}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         with trio.move_on_after(1.0):
             await root.ask("go")
@@ -293,7 +293,7 @@ async def test_resume_with_task_id_continues_the_earlier_conversation(tmp_path: 
             "first": [{"text": "I will remember 42"}, {"text": "you said 42 before"}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.ask("go")
         [first] = host.registry.list(root.session_id)
@@ -316,7 +316,7 @@ async def test_opencode_result_style(tmp_path: Path) -> None:
             "a": [{"text": "the answer"}],
         },
     )
-    async with subvisor(tmp_path / "home", result_style="opencode") as host:
+    async with subvisor(home_for(tmp_path), result_style="opencode") as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
     assert '<task id="agent_' in outcome.text
@@ -331,11 +331,11 @@ async def test_running_out_of_scripted_turns_fails_the_child_naming_the_key(tmp_
             "short": [{"tool_calls": [{"name": "LS", "input": {"path": "."}}]}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
     assert "failed" in outcome.text and "'short'" in outcome.text
-    assert (tmp_path / "home" / "subvisor.db").is_file()
+    assert (home_for(tmp_path) / "subvisor.db").is_file()
 
 
 async def test_background_bash_shares_the_task_registry(tmp_path: Path) -> None:
@@ -353,7 +353,7 @@ async def test_background_bash_shares_the_task_registry(tmp_path: Path) -> None:
             ]
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         bash_specs = [s for s in root.loop._tools.specs if s.name == "Bash"]
         await root.ask("go")
@@ -397,7 +397,7 @@ async def test_scripted_faults_really_happen_and_are_named(
         },
     )
     limits = ResourceLimits(memory_mb=200, idle_timeout_s=0.5)
-    async with subvisor(tmp_path / "home", subagent_limits=limits) as host:
+    async with subvisor(home_for(tmp_path), subagent_limits=limits) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -421,7 +421,7 @@ async def test_session_rules_reach_the_root_and_its_children(tmp_path: Path) -> 
     )
     (tmp_path / "important.txt").write_text("keep me")
     rules = {"*": "allow", "bash": {"*": "allow", "rm *": "deny"}}
-    async with subvisor(tmp_path / "home", permission=rules) as host:
+    async with subvisor(home_for(tmp_path), permission=rules) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         [child] = host.registry.list(root.session_id)
@@ -447,7 +447,7 @@ async def test_task_deny_hides_an_agent_type(tmp_path: Path) -> None:
         },
     )
     rules = {"*": "allow", "task": {"*": "allow", "Explore": "deny"}}
-    async with subvisor(tmp_path / "home", permission=rules) as host:
+    async with subvisor(home_for(tmp_path), permission=rules) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         description = root.agent_tool.spec.description
         outcome = await root.run("go")
@@ -460,7 +460,7 @@ async def test_task_deny_hides_an_agent_type(tmp_path: Path) -> None:
 async def test_subagent_depth_zero_removes_the_agent_tool(tmp_path: Path) -> None:
     """S-POL-4: subagent_depth = 0 disables delegation."""
     model = write_scenario(tmp_path / "s.yaml", {"root": [{"text": "alone"}]})
-    async with subvisor(tmp_path / "home", subagent_depth=0) as host:
+    async with subvisor(home_for(tmp_path), subagent_depth=0) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         names = [spec.name for spec in root.loop._tools.specs]
     assert "Agent" not in names and "Read" in names
@@ -476,7 +476,7 @@ async def test_plan_mode_parent_keeps_children_read_only(tmp_path: Path) -> None
             "writer": [{"tool_calls": [write]}, {"text": "child: {{tool_result}}"}],
         },
     )
-    async with subvisor(tmp_path / "home", permission_mode="plan") as host:
+    async with subvisor(home_for(tmp_path), permission_mode="plan") as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
     assert not (tmp_path / "new.txt").exists()
@@ -512,7 +512,7 @@ async def test_project_profiles_shape_the_child(tmp_path: Path) -> None:
             "audit": [{"tool_calls": [write]}, {"text": "auditor: {{tool_result}}"}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         [run] = host.runs.values()
@@ -552,7 +552,7 @@ async def test_an_unresolvable_profile_model_fails_the_launch(
             ]
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         assert host.registry.list(root.session_id) == []
@@ -563,7 +563,7 @@ async def test_one_shot_model_override_wins(tmp_path: Path) -> None:
     """S-MODEL-1: a harness's one-shot override beats the profile and the parent model."""
     child = write_scenario(tmp_path / "child.yaml", {"default": [{"text": "from the override"}]})
     root_model = write_scenario(tmp_path / "root.yaml", {"root": [{"text": "unused"}]})
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=root_model, cwd=tmp_path)
         result = await root.agent_tool.invoke({"description": "d", "prompt": "p"}, model=child)
         [record] = host.registry.list(root.session_id)
@@ -591,7 +591,7 @@ async def test_project_permission_mode_is_refused_again_at_assembly(tmp_path: Pa
         ]
     )
     model = write_scenario(tmp_path / "s.yaml", {"root": [{"text": "unused"}]})
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path, catalog=catalog)
         result = await root.agent_tool.invoke(
             {"description": "d", "prompt": "p", "subagent_type": "sneaky"}
@@ -613,7 +613,7 @@ async def test_auto_background_moves_a_slow_foreground_child(tmp_path: Path) -> 
             "slow": [{"text": "slow answer", "latency_ms": 800}],
         },
     )
-    async with subvisor(tmp_path / "home", auto_background_ms=100) as host:
+    async with subvisor(home_for(tmp_path), auto_background_ms=100) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -633,7 +633,7 @@ async def test_explicit_move_to_background(tmp_path: Path) -> None:
             "slow": [{"text": "done late", "latency_ms": 600}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.ask, "go")
@@ -667,7 +667,7 @@ async def test_send_message_steers_queues_and_resumes(tmp_path: Path) -> None:
             "waiting": [{"text": "waiting done"}],
         },
     )
-    async with subvisor(tmp_path / "home", max_concurrent_subagents=1) as host:
+    async with subvisor(home_for(tmp_path), max_concurrent_subagents=1) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         tool = root.agent_tool
         await tool.invoke({"description": "busy", "prompt": "work", "run_in_background": True})
@@ -722,7 +722,7 @@ async def test_respond_to_coordinator_and_mirrored_tool_events(tmp_path: Path) -
             ],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -748,7 +748,7 @@ async def test_user_steer_joins_the_running_root_turn(tmp_path: Path) -> None:
             ]
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(root.run, "go")
@@ -769,7 +769,7 @@ async def test_max_subagents_per_session_fails_further_launches(tmp_path: Path) 
             "default": [{"text": "ok"}],
         },
     )
-    async with subvisor(tmp_path / "home", max_subagents_per_session=2) as host:
+    async with subvisor(home_for(tmp_path), max_subagents_per_session=2) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         launched = host.registry.list(root.session_id)
@@ -793,7 +793,7 @@ async def test_launches_past_max_concurrent_subagents_start_in_call_order(tmp_pa
             "default": [{"text": "ok"}],
         },
     )
-    async with subvisor(tmp_path / "home", max_concurrent_subagents=1) as host:
+    async with subvisor(home_for(tmp_path), max_concurrent_subagents=1) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("go")
         runs = [host.runs[r.task_id] for r in host.registry.list(root.session_id)]

@@ -13,7 +13,7 @@ import trio
 from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
 from supervisor._mcp import McpServerConfig
-from tests.support.delegation import agent_call, write_scenario
+from tests.support.delegation import agent_call, home_for, write_scenario
 from tests.support.mcp import everything_server
 from worker.agent import BorrowedMcpTool, McpLifecycleError
 
@@ -25,7 +25,7 @@ def everything() -> McpServerConfig:
 
 def _settings(tmp_path: Path, servers: dict[str, McpServerConfig]) -> SubvisorSettings:
     return SubvisorSettings(
-        home=tmp_path / "home",
+        home=home_for(tmp_path),
         mcp_servers=servers,
         subagent_limits=ResourceLimits(idle_timeout_s=60),
     )
@@ -202,7 +202,7 @@ async def test_issue_acceptance_borrowed_mcp_approval_steer_notification(
         },
     )
     settings = SubvisorSettings(
-        home=tmp_path / "home",
+        home=home_for(tmp_path),
         mcp_servers={"everything": everything},
         permission={"*": "allow", "bash": {"*": "allow", "git push *": "ask"}},
         subagent_limits=ResourceLimits(idle_timeout_s=60),

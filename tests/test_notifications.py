@@ -25,6 +25,7 @@ from supervisor._notifications import (
 )
 from supervisor._store import SessionStore
 from supervisor._tasks import TaskRecord, TaskRegistry, TaskUsage
+from tests.support.delegation import home_for
 
 OUTPUT_FILE = "/home/u/.subvisor/agents/sess_root/agent_1/output.txt"
 # Characters XML 1.0 can carry (ElementTree parses the fragments back).
@@ -254,7 +255,7 @@ def test_user_input_stays_outside_the_system_notification() -> None:
 
 def test_each_task_notifies_once_across_registries_s_note_3(tmp_path: Path) -> None:
     """Two registries on one database race to notify one task: one command is queued."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     queue = CommandQueue()
     with (
         SessionStore(home / "subvisor.db") as first_store,

@@ -46,7 +46,7 @@ from supervisor._sandbox import (
 )
 from supervisor._tasks import TaskRecord
 from tests.support.cli import run_cli
-from tests.support.delegation import agent_call, subvisor, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.filesystem import can_mark_top_directories, is_top_directory
 from worker._sandbox import landlock_abi
 
@@ -168,7 +168,7 @@ async def test_read_only_explore_cannot_write_delete_or_connect_but_reads(
                 "look": [{"tool_calls": calls}, {"text": "done"}],
             },
         )
-        async with subvisor(tmp_path / "home") as host:
+        async with subvisor(home_for(tmp_path)) as host:
             root = RootSession(host, model=model, cwd=project)
             outcome = await root.run("go")
             [record] = host.registry.list(root.session_id)
@@ -229,7 +229,7 @@ async def test_workspace_write_writes_inside_the_project_only(
                 "edit": [{"tool_calls": calls}, {"text": "done"}],
             },
         )
-        async with subvisor(tmp_path / "home") as host:
+        async with subvisor(home_for(tmp_path)) as host:
             root = RootSession(host, model=model, cwd=project)
             await root.run("go")
             [record] = host.registry.list(root.session_id)
@@ -253,7 +253,7 @@ async def test_workspace_write_writes_inside_the_project_only(
 async def test_network_allow_is_the_control_for_network_deny(tmp_path: Path, project: Path) -> None:
     """S-SBX-1 control: the same connect from a read-only profile that says `network: allow`
     reaches the listener, while its writes are still denied (the network rule is separate)."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     user_profile(home, "fetcher", "tools: Read, Bash\nnetwork: allow\n")
     with listening() as listener:
         model = write_scenario(
@@ -286,7 +286,7 @@ async def test_network_allow_is_the_control_for_network_deny(tmp_path: Path, pro
 async def test_a_read_only_profile_still_keeps_its_memory(tmp_path: Path, project: Path) -> None:
     """S-SBX-1 with S-PROF-8: a read-only profile with `memory: user` may write its own
     memory dir (made for it) and nothing else."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     user_profile(home, "keeper", "tools: Read, Grep\nmemory: user\nsandbox: read-only\n")
     index = home / "agent-memory" / "keeper" / "MEMORY.md"
     model = write_scenario(
@@ -352,7 +352,7 @@ async def test_model_and_mcp_calls_cross_the_pipe_from_a_sandboxed_worker(
                 ],
             },
         )
-        async with subvisor(tmp_path / "home", mcp_servers={"everything": everything}) as host:
+        async with subvisor(home_for(tmp_path), mcp_servers={"everything": everything}) as host:
             root = RootSession(host, model=model, cwd=project)
             outcome = await root.run("go")
             [record] = host.registry.list(root.session_id)
@@ -519,7 +519,7 @@ async def test_unsupported_landlock_fails_the_launch_with_a_clear_error(
             "look": [{"tool_calls": [bash(f"touch {project}/x")]}, {"text": "ran"}],
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=project)
         outcome = await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -554,7 +554,7 @@ async def test_warn_runs_unenforced_loudly_and_the_record_says_so(
     )
     settings = SandboxSettings(on_unsupported="warn")
     with caplog.at_level(logging.WARNING, logger="subvisor"):
-        async with subvisor(tmp_path / "home", sandbox=settings) as host:
+        async with subvisor(home_for(tmp_path), sandbox=settings) as host:
             root = RootSession(host, model=model, cwd=project)
             outcome = await root.run("go")
             [record] = host.registry.list(root.session_id)
@@ -616,7 +616,7 @@ async def test_project_profile_with_full_cannot_be_launched(tmp_path: Path, proj
             ]
         },
     )
-    async with subvisor(tmp_path / "home") as host:
+    async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=project)
         outcome = await root.run("go")
         launched = host.registry.list(root.session_id)
@@ -696,7 +696,7 @@ async def test_acceptance_explore_told_to_rm_rf_and_curl_changes_and_reaches_not
                 ],
             },
         )
-        async with subvisor(tmp_path / "home") as host:
+        async with subvisor(home_for(tmp_path)) as host:
             root = RootSession(host, model=model, cwd=scratch)
             outcome = await root.run("clean up")
             [record] = host.registry.list(root.session_id)
@@ -721,8 +721,8 @@ def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(
     the key and the allowed values."""
     from supervisor._config_files import ConfigError, load_settings
 
-    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
-    user_config = tmp_path / "home" / "config.toml"
+    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    user_config = home_for(tmp_path) / "config.toml"
     user_config.parent.mkdir()
     user_config.write_text(
         '[sandbox]\nmode = "workspace-write"\nnetwork = "allow"\non_unsupported = "warn"\n'
@@ -744,7 +744,7 @@ def test_run_sandbox_flag_overrides_the_profile_and_ps_logs_show_it(
 ) -> None:
     """`subvisor run --sandbox read-only` holds even general-purpose to read-only;
     `ps` and `logs` show the sandbox the worker reported."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     model = write_scenario(
         tmp_path / "s.yaml",
         {

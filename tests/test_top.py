@@ -26,7 +26,13 @@ from supervisor._control_channel import LiveSession, address_file, write_address
 from supervisor._control_client import control_request, live_sessions
 from supervisor._top import TopApp
 from tests.support.cli import cli_env
-from tests.support.delegation import READ_README, agent_call, readme_project, write_scenario
+from tests.support.delegation import (
+    READ_README,
+    agent_call,
+    home_for,
+    readme_project,
+    write_scenario,
+)
 
 
 @pytest.fixture
@@ -120,7 +126,7 @@ def test_top_follows_a_live_run_pages_reads_stops_and_backgrounds(
     """Rows appear and change as agents start and end; n/p page (2 per page); enter opens a
     live transcript; s stops the selected worker; b moves the foreground one to the
     background; the header shows the rolled-up usage; the end of the run is shown."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     runner = _start_run(home, project, write_scenario(tmp_path / "s.yaml", SCENARIO))
     try:
         session = _wait_live(home, runner)
@@ -224,7 +230,7 @@ async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> Non
 
 
 def test_top_without_a_live_session_says_how_to_start_one(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     top = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "top"],
         env=cli_env(home),
@@ -240,7 +246,7 @@ def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
     """S-OBS-1: at most 100 subagents per page."""
     top = subprocess.run(
         [sys.executable, "-m", "supervisor.cli", "top", "--page-size", "101"],
-        env=cli_env(tmp_path / "home"),
+        env=cli_env(home_for(tmp_path)),
         capture_output=True,
         text=True,
         timeout=60,
@@ -253,7 +259,7 @@ def test_live_sessions_removes_address_files_of_supervisors_that_are_gone(
 ) -> None:
     """An address file whose socket nobody serves (its supervisor was SIGKILLed) is swept;
     one that does not parse is skipped, not trusted and not removed."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     (home / "run").mkdir(parents=True)
     dead = LiveSession("sess_dead", "@subvisor-" + "0" * 32, pid=1, started_at=time.time())
     write_address_file(home, dead)
@@ -266,7 +272,7 @@ def test_live_sessions_removes_address_files_of_supervisors_that_are_gone(
 
 def test_a_stale_address_file_gives_one_line(tmp_path: Path) -> None:
     """`subvisor top SESSION` whose address file names a socket nobody serves: one line, exit 1."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     (home / "run").mkdir(parents=True)
     write_address_file(
         home, LiveSession("sess_dead", "@subvisor-" + "0" * 32, pid=1, started_at=time.time())

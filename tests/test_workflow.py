@@ -33,7 +33,7 @@ from supervisor.workflow import (
     WorkflowOutcome,
     run_workflow,
 )
-from tests.support.delegation import subvisor, write_scenario
+from tests.support.delegation import home_for, subvisor, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
 from worker.tools import LOCAL_TOOL_NAMES
 
@@ -120,7 +120,7 @@ async def test_three_actors_each_keep_one_worker_and_one_conversation(
     script = write_script(tmp_path / "review.py", THREE_ACTORS)
     with ProviderServer() as server:
         server.enqueue(*(completion(t) for t in ("patch v1", "patch v2", "LGTM", "Fix the port")))
-        async with http_workflow_host(tmp_path / "home", server) as (host, journal):
+        async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             outcome = await run_workflow(host, script, journal=journal, parent_model=HTTP_MODEL)
             spawned = host.supervisor.spawned_total
             asks = asks_by_actor(journal, outcome.run_id)
@@ -167,12 +167,12 @@ async def test_amend_replays_unchanged_actors_with_no_model_call(
     script = write_script(tmp_path / "review.py", THREE_ACTORS)
     with ProviderServer() as server:
         server.enqueue(*(completion(t) for t in ("patch v1", "patch v2", "LGTM", "Fix the port")))
-        async with http_workflow_host(tmp_path / "home", server) as (host, journal):
+        async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             first = await run_workflow(host, script, journal=journal, parent_model=HTTP_MODEL)
         calls_before = len(server.requests)
         script.write_text(script.read_text().replace("Review this patch", "Review strictly"))
         server.enqueue(completion("Needs a test"))
-        async with http_workflow_host(tmp_path / "home", server) as (host, journal):
+        async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             amended = await run_workflow(
                 host, script, journal=journal, parent_model=HTTP_MODEL, amend=first.run_id
             )
@@ -213,11 +213,11 @@ async def test_a_changed_ask_runs_on_the_replayed_conversation(
     )
     with ProviderServer() as server:
         server.enqueue(*(completion(t) for t in ("did one", "did two", "did three")))
-        async with http_workflow_host(tmp_path / "home", server) as (host, journal):
+        async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             first = await run_workflow(host, script, journal=journal, parent_model=HTTP_MODEL)
         script.write_text(script.read_text().replace("Step two.", "Step two, carefully."))
         server.enqueue(completion("did two carefully"), completion("did three again"))
-        async with http_workflow_host(tmp_path / "home", server) as (host, journal):
+        async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             amended = await run_workflow(
                 host, script, journal=journal, parent_model=HTTP_MODEL, amend=first.run_id
             )
@@ -247,7 +247,7 @@ async def test_anonymous_actors_always_run(tmp_path: Path) -> None:
             return [await named.ask("hi"), await helper.ask("hi")]
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         first = await run_workflow(host, script, journal=journal, parent_model=model)
         amended = await run_workflow(
             host, script, journal=journal, parent_model=model, amend=first.run_id
@@ -274,7 +274,7 @@ async def test_duplicate_actor_names_fail_before_any_model_call(tmp_path: Path) 
             return await second.ask("hi")
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(DuplicateActorName) as caught:
             await run_workflow(host, script, journal=journal, parent_model=model)
         assert host.supervisor.spawned_total == 0
@@ -296,7 +296,7 @@ async def test_a_name_declared_twice_at_run_time_fails_the_run(tmp_path: Path) -
             return "unreachable"
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(WorkflowFailed) as caught:
             await run_workflow(
                 host, script, journal=journal, parent_model=model, inputs={"a": "w", "b": "w"}
@@ -336,7 +336,7 @@ async def test_typed_ask_is_corrected_once(tmp_path: Path) -> None:
         },
     )
     script = write_script(tmp_path / "typed.py", TYPED)
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         outcome = await run_workflow(host, script, journal=journal, parent_model=model)
         [ask] = journal.asks(outcome.run_id)
     assert outcome.value == {"verdict": {"approved": True, "problems": []}}
@@ -361,7 +361,7 @@ async def test_typed_ask_invalid_twice_fails_with_the_validation_error(tmp_path:
         },
     )
     script = write_script(tmp_path / "typed.py", TYPED)
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         outcome = await run_workflow(host, script, journal=journal, parent_model=model)
         [ask] = journal.asks(outcome.run_id)
     error = outcome.value["failed"]
@@ -387,7 +387,7 @@ async def test_an_unhandled_invalid_answer_fails_the_run(tmp_path: Path) -> None
             return await agent("critic").ask("Review it.", schema=Verdict)
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(WorkflowFailed) as caught:
             await run_workflow(host, script, journal=journal, parent_model=model)
         run = journal.find_run(caught.value.run_id)
@@ -430,7 +430,7 @@ async def test_an_actor_crash_fails_its_ask_and_others_go_on(tmp_path: Path) -> 
             return results
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         outcome = await run_workflow(host, script, journal=journal, parent_model=model)
         asks = asks_by_actor(journal, outcome.run_id)
         spawned = host.supervisor.spawned_total
@@ -468,7 +468,7 @@ async def test_asks_to_one_actor_are_serialized_and_actors_run_concurrently(
             return "done"
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         outcome = await run_workflow(host, script, journal=journal, parent_model=model)
         asks = asks_by_actor(journal, outcome.run_id)
     slow, [other] = asks["slow"], asks["other"]
@@ -492,7 +492,7 @@ async def test_the_journal_pin_keeps_an_actor_on_its_model(tmp_path: Path) -> No
             return await agent("solo").ask(prompt)
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         first = await run_workflow(
             host, script, journal=journal, parent_model=parent_model, model=first_model
         )
@@ -520,11 +520,11 @@ async def test_a_malformed_pin_is_a_pinned_model_error(tmp_path: Path) -> None:
             return await agent("solo").ask("hi")
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         first = await run_workflow(host, script, journal=journal, parent_model=model)
-    with sqlite3.connect(database_path(tmp_path / "home")) as db:
+    with sqlite3.connect(database_path(home_for(tmp_path))) as db:
         db.execute("UPDATE workflow_actors SET model = 'gpt-4o' WHERE run_id = ?", (first.run_id,))
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(WorkflowFailed) as caught:
             await run_workflow(
                 host, script, journal=journal, parent_model=model, amend=first.run_id
@@ -547,7 +547,7 @@ async def test_inputs_are_validated_against_the_signature(tmp_path: Path) -> Non
             return [count, label]
         """,
     )
-    async with workflow_host(tmp_path / "home") as (host, journal):
+    async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(WorkflowScriptError, match="needs the input 'count'"):
             await run_workflow(host, script, journal=journal, parent_model=model)
         with pytest.raises(WorkflowScriptError, match="takes no input 'colour'"):
@@ -573,7 +573,7 @@ def test_cli_runs_the_example_then_amends_it(
     example = Path(__file__).resolve().parents[1] / "examples" / "workflows"
     for name in ("review.py", "review.yaml"):
         (tmp_path / name).write_text((example / name).read_text())
-    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
     monkeypatch.delenv("SUBVISOR_MODEL", raising=False)
     monkeypatch.chdir(tmp_path)
     script = str(tmp_path / "review.py")
@@ -614,7 +614,7 @@ def test_cli_refuses_duplicate_names_with_both_lines(
     """S-ACT-2 at the command line: exit 2, the message names both lines, no run is journaled."""
     from supervisor.cli import main
 
-    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
     script = write_script(
         tmp_path / "dup.py",
         """

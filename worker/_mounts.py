@@ -33,7 +33,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 __all__ = ["CURRENT", "VCS_NAMES", "MountNamespace", "vcs_dirs"]
@@ -75,6 +75,45 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
         raise _errno_error(f"mount {target}")
 
 
+def _enter_user_namespace() -> None:
+    """Enter a new user and mount namespace that maps our uid and gid to themselves.
+
+    The process must still be dumpable: ``/proc/self/uid_map`` of a
+    non-dumpable one belongs to root.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        raise _errno_error("unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _probe(step: Callable[[], None]) -> None:
+    """Run ``step`` in a throwaway child; raise ``OSError`` with its error if it fails there."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        try:
+            os.close(read_fd)
+            step()
+            os.write(write_fd, b"ok")
+        except BaseException as exc:
+            os.write(write_fd, str(exc).encode()[:500])
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    if said != b"ok":
+        raise OSError(said.decode(errors="replace") or "the probe died")
+
+
 def _has_sys_admin() -> bool:
     with open("/proc/self/status") as f:
         for line in f:
@@ -91,6 +130,35 @@ def _locked_flags(path: str) -> int:
         | (_MS_NODEV if flags & os.ST_NODEV else 0)
         | (_MS_NOEXEC if flags & os.ST_NOEXEC else 0)
     )
+
+
+_HIDDEN_SOURCE = "subvisor-hidden"
+
+
+def _read_only(path: str) -> bool:
+    """True if ``path`` lies on a read-only mount (a bind we or a sibling made, or the host's)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _hidden_here(path: str) -> bool:
+    """True if our tmpfs already covers ``path`` in this mount namespace.
+
+    Workers forked by one zygote share its mount namespace, and each has a
+    copy of ``CURRENT`` from before its siblings' mounts: asking the kernel
+    keeps them from stacking one mount per spawn.
+    """
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if fields[4] == path and _HIDDEN_SOURCE in fields[fields.index("-") + 2 :]:
+                    return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
 
 
 def vcs_dirs(roots: Iterable[str]) -> list[str]:
@@ -133,16 +201,10 @@ class MountNamespace:
                     raise _errno_error("unshare(CLONE_NEWNS)")
                 how = "mount namespace"
             else:
-                uid, gid = os.getuid(), os.getgid()
-                if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
-                    raise _errno_error("unshare(CLONE_NEWUSER|CLONE_NEWNS)")
-                for name, text in (
-                    ("setgroups", "deny"),
-                    ("uid_map", f"{uid} {uid} 1"),
-                    ("gid_map", f"{gid} {gid} 1"),
-                ):
-                    with open(f"/proc/self/{name}", "w") as f:
-                        f.write(text)
+                # Half done (unshared, maps refused) would leave us an unmapped
+                # uid that owns nothing: try it in a child first.
+                _probe(_enter_user_namespace)
+                _enter_user_namespace()
                 how = "user+mount namespace"
             _mount(None, "/", None, _MS_REC | _MS_SLAVE)
         except OSError as exc:
@@ -161,6 +223,10 @@ class MountNamespace:
         for path in paths:
             if path in self.hidden:
                 continue
+            if _hidden_here(path):
+                # Hidden already, by another worker of the namespace we share.
+                self.hidden.append(path)
+                continue
             if not os.path.isdir(path):
                 if os.path.lexists(path):
                     failed.append(f"{path}: not a directory")
@@ -173,7 +239,7 @@ class MountNamespace:
                         os.makedirs(os.path.join(path, name), mode=0o700, exist_ok=True)
                         kept.append((name, os.open(os.path.join(path, name), _O_PATH_DIR)))
                 flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-                _mount("subvisor-hidden", path, "tmpfs", flags, "size=16k,mode=0711")
+                _mount(_HIDDEN_SOURCE, path, "tmpfs", flags, "size=16k,mode=0711")
                 for name, fd in kept:
                     inside = os.path.join(path, name)
                     os.mkdir(inside, 0o711)
@@ -193,6 +259,10 @@ class MountNamespace:
         failed = []
         for path in paths:
             if path in self.read_only:
+                continue
+            if _read_only(path):
+                # Bound by another worker of the namespace we share (or read-only anyway).
+                self.read_only.append(path)
                 continue
             try:
                 _mount(path, path, None, _MS_BIND | _MS_REC)

@@ -211,13 +211,15 @@ def _confine(limits: ResourceLimits, sandbox: SandboxPolicy | None) -> tuple[Any
 
     Subreaper first, so that no descendant can ever leave the tree; then the
     rlimits (inherited by every descendant); then mounts, Landlock and the
-    privilege drop (``apply_sandbox``). Non-dumpable, so that what the worker
-    starts cannot read its memory (where its conversation lives).
+    privilege drop (``apply_sandbox``); then non-dumpable, so that what the
+    worker starts cannot read its memory (where its conversation lives).
     """
     set_child_subreaper()
-    set_dumpable(False)
     rlimits = apply_resource_limits(limits)
-    return rlimits, apply_sandbox(sandbox)
+    report = apply_sandbox(sandbox)
+    # Last: a user namespace (in ``apply_sandbox``) needs us dumpable to map uids.
+    set_dumpable(False)
+    return rlimits, report
 
 
 async def _serve_fds(read_fd: int, write_fd: int, **kwargs: Any) -> int:

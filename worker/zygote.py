@@ -291,13 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     # right: no worker exists yet.
     die_with_parent(args.parent_pid, signal.SIGTERM)
     set_process_name(ZYGOTE_PROCESS_NAME)
-    # Not dumpable: no worker may read its memory or ptrace it (S-SEC-1).
-    set_dumpable(False)
     set_child_subreaper()
     # One mount namespace for every worker this zygote forks: a spawn pays
     # nothing for it. A failure is left for each worker to carve with
     # Landlock instead, and to report.
     isolate_mounts(args.hide)
+    # Not dumpable (after the namespace: a user namespace needs us dumpable to
+    # map uids): no worker may read our memory or ptrace us (S-SEC-1).
+    set_dumpable(False)
     control = socket.socket(fileno=args.control_fd)
     # One empty event loop run here does trio's first-run setup once, in the
     # pages every fork shares, instead of in each worker (about 100 fewer

@@ -26,7 +26,7 @@ from supervisor import (
 )
 from supervisor._paths import database_path
 from supervisor._tasks import TaskRecord
-from tests.support.delegation import agent_call, subvisor, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 _MB = 1024 * 1024
 #: A safety net only: a flood the budget failed to stop ends here, as a wall timeout.
@@ -105,7 +105,7 @@ async def _delegate(
             "worker": turns,
         },
     )
-    async with subvisor(tmp_path / "home", subagent_limits=_WALL, **settings) as host:
+    async with subvisor(home_for(tmp_path), subagent_limits=_WALL, **settings) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("go")
         [record] = host.registry.list(root.session_id)
@@ -128,13 +128,13 @@ async def test_s_sec_8_a_subagent_flooding_its_transcript_is_stopped_and_the_sto
     assert record.error is not None and "event budget exceeded" in record.error
     assert record.child_session_id is not None
     budget = int(limits.max_event_mb * _MB)
-    child = _stored_bytes(tmp_path / "home", record.child_session_id)
-    mirrored = _stored_bytes(tmp_path / "home", record.parent_session_id)
+    child = _stored_bytes(home_for(tmp_path), record.child_session_id)
+    mirrored = _stored_bytes(home_for(tmp_path), record.parent_session_id)
     # Something was recorded (it flooded), and no more than the budget (one worker's share
     # of the parent's timeline included).
     assert budget // 2 < child + mirrored <= budget
     # The files: the budget, plus what SQLite keeps besides (pages, indexes, the WAL).
-    assert _files_size(tmp_path / "home") < 3 * budget + 16 * _MB
+    assert _files_size(home_for(tmp_path)) < 3 * budget + 16 * _MB
 
 
 async def test_s_sec_8_a_subagent_flooding_its_coordinator_is_stopped(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ async def test_s_sec_8_a_subagent_flooding_its_coordinator_is_stopped(tmp_path: 
             "worker": [{"tool_calls": calls}, {"text": "sent"}],
         },
     )
-    async with subvisor(tmp_path / "home", subagent_limits=_WALL, event_budget=limits) as host:
+    async with subvisor(home_for(tmp_path), subagent_limits=_WALL, event_budget=limits) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
         await root.run("go")
         [record] = host.registry.list(root.session_id)

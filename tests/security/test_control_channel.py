@@ -32,7 +32,7 @@ from supervisor._control_channel import LiveSession
 from supervisor._control_client import control_request, live_sessions
 from supervisor._control_peer import peer_credentials, refusal
 from tests.support.cli import cli_env
-from tests.support.delegation import agent_call, readme_project, write_scenario
+from tests.support.delegation import agent_call, home_for, readme_project, write_scenario
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -182,7 +182,7 @@ def test_s_sec_2_a_subagent_cannot_reach_its_own_or_another_sessions_control_cha
     the address files) refuses it: no task list, no transcript, no stop of a sibling or of an
     agent of another session, no move to the background; those agents complete. Control: the
     same client, run from outside any worker tree, reads both sessions."""
-    home, project = tmp_path / "home", readme_project(tmp_path)
+    home, project = home_for(tmp_path), readme_project(tmp_path)
     go, done = tmp_path / "go", tmp_path / "attack-done"
     script, attack_report = tmp_path / "attack.py", tmp_path / "attack.jsonl"
     leaked = tmp_path / "leaked.json"
@@ -285,7 +285,7 @@ def test_s_sec_2_another_uid_is_refused(tmp_path: Path) -> None:
     """S-SEC-2: an abstract socket has no file permissions, so the channel checks the peer's
     uid: the same client run as uid 65534 is refused; run as the session's owner it is
     answered."""
-    home, project = tmp_path / "home", readme_project(tmp_path)
+    home, project = home_for(tmp_path), readme_project(tmp_path)
     done = tmp_path / "done"
     run = _start_run(
         home,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.attack import cli_bash_attack
+from tests.support.delegation import home_for
 
 PY = sys.executable
 ENV_KEY = "sk-env-MARKER-5d1c0ffee"
@@ -28,27 +29,32 @@ MODES = [("read-only", "deny"), ("workspace-write", "deny"), ("full", "allow")]
 #: each one's environ, memory and ptrace; then every process's environ it can name.
 _MEM = "import sys; f=open('/proc/'+sys.argv[1]+'/mem','rb'); print('mem', f.read(1))"
 _ATTACH = "import ctypes,sys; print('attach', ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))"
-ANCESTORS = f"""
+_ANCESTORS = """
 pid=$$
 for i in 1 2 3 4 5 6; do
   pid=$(awk '{{print $4}}' /proc/$pid/stat)
   [ "$pid" -le 1 ] && break
   echo "== $pid $(cat /proc/$pid/comm)"
   tr '\\0' '\\n' < /proc/$pid/environ 2>&1 | grep -E 'MARKER|denied|not permitted' | head -2
-  {PY} -c "{_MEM}" $pid 2>&1 | tail -1
-  {PY} -c "{_ATTACH}" $pid
-  cat /proc/$pid/root{{HOME}}/config.toml 2>&1 | head -1
+  {py} -c "{mem}" $pid 2>&1 | tail -1
+  {py} -c "{attach}" $pid
+  cat /proc/$pid/root{home}/config.toml 2>&1 | head -1
 done
 echo "sweep $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MARKER)"
 grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|CapInh|NoNewPrivs)' /proc/self/status
 """
 
 
+def ancestors(home: str, py: str = PY) -> str:
+    """The ancestor walk, reading ``home``'s config through each /proc/PID/root."""
+    return _ANCESTORS.format(py=py, mem=_MEM, attach=_ATTACH, home=home)
+
+
 @pytest.fixture
 def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The key in the environment `subvisor run` gets; a home whose config holds another."""
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     home.mkdir()
     (home / "config.toml").write_text(
         f'[gateway.providers.mine]\napi = "openai"\napi_key = "{FILE_KEY}"\n'
@@ -65,7 +71,7 @@ def test_s_sec_1_no_ancestor_gives_up_a_key_by_environ_memory_ptrace_or_root(
     no /proc/PID/root path into the home; no process's environ holds the key; the
     worker has no capability in any set and no_new_privs."""
     answer = cli_bash_attack(
-        tmp_path, [ANCESTORS.replace("{HOME}", str(keyed))], home=keyed, mode=mode, network=network
+        tmp_path, [ancestors(str(keyed))], home=keyed, mode=mode, network=network
     )
     assert "MARKER" not in answer, answer
     assert "subvisor-zygote" in answer  # the walk really went past the zygote

@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.attack import bash_attack
 from tests.support.cli import REPO_ROOT, cli_env, run_cli
+from tests.support.delegation import home_for
 from tests.support.provider_server import CannedResponse, ProviderServer
 
 #: An MCP server whose first act is to touch the marker named by its argument.
@@ -62,7 +63,7 @@ class Project:
     """A cloned project whose MCP server would touch ``marker`` when started."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.home = tmp_path / "home"
+        self.home = home_for(tmp_path)
         self.dir = tmp_path / "project"
         self.dir.mkdir()
         self.marker = tmp_path / "server-started"

@@ -23,7 +23,7 @@ from supervisor._process_identity import ProcessIdentity, this_process
 from supervisor._recovery import UNRECORDED_OWNER, recover_dead_runs
 from supervisor._store import SessionStore
 from tests.support.cli import cli_env, run_cli
-from tests.support.delegation import agent_call, write_scenario
+from tests.support.delegation import agent_call, home_for, write_scenario
 
 #: The subagent's Bash command: long enough to outlast any test, and easy to find.
 SLEEP = "sleep 3141"
@@ -54,7 +54,7 @@ def _start_run(tmp_path: Path, project: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
         cwd=project,
-        env=cli_env(tmp_path / "home"),
+        env=cli_env(home_for(tmp_path)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,7 +62,7 @@ def _start_run(tmp_path: Path, project: Path) -> subprocess.Popen[str]:
 
 
 def _ps(tmp_path: Path, project: Path) -> dict[str, object]:
-    ps = run_cli(tmp_path / "home", "ps", "--json", cwd=project)
+    ps = run_cli(home_for(tmp_path), "ps", "--json", cwd=project)
     assert ps.returncode == 0, ps.stderr
     report: dict[str, object] = json.loads(ps.stdout)
     return report
@@ -73,7 +73,7 @@ def _wait_for_the_sleep(tmp_path: Path, project: Path, runner: subprocess.Popen[
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert runner.poll() is None, runner.communicate()
-        ps = run_cli(tmp_path / "home", "ps", "--json", cwd=project)
+        ps = run_cli(home_for(tmp_path), "ps", "--json", cwd=project)
         tasks = json.loads(ps.stdout)["tasks"] if ps.returncode == 0 else []
         if any(t["status"] == "running" for t in tasks) and any(
             SLEEP in _cmdline(p) for p in _descendants(runner.pid)
@@ -129,7 +129,7 @@ def test_s_sec_6_after_sigkill_the_next_start_marks_session_and_task_interrupted
         leftovers.extend(_descendants(runner.pid))
         live = _ps(tmp_path, project)
         assert live["live"] is True and live["status"] == "running"
-        assert list(run_dir(tmp_path / "home").iterdir())  # its control socket
+        assert list(run_dir(home_for(tmp_path)).iterdir())  # its control socket
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=30)
     finally:
@@ -148,12 +148,12 @@ def test_s_sec_6_after_sigkill_the_next_start_marks_session_and_task_interrupted
     metadata = json.loads((Path(task["output_dir"]) / "metadata.json").read_text())
     assert metadata["status"] == "interrupted" and metadata["error"] == reason
     assert Path(task["output_file"]).read_text() == reason
-    assert list(run_dir(tmp_path / "home").iterdir()) == []
+    assert list(run_dir(home_for(tmp_path)).iterdir()) == []
     # The child session too, as every other reader sees it.
-    with SessionStore(database_path(tmp_path / "home")) as store:
+    with SessionStore(database_path(home_for(tmp_path))) as store:
         child = store.get_session(task["child_session_id"])
         assert child is not None and child.status == "interrupted"
-    logs = run_cli(tmp_path / "home", "logs", task["task_id"], cwd=project)
+    logs = run_cli(home_for(tmp_path), "logs", task["task_id"], cwd=project)
     assert logs.returncode == 0, logs.stderr
     assert "(interrupted)" in logs.stdout and reason in logs.stdout
 
@@ -192,7 +192,7 @@ def test_s_sec_6_sigterm_and_ctrl_c_stop_the_run_gracefully(
     assert report["status"] == "interrupted" and report["status_reason"] == reason
     [task] = report["tasks"]  # type: ignore[misc]
     assert task["status"] == "killed" and task["error"] == reason
-    assert list(run_dir(tmp_path / "home").iterdir()) == []
+    assert list(run_dir(home_for(tmp_path)).iterdir()) == []
 
 
 def test_s_sec_6_control_a_run_left_alone_completes_as_before(
@@ -209,7 +209,7 @@ def test_s_sec_6_control_a_run_left_alone_completes_as_before(
             ],
         },
     )
-    run = run_cli(tmp_path / "home", "run", "--json", "--model", model, "go", cwd=project)
+    run = run_cli(home_for(tmp_path), "run", "--json", "--model", model, "go", cwd=project)
     assert run.returncode == 0, run.stderr
     report = _ps(tmp_path, project)
     assert report["status"] == "completed" and report["status_reason"] is None
@@ -246,7 +246,7 @@ def test_s_sec_6_a_live_owners_session_is_left_running_and_its_files_kept(
 ) -> None:
     """S-SEC-6: recovery never ends a session whose supervisor still runs, nor removes its
     run files; once that process is gone, the next recovery does both."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     db = database_path(home)
     home.mkdir()
     writer = _writer(db)
@@ -272,7 +272,7 @@ def test_s_sec_6_a_live_owners_session_is_left_running_and_its_files_kept(
 def test_s_sec_6_a_reused_pid_does_not_pass_for_the_dead_supervisor(tmp_path: Path) -> None:
     """S-SEC-6: an owner whose pid now belongs to another process (a different start time)
     is gone: the live process with that pid (this one) does not keep its rows running."""
-    db = tmp_path / "home" / "subvisor.db"
+    db = home_for(tmp_path) / "subvisor.db"
     me = this_process()
     ghost = ProcessIdentity(me.pid, me.start_ticks + 1, me.pid_namespace, me.boot_id)
     with SessionStore(db) as store:
@@ -281,7 +281,7 @@ def test_s_sec_6_a_reused_pid_does_not_pass_for_the_dead_supervisor(tmp_path: Pa
         store._db.execute(
             "UPDATE sessions SET owner = ? WHERE session_id = 'sess_ghost'", (str(ghost),)
         )
-        recover_dead_runs(store, tmp_path / "home")
+        recover_dead_runs(store, home_for(tmp_path))
         mine, ghosts = store.get_session("sess_mine"), store.get_session("sess_ghost")
     assert mine is not None and mine.status == "running"
     assert ghosts is not None and ghosts.status == "interrupted"
@@ -323,7 +323,7 @@ def test_s_sec_6_sigterm_stops_a_stress_run_like_ctrl_c(
 ) -> None:
     """S-SEC-6: SIGTERM stops `subvisor stress` gracefully: every worker is gone, a one-line
     message, exit 143, no traceback."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     runner = subprocess.Popen(
         [
             *(sys.executable, "-m", "supervisor.cli", "stress", "--agents", "2"),
@@ -375,7 +375,7 @@ async def endless(ctx):
 def test_s_sec_6_sigterm_stops_a_workflow_run_like_ctrl_c(tmp_path: Path, project: Path) -> None:
     """S-SEC-6: SIGTERM stops `subvisor workflow run` as Ctrl-C does: the one-line message,
     exit 143, no traceback, and the run journaled as ended, not running."""
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     script = tmp_path / "endless.py"
     script.write_text(_ENDLESS_WORKFLOW)
     model = write_scenario(tmp_path / "unused.yaml", {"default": [{"text": "unused"}]})

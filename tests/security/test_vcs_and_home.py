@@ -19,7 +19,7 @@ import pytest
 from protocol import SandboxPolicy
 from supervisor import RootSession
 from tests.support.attack import bash_attack
-from tests.support.delegation import agent_call, subvisor, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from worker import _landlock
 from worker._sandbox import _ruleset, landlock_abi
 
@@ -122,7 +122,7 @@ def test_s_sec_1_and_3_the_landlock_fallback_carves_home_and_git(tmp_path: Path,
     """S-SEC-1, S-SEC-3: with no mount namespace, Landlock grants siblings instead, so home
     is unreadable and `.git` unwritable, while the rest stays as the mode says."""
     project = _git_project(tmp_path / "project")
-    home = tmp_path / "home"
+    home = home_for(tmp_path)
     home.mkdir()
     (home / "config.toml").write_text("api_key = 'sk-MARKER'\n")
     policy = SandboxPolicy(

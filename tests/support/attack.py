@@ -19,7 +19,7 @@ from supervisor import RootSession
 from supervisor._sandbox import SandboxSettings
 from supervisor._tasks import TaskRecord
 from tests.support.cli import run_cli
-from tests.support.delegation import agent_call, subvisor, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 
 def _project(tmp_path: Path) -> Path:
@@ -82,7 +82,7 @@ async def bash_attack(
     )
     if mode is not None or network is not None:
         settings["sandbox"] = SandboxSettings(force_mode=mode, force_network=network)  # type: ignore[arg-type]
-    async with subvisor(home or tmp_path / "home", **settings) as host:
+    async with subvisor(home or home_for(tmp_path), **settings) as host:
         root = RootSession(host, model=model, cwd=cwd)
         outcome = await root.run("attack")
         [record] = host.registry.list(root.session_id)

@@ -34,9 +34,7 @@ def bash_model(command: str, timeout_ms: int = 600_000) -> Any:
         asked = ModelRequest.model_validate(request.params)
         results = [m for m in asked.messages if m.role == "tool"]
         if not results:
-            call = ToolCall(
-                id="t1", name="Bash", input={"command": command, "timeout": timeout_ms}
-            )
+            call = ToolCall(id="t1", name="Bash", input={"command": command, "timeout": timeout_ms})
             return ModelResult(tool_calls=(call,)).model_dump(mode="python")
         return ModelResult(text=results[0].content).model_dump(mode="python")
 

@@ -42,3 +42,12 @@ def readme_project(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "README.md").write_text("# demo project\n")
     return root
+
+
+def home_for(tmp_path: Path) -> Path:
+    """A test's subvisor home, beside ``tmp_path`` rather than in it.
+
+    Tests run their agents in ``tmp_path``; a workspace-write launch in a
+    directory that holds subvisor's home is refused (S-SEC-3).
+    """
+    return tmp_path.parent / f"{tmp_path.name}.home"
