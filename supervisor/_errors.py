@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from ._exit import WorkerExit
 
 __all__ = [
+    "BadInputError",
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
@@ -21,6 +22,10 @@ __all__ = [
 
 class SubvisorError(Exception):
     """Base class of every error subvisor raises on purpose."""
+
+
+class BadInputError(SubvisorError):
+    """Bad input on the command line: one line says what is wrong and what to do."""
 
 
 class SpawnError(SubvisorError):

@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from ._cli_input import positive_seconds
+
 __all__ = ["build_parser", "main"]
 
 
@@ -36,10 +38,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, *, demo: bool) -> int:
+    from ._cli_input import working_directory
     from ._cli_run import RunRequest, demo_scenario_path, run_command
     from ._config_files import load_settings
 
-    cwd = Path(args.cwd).resolve()
+    cwd = working_directory(args.cwd)
     # S-SBX-1: the command line's sandbox overrides every profile and the config.
     forced = {
         key: value
@@ -101,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
         sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
         sub.add_argument("--cwd", default=".", help="working directory of the agents")
-        sub.add_argument("--timeout", type=float, help="stop everything after this many seconds")
+        sub.add_argument(
+            "--timeout", type=positive_seconds, help="stop everything after this many seconds"
+        )
         sub.add_argument(
             "--approve",
             choices=("ask", "allow", "deny"),
@@ -226,11 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workflow_run(args: argparse.Namespace) -> int:
+    from ._cli_input import working_directory
     from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
     from ._config_files import load_settings
     from .workflow import WorkflowError
 
-    cwd = Path(args.cwd).resolve()
+    cwd = working_directory(args.cwd)
     try:
         inputs = parse_inputs(args.input)
     except WorkflowError as exc:
@@ -250,10 +256,11 @@ def _workflow_run(args: argparse.Namespace) -> int:
 
 
 def _workflow_show(args: argparse.Namespace) -> int:
+    from ._cli_input import working_directory
     from ._cli_workflow import workflow_show_command
     from ._config_files import load_settings
 
-    return workflow_show_command(args.run_id, args.json, load_settings(Path.cwd()).home)
+    return workflow_show_command(args.run_id, args.json, load_settings(working_directory(".")).home)
 
 
 def _stress(args: argparse.Namespace) -> int:
@@ -316,8 +323,9 @@ def _top(args: argparse.Namespace) -> int:
 
 def _agents(args: argparse.Namespace) -> int:
     from ._cli_agents import agents_command
+    from ._cli_input import working_directory
 
-    return agents_command(Path(args.cwd).resolve(), args.json)
+    return agents_command(working_directory(args.cwd), args.json)
 
 
 def _tasks(command: str, args: argparse.Namespace) -> int:
@@ -338,8 +346,9 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
+    from ._cli_input import check_text_arguments
     from ._config_files import ConfigError
-    from ._errors import NestedSupervisorError
+    from ._errors import BadInputError, NestedSupervisorError
     from ._worker_tree import refuse_inside_worker_tree
 
     args = build_parser().parse_args(argv)
@@ -347,9 +356,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in _STARTS_A_SUPERVISOR:
             # Before any config is read or any file written (S-SEC-7).
             refuse_inside_worker_tree()
+        check_text_arguments(args)
         code: int = args.handler(args)
-    except (ConfigError, NestedSupervisorError) as exc:
-        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
+    except (BadInputError, ConfigError, NestedSupervisorError) as exc:
+        # One line, however narrow the terminal: soft_wrap leaves wrapping to it.
+        Console(stderr=True, soft_wrap=True).print(f"[red]{escape(str(exc))}[/]")
         return 2
     return code
 
