@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from ._errors import SubvisorError
 from ._input_files import open_regular_file
 from ._profile import AgentProfile, ProfileScope
-from ._untrusted_yaml import RefusedYamlError, check_untrusted_yaml
+from ._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
 from .providers import ModelStringError, parse_model_string
 
 __all__ = [
@@ -499,7 +499,17 @@ def _load_yaml(
             # others for odd constructs; none of them is a crash of ours.
             raise ProfileError(
                 source,
-                f"invalid YAML frontmatter: {exc}",
+                "invalid YAML frontmatter: "
+                + (
+                    describe_yaml_error(exc)
+                    if isinstance(exc, yaml.YAMLError)
+                    else " ".join(str(exc).split())
+                ),
+                line=(
+                    text.count("\n", 0, exc.position) + 2
+                    if isinstance(exc, yaml.reader.ReaderError)
+                    else None
+                ),
                 profile_name=default_name,
             ) from None
         if data is None:

@@ -95,11 +95,11 @@ def _is_text(value: str) -> bool:
 
 
 def describe_yaml_error(exc: yaml.YAMLError) -> str:
-    """``exc`` on one line: its problem, then where (``line L, column C``, 1-based)."""
+    """``exc`` on one line: its problem, then where (``line L, column C``, 1-based) if known."""
     if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
         return (
-            f"character U+{exc.character:04X} at offset {exc.position} is not allowed in YAML "
-            f"({exc.reason}): is this a text file?"
+            f"character U+{exc.character:04X} is not allowed in YAML ({exc.reason}): is this a "
+            "text file?"
         )
     if not isinstance(exc, yaml.MarkedYAMLError):
         return " ".join(str(exc).split())
