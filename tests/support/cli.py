@@ -9,12 +9,17 @@ from pathlib import Path
 
 __all__ = ["cli_env", "run_cli"]
 
+#: This checkout: a child started in another directory imports its code, not an installed copy.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 def cli_env(home: Path) -> dict[str, str]:
-    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree."""
+    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree,
+    this checkout's code whatever its working directory."""
     env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
     env["SUBVISOR_HOME"] = str(home)
     env["COLUMNS"] = "200"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_CHECKOUT), env.get("PYTHONPATH")]))
     return env
 
 
