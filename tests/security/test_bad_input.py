@@ -26,6 +26,7 @@ from supervisor.providers._scripted import load_scenario
 from tests.support.attack import bash_attack
 from tests.support.cli import cli_env, run_cli
 from tests.support.delegation import agent_call, write_scenario
+from tests.support.provider_server import CannedResponse, ProviderServer
 
 #: Long enough for a loaded machine, short enough that a hang fails the test.
 HANG = 60
@@ -357,6 +358,37 @@ def test_an_mcp_server_that_fails_is_one_line_and_the_run_goes_on(
     if "it broke" in server:
         assert "its stderr ends with 'it broke'" in line, line
     assert "Required MCP server is not connected: bad" in done.stdout
+
+
+# -- a provider's answer ------------------------------------------------------------------
+
+
+def test_a_lone_surrogate_from_the_provider_becomes_u_fffd(tmp_path: Path) -> None:
+    """Issue 14 item 10: a provider whose JSON escapes a lone surrogate ("\\udcff") used to
+    crash the store with a traceback; it is U+FFFD now, and a whole escaped pair (an emoji)
+    stays one character."""
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with ProviderServer() as server:
+        (home / "config.toml").write_text(
+            f'[gateway.providers.local]\napi = "openai"\nbase_url = "{server.base_url}/v1"\n'
+            'api_key = "sk-test"\n'
+        )
+        events = [
+            chunk({"role": "assistant", "content": "caf\udcff \U0001f600"}),
+            chunk({}, "stop"),
+        ]
+        server.enqueue(CannedResponse.sse([*((None, e) for e in events), (None, "[DONE]")]))
+        done = run_cli(home, "run", "go", "--model", "local:m", timeout=HANG)
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output and "ExceptionGroup" not in output, output
+    assert done.returncode == 0, output
+    assert "caf\ufffd \U0001f600" in done.stdout
 
 
 # -- loaders, in-process (property) ---------------------------------------------------------
