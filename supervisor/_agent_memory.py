@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._input_files import open_regular_file
 from ._profile import AgentProfile
 
 __all__ = [
@@ -151,7 +152,7 @@ def apply_memory(profile: AgentProfile, *, home: Path, project_dir: Path) -> Age
 
 def _read_index(index: Path) -> str:
     try:
-        with index.open("rb") as handle:
+        with open_regular_file(index) as handle:
             raw = handle.read(MEMORY_INDEX_MAX_BYTES + 1)
     except FileNotFoundError:
         return "MEMORY.md does not exist yet: you have no memories. Create it with your first one."

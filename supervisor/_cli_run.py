@@ -307,7 +307,7 @@ def run_command(request: RunRequest) -> int:
         model_error = find_exception(exc, ModelError)
         if model_error is None:
             raise
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(
             f"[red]model error:[/] {escape(str(model_error))}", highlight=False
         )
         return 1

@@ -93,7 +93,7 @@ async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | Non
 def workflow_run_command(request: WorkflowRunRequest) -> int:
     """Run a workflow script; print its result and its journal (or JSON). Exit code 0/1/2."""
     console = wide_console(stderr=request.json)
-    errors = Console(stderr=True)
+    errors = Console(stderr=True, soft_wrap=True)
     run_id: str | None = None
     code = 0
     try:

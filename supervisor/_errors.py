@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from ._exit import WorkerExit
 
 __all__ = [
+    "BadInputError",
     "ConfigError",
     "FleetCapacityError",
     "FleetExhaustedError",
@@ -25,6 +26,10 @@ __all__ = [
 
 class SubvisorError(Exception):
     """Base class of every error subvisor raises on purpose."""
+
+
+class BadInputError(SubvisorError):
+    """Bad input on the command line: one line says what is wrong and what to do."""
 
 
 class ConfigError(SubvisorError):

@@ -4,15 +4,18 @@ The supervisor connects to the configured servers once, at startup, and takes
 a snapshot of their tools. Agents see those tools as ``mcp__<server>__<tool>``;
 a subagent's calls cross its pipe and run on the parent's session, so a
 worker never holds an MCP connection (or its credentials). A server that
-fails to start is reported and left out; a server that dies mid-call gives
-the caller an error result, never a hang.
+fails to start is reported on one line (why, its last stderr line, what to
+fix) and left out, so the run goes on without it; a server that dies
+mid-call gives the caller an error result, never a hang.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shlex
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
@@ -143,39 +146,71 @@ class _Connection:
         self.error: str | None = None
         self.ready = trio.Event()
         self.closed = trio.Event()
+        #: The first line the server printed on stdout that is not JSON-RPC.
+        self._stdout_noise: str | None = None
 
     async def run(self, stop: trio.Event) -> None:
+        stderr = _StderrTail() if self.config.command is not None else None
         try:
-            async with AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(self._transport())
-                # The SDK is imported only when a server is configured: it is
-                # heavy, and most runs have none.
-                from mcp import ClientSession
-
-                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
-                with trio.fail_after(self.config.startup_timeout_s):
-                    await session.initialize()
-                    listed = await session.list_tools()
-                self.tools = [
-                    ToolSpec(
-                        name=mcp_tool_name(self.name, tool.name),
-                        description=tool.description or "",
-                        input_schema=dict(tool.input_schema),
-                    )
-                    for tool in listed.tools
-                ]
-                self.session = session
-                self.ready.set()
-                await stop.wait()
+            async with trio.open_nursery() as nursery:
+                if stderr is not None:
+                    nursery.start_soon(stderr.drain)
+                try:
+                    await self._serve(stop, stderr)
+                finally:
+                    if stderr is not None:
+                        # The server was stopped; its last words are still in the pipe.
+                        with trio.move_on_after(_STDERR_GRACE_S):
+                            await stderr.drained.wait()
+                    nursery.cancel_scope.cancel()
         except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.warning("MCP server %s is not connected: %s", self.name, self.error)
+            self.error = self._failure(exc, stderr)
+            log.warning("MCP server %r is not connected: %s", self.name, self.error)
         finally:
+            if stderr is not None:
+                stderr.close()
             self.session = None
             self.ready.set()
             self.closed.set()
 
-    def _transport(self) -> Any:
+    async def _serve(self, stop: trio.Event, stderr: _StderrTail | None) -> None:
+        async with AsyncExitStack() as stack:
+            try:
+                streams = await stack.enter_async_context(self._transport(stderr))
+            finally:
+                if stderr is not None:
+                    # Spawned (or not): only the server may hold the pipe's write end now.
+                    stderr.errlog.close()
+            # The SDK is imported only when a server is configured: it is
+            # heavy, and most runs have none.
+            from mcp import ClientSession
+
+            session = await stack.enter_async_context(
+                ClientSession(streams[0], streams[1], message_handler=self._on_message)
+            )
+            with trio.fail_after(self.config.startup_timeout_s):
+                await session.initialize()
+                listed = await session.list_tools()
+            self.tools = [
+                ToolSpec(
+                    name=mcp_tool_name(self.name, tool.name),
+                    description=tool.description or "",
+                    input_schema=dict(tool.input_schema),
+                )
+                for tool in listed.tools
+            ]
+            self.session = session
+            self.ready.set()
+            await stop.wait()
+
+    async def _on_message(self, message: Any) -> None:
+        # The transport hands over a line it could not parse as an exception.
+        if isinstance(message, Exception) and self._stdout_noise is None:
+            errors = message.errors() if isinstance(message, ValidationError) else []
+            line = errors[0].get("input") if errors else None
+            self._stdout_noise = line if isinstance(line, str) else str(message)
+
+    def _transport(self, stderr: _StderrTail | None) -> Any:
         if self.config.url is not None:
             from mcp.client.streamable_http import streamable_http_client
 
@@ -183,14 +218,114 @@ class _Connection:
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
 
+        _quiet_sdk_parse_errors()
         command = self.config.command or ""
         if shutil.which(command) is None and not Path(command).exists():
             raise FileNotFoundError(f"command {command!r} not found")
-        return stdio_client(
-            StdioServerParameters(
-                command=command, args=list(self.config.args), env=dict(self.config.env) or None
-            )
+        parameters = StdioServerParameters(
+            command=command, args=list(self.config.args), env=dict(self.config.env) or None
         )
+        assert stderr is not None
+        return stdio_client(parameters, errlog=stderr.errlog)
+
+    def _failure(self, exc: BaseException, stderr: _StderrTail | None) -> str:
+        """Why the server is not connected, on one line, and what to do."""
+        cause = _leaf(exc)
+        if isinstance(cause, trio.TooSlowError):
+            why = f"no answer within startup_timeout_s ({self.config.startup_timeout_s:g} s)"
+        elif isinstance(cause, FileNotFoundError) and cause.filename is None:
+            why = str(cause)  # ours: the command is neither on PATH nor a path
+        elif isinstance(cause, OSError):
+            why = f"cannot start {self.config.command!r}: {cause.strerror or cause}"
+        elif str(cause) == "Connection closed":
+            why = "it closed the connection before answering (did it exit?)"
+        else:
+            why = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        details = [_one_line(why)]
+        if self._stdout_noise is not None:
+            details.append(f"it printed {_one_line(self._stdout_noise)!r} on stdout (not JSON-RPC)")
+        last_words = stderr.last_line() if stderr is not None else ""
+        if last_words:
+            details.append(f"its stderr ends with {last_words!r}")
+        what = (
+            f"check that `{shlex.join([self.config.command, *self.config.args])}` runs an MCP "
+            "stdio server"
+            if self.config.command is not None
+            else f"check that {self.config.url} serves MCP"
+        )
+        return (
+            f"{'; '.join(details)}. Fix mcp_servers.{self.name} in the config or .mcp.json "
+            f"({what}); the run goes on without it"
+        )
+
+
+#: How long a stopped server's stderr may take to reach its end.
+_STDERR_GRACE_S = 1.0
+#: How much of a server's stderr is kept, for the message when it fails.
+_STDERR_TAIL_BYTES = 4096
+_ONE_LINE_CHARS = 200
+
+
+class _StderrTail:
+    """A stdio server's stderr: kept to its last few KB for the error message, shown nowhere.
+
+    A server's own log lines would otherwise land in the middle of the
+    terminal's live view, and a failing one's last words would be lost.
+    """
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self._stream = trio.lowlevel.FdStream(read_fd)
+        #: The write end, for the server; closed here once it is spawned.
+        self.errlog = open(write_fd, "w", closefd=True)  # noqa: SIM115
+        self._tail = bytearray()
+        self.drained = trio.Event()
+
+    async def drain(self) -> None:
+        try:
+            while chunk := await self._stream.receive_some(_STDERR_TAIL_BYTES):
+                self._tail += chunk
+                del self._tail[:-_STDERR_TAIL_BYTES]
+        except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            pass
+        finally:
+            self.drained.set()
+
+    def last_line(self) -> str:
+        lines = self._tail.decode("utf-8", errors="replace").splitlines()
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        return _one_line(last)
+
+    def close(self) -> None:
+        self.errlog.close()
+        self._stream.close()
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside ``exc``'s groups that is not a cancellation."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_leaf(inner) for inner in exc.exceptions]
+        return next((e for e in leaves if not isinstance(e, trio.Cancelled)), leaves[0])
+    return exc
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _ONE_LINE_CHARS else text[: _ONE_LINE_CHARS - 3] + "..."
+
+
+class _ReportedByTheHub(logging.Filter):
+    """Drops the SDK's traceback for a stdout line that is not JSON-RPC: the hub reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+_SDK_FILTER = _ReportedByTheHub()
+
+
+def _quiet_sdk_parse_errors() -> None:
+    logging.getLogger("mcp.client.stdio").addFilter(_SDK_FILTER)  # idempotent
 
 
 class McpHub:

@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ._builtin_profiles import BUILTIN_PROFILES
+from ._input_files import read_regular_file
 from ._names import (
     AmbiguousAgentTypeError,
     SubagentTypeError,
@@ -62,6 +63,8 @@ __all__ = [
 
 #: Where a plugin keeps its manifest, relative to the plugin dir.
 PLUGIN_MANIFEST = Path(".claude-plugin") / "plugin.json"
+#: A plugin manifest larger than this is refused: it names a plugin, nothing more.
+_MAX_MANIFEST_BYTES = 1 << 20
 PROFILE_SUFFIXES: frozenset[str] = frozenset({".md", ".markdown"})
 _TASK_OUTPUT_PREFIX = "sess_"
 
@@ -394,7 +397,7 @@ def _load_dir(profile_dir: ProfileDir, ignored: dict[str, str]) -> list[ProfileE
 def _load_plugin(plugin_dir: Path, ignored: dict[str, str]) -> list[ProfileEntry]:
     manifest_path = plugin_dir / PLUGIN_MANIFEST
     try:
-        text = manifest_path.read_text(encoding="utf-8")
+        text = read_regular_file(manifest_path, _MAX_MANIFEST_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         return [

@@ -1,7 +1,10 @@
 """Parsing one profile file: Markdown with YAML frontmatter into an ``AgentProfile`` (S-PROF-2).
 
-The frontmatter is read with ``yaml.safe_load``; the body after the closing
-``---`` line is the system prompt. Three dialects share one vocabulary:
+The frontmatter is read with ``yaml.safe_load`` once ``_untrusted_yaml`` has
+found no alias and no lone surrogate in it (a few hundred bytes of nested
+aliases cost seconds and gigabytes to whatever walks the result); the body
+after the closing ``---`` line is the system prompt. Three dialects share one
+vocabulary:
 
 - ``subvisor`` (``.subvisor/agents``, ``$SUBVISOR_HOME/agents``): the S-PROF-2
   fields; a file without ``name`` is named after its path below the scanned
@@ -36,7 +39,9 @@ import yaml
 from pydantic import ValidationError
 
 from ._errors import SubvisorError
+from ._input_files import open_regular_file
 from ._profile import AgentProfile, ProfileScope
+from ._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
 from .providers import ModelStringError, parse_model_string
 
 __all__ = [
@@ -163,7 +168,7 @@ def parse_profile_file(
     source = str(path)
     fallback = f"{plugin}:{default_name}" if plugin else default_name
     try:
-        with path.open("rb") as handle:
+        with open_regular_file(path) as handle:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
         raise ProfileError(
@@ -469,8 +474,12 @@ def _load_yaml(
     for _attempt in range(len(lines) + 1):
         text = "\n".join(lines)
         try:
+            # Before anything is built: an alias bomb costs nothing until then.
+            check_untrusted_yaml(text, yaml.SafeLoader)
             root = yaml.compose(text, Loader=yaml.SafeLoader)
             data = yaml.safe_load(text)
+        except RefusedYamlError as exc:
+            raise _yaml_error(exc, lines, source, default_name) from None
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             index = mark.line if mark is not None and mark.line < len(lines) else None
@@ -490,7 +499,17 @@ def _load_yaml(
             # others for odd constructs; none of them is a crash of ours.
             raise ProfileError(
                 source,
-                f"invalid YAML frontmatter: {exc}",
+                "invalid YAML frontmatter: "
+                + (
+                    describe_yaml_error(exc)
+                    if isinstance(exc, yaml.YAMLError)
+                    else " ".join(str(exc).split())
+                ),
+                line=(
+                    text.count("\n", 0, exc.position) + 2
+                    if isinstance(exc, yaml.reader.ReaderError)
+                    else None
+                ),
                 profile_name=default_name,
             ) from None
         if data is None:

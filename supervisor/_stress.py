@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import psutil
 import trio
-import yaml
 from rich.console import Console
 
 from protocol import ResourceLimits
@@ -40,6 +39,7 @@ from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._tasks import TaskRecord
+from ._untrusted_yaml import dump_yaml
 
 __all__ = [
     "FAULTS",
@@ -456,7 +456,7 @@ def run_stress(options: StressOptions, on_progress: ProgressCallback | None = No
         for i in range(8):
             (tree / f"f{i}.txt").write_text("".join(f"line {n}\n" for n in range(20)))
         scenario, planned, backgrounds = _scenario(options, rng)
-        (work / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+        (work / "scenario.yaml").write_text(dump_yaml(scenario))
         cpu_before = psutil.Process().cpu_times()
         result = trio.run(_drive, work, f"scripted:{work / 'scenario.yaml'}", options, on_progress)
         cpu_after = psutil.Process().cpu_times()

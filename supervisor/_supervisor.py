@@ -357,6 +357,4 @@ class Supervisor:
                     continue
                 kind, reason = found
                 # No grace: a memory or fork bomb keeps growing while it is asked nicely.
-                self._nursery.start_soon(
-                    functools.partial(handle.terminate, kind, reason, grace=0)
-                )
+                self._nursery.start_soon(functools.partial(handle.terminate, kind, reason, grace=0))

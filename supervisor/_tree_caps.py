@@ -118,5 +118,3 @@ class TreeSampler:
         if not alive:
             return None
         return TreeUsage(memory_bytes=memory, processes=alive, cpu_seconds=cpu)
-
-

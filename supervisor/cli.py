@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from ._cli_input import positive_seconds
+
 __all__ = ["build_parser", "main"]
 
 
@@ -36,12 +38,13 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, *, demo: bool) -> int:
+    from ._cli_input import working_directory
     from ._cli_run import RunRequest, demo_scenario_path, run_command
     from ._cli_trust import trust_gate
     from ._config_files import load_settings
     from ._project_trust import TrustGate
 
-    cwd = Path(args.cwd).resolve()
+    cwd = working_directory(args.cwd)
     # S-SBX-1: the command line's sandbox overrides every profile and the config.
     forced = {
         key: value
@@ -105,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
         sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
         sub.add_argument("--cwd", default=".", help="working directory of the agents")
-        sub.add_argument("--timeout", type=float, help="stop everything after this many seconds")
+        sub.add_argument(
+            "--timeout", type=positive_seconds, help="stop everything after this many seconds"
+        )
         sub.add_argument(
             "--approve",
             choices=("ask", "allow", "deny"),
@@ -263,12 +268,13 @@ def _trust(args: argparse.Namespace) -> int:
 
 
 def _workflow_run(args: argparse.Namespace) -> int:
+    from ._cli_input import working_directory
     from ._cli_trust import trust_gate
     from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
     from ._config_files import load_settings
     from .workflow import WorkflowError
 
-    cwd = Path(args.cwd).resolve()
+    cwd = working_directory(args.cwd)
     try:
         inputs = parse_inputs(args.input)
     except WorkflowError as exc:
@@ -288,11 +294,12 @@ def _workflow_run(args: argparse.Namespace) -> int:
 
 
 def _workflow_show(args: argparse.Namespace) -> int:
+    from ._cli_input import working_directory
     from ._cli_workflow import workflow_show_command
     from ._config_files import load_settings
     from ._project_trust import TrustGate
 
-    settings = load_settings(Path.cwd(), trust=TrustGate("leave-out"))
+    settings = load_settings(working_directory("."), trust=TrustGate("leave-out"))
     return workflow_show_command(args.run_id, args.json, settings.home)
 
 
@@ -365,8 +372,9 @@ def _top(args: argparse.Namespace) -> int:
 
 def _agents(args: argparse.Namespace) -> int:
     from ._cli_agents import agents_command
+    from ._cli_input import working_directory
 
-    return agents_command(Path(args.cwd).resolve(), args.json)
+    return agents_command(working_directory(args.cwd), args.json)
 
 
 def _tasks(command: str, args: argparse.Namespace) -> int:
@@ -387,8 +395,9 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
+    from ._cli_input import check_text_arguments
     from ._config_files import ConfigError
-    from ._errors import NestedSupervisorError
+    from ._errors import BadInputError, NestedSupervisorError
     from ._worker_tree import refuse_inside_worker_tree
 
     args = build_parser().parse_args(argv)
@@ -396,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in _STARTS_A_SUPERVISOR:
             # Before any config is read or any file written (S-SEC-7).
             refuse_inside_worker_tree()
+        check_text_arguments(args)
         code: int = args.handler(args)
-    except (ConfigError, NestedSupervisorError) as exc:
+    except (BadInputError, ConfigError, NestedSupervisorError) as exc:
         # One line, however narrow the terminal.
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
         return 2

@@ -194,7 +194,7 @@ async def test_no_matching_key_lists_tried_and_known_keys(scenario_path: str) ->
         ("agents:\n  root:\n    - {txt: hi}\n", "agents.root.0.txt"),
         ("agents:\n  root: hello\n", "agents.root"),
         ("agent:\n  root: []\n", "agents: Field required"),
-        ("- just a list\n", "(top level)"),
+        ("- just a list\n", "the top level must be a mapping"),
         ("agents: [unclosed\n", "is not valid YAML"),
     ],
 )

@@ -1,8 +1,17 @@
-"""HTTP plumbing shared by the HTTP providers: one POST, errors mapped to our types."""
+"""HTTP plumbing shared by the HTTP providers: one POST, errors mapped to our types.
+
+Invariant: no string parsed from a provider's JSON holds a lone surrogate.
+JSON may escape one (``"\\udcff"``, or half of an emoji's pair), which
+Python decodes to a ``str`` that no UTF-8 encoder accepts: the store, the
+protocol and the next request would fail on it, far from where it came
+from. Each is replaced by U+FFFD as it is parsed; a whole escaped pair is
+one character already and stays.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -36,6 +45,9 @@ __all__ = [
 ]
 
 _MAX_MESSAGE_CHARS = 500
+# A JSON escape of a surrogate: only where one occurs can a lone one be decoded.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +99,8 @@ def provider_message_from_body(body: bytes) -> str:
     """The provider's own error message in a response body, else the body's text."""
     text = body.decode("utf-8", errors="replace").strip()
     try:
-        document = json.loads(text)
-    except ValueError:
+        document = _loads(text)
+    except (ValueError, RecursionError):
         return _shorten(text)
     # OpenAI and Anthropic: {"error": {"message": ...}}; Ollama: {"error": "..."};
     # vLLM and other FastAPI servers: {"detail": ...} or {"message": ...}.
@@ -100,6 +112,22 @@ def provider_message_from_body(body: bytes) -> str:
             if isinstance(candidate, str):
                 return _shorten(candidate)
     return _shorten(text)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, every lone surrogate of the result replaced by U+FFFD."""
+    value = json.loads(text)
+    return _replace_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def error_from_status(
@@ -138,8 +166,8 @@ def error_from_status(
 def parse_json_object(text: str, what: str, origin: CallOrigin) -> dict[str, Any]:
     """Parse ``text`` as a JSON object or raise ``ModelResponseError`` naming ``what``."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = _loads(text)
+    except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict):
         raise ModelResponseError(

@@ -27,14 +27,21 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from protocol._chat import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
 
+from .._input_files import read_regular_file
+from .._untrusted_yaml import describe_yaml_error, load_untrusted_yaml
 from ._base import ModelEvent
 from ._errors import ScenarioError
 
-# libyaml's safe loader where PyYAML was built with it: the same documents as
-# ``yaml.safe_load``, parsed several times faster (stress scenarios are large).
-_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: A scenario file larger than this is refused (a 5,000-agent stress scenario is 2.5 MB).
+MAX_SCENARIO_BYTES = 64 << 20
+_SCENARIO_SHAPE = (
+    "expected agents: mapping each agent key to a list of turns "
+    "{text, tool_calls: [{name, input}], latency_ms, fault}"
+)
+_PROBLEMS_SHOWN = 5
 
 __all__ = [
+    "MAX_SCENARIO_BYTES",
     "Scenario",
     "ScriptedProvider",
     "ScriptedToolCall",
@@ -81,36 +88,83 @@ class Scenario(BaseModel):
 
 
 def load_scenario(path: str) -> Scenario:
-    """Read and validate a scenario file (JSON if it ends in ``.json``, else YAML)."""
+    """Read and validate a scenario file (JSON if it ends in ``.json``, else YAML).
+
+    Raises ``ScenarioError`` (and only that), with one line that names the file.
+    """
+    kind = "JSON" if path.endswith(".json") else "YAML"
     try:
-        with open(path, encoding="utf-8") as file:
-            raw = file.read()
+        raw = read_regular_file(path, MAX_SCENARIO_BYTES)
     except OSError as exc:
         raise ScenarioError(
             f"scenario file {path!r} cannot be read ({exc.strerror or exc}): the model "
             "string scripted:PATH must name a YAML or JSON scenario file",
             path=path,
-        ) from exc
+        ) from None
     try:
-        document = json.loads(raw) if path.endswith(".json") else yaml.load(raw, _YAML_LOADER)
-    except (ValueError, yaml.YAMLError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ScenarioError(
-            f"scenario file {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}:"
-            f" {exc}",
+            f"scenario file {path!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}): a scenario is a {kind} text file",
             path=path,
-        ) from exc
+        ) from None
+    try:
+        document = json.loads(text) if kind == "JSON" else load_untrusted_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(
+            f"scenario file {path!r} is not valid YAML: {describe_yaml_error(exc)}", path=path
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        # json: malformed text (ValueError) or arrays nested past the stack (RecursionError).
+        raise ScenarioError(
+            f"scenario file {path!r} is not valid {kind}: {' '.join(str(exc).split())}",
+            path=path,
+        ) from None
+    if kind == "JSON" and not _is_text(document):
+        raise ScenarioError(
+            f"scenario file {path!r} holds a \\u escape that is half of a UTF-16 surrogate "
+            "pair, not a character: write the character itself",
+            path=path,
+        )
+    if not isinstance(document, dict):
+        raise ScenarioError(
+            f"scenario file {path!r} is malformed: the top level must be a mapping with an "
+            f"agents: key, got {_kind_of(document)}; {_SCENARIO_SHAPE}",
+            path=path,
+        )
     try:
         return Scenario.model_validate(document)
     except ValidationError as exc:
+        errors = exc.errors()
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or '(top level)'}: {error['msg']}"
-            for error in exc.errors()
+            for error in errors[:_PROBLEMS_SHOWN]
         )
+        if len(errors) > _PROBLEMS_SHOWN:
+            problems += f"; and {len(errors) - _PROBLEMS_SHOWN} more"
         raise ScenarioError(
-            f"scenario file {path!r} is malformed: {problems}; expected agents: mapping each "
-            "agent key to a list of turns {text, tool_calls: [{name, input}], latency_ms, fault}",
-            path=path,
+            f"scenario file {path!r} is malformed: {problems}; {_SCENARIO_SHAPE}", path=path
         ) from None
+
+
+def _is_text(document: Any) -> bool:
+    # JSON decodes "\\udcff" to a lone surrogate, which no UTF-8 encoder takes.
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except RecursionError:
+        return True  # as deep as json.loads went; validation says what is wrong
+    return True
+
+
+def _kind_of(document: Any) -> str:
+    if document is None:
+        return "nothing (the file is empty)"
+    if isinstance(document, list):
+        return "a list"
+    return "a string" if isinstance(document, str) else type(document).__name__
 
 
 def split_text_deltas(text: str, parts: int = _DELTAS_PER_TEXT) -> list[str]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import trio
 from pydantic import TypeAdapter, ValidationError
 
+from .._input_files import read_regular_file
 from ..providers import ModelError
 from ._actor import Actor, ActorDefinition, ActorEnvironment
 from ._contract import actor_system_prompt, actor_tool_names
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+#: A workflow script larger than this is refused.
+MAX_SCRIPT_BYTES = 4 << 20
 
 
 class Workflow(Generic[R]):
@@ -346,8 +349,12 @@ def _prepare(
     """Steps 1-2: read, analyse (before anything runs), import, bind the inputs."""
     path = script.resolve()
     try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        source = read_regular_file(path, MAX_SCRIPT_BYTES).decode("utf-8")
+    except OSError as exc:
+        raise WorkflowScriptError(
+            f"cannot read the workflow script {path}: {exc.strerror or exc}"
+        ) from None
+    except UnicodeDecodeError as exc:
         raise WorkflowScriptError(f"cannot read the workflow script {path}: {exc}") from None
     sites = analyse_script(source, str(path))
     flow = load_workflow(path, source)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.attack import bash_attack
-from tests.support.cli import REPO_ROOT, cli_env, run_cli
+from tests.support.cli import CHECKOUT, cli_env, run_cli
 from tests.support.delegation import home_for
 from tests.support.provider_server import CannedResponse, ProviderServer
 
@@ -370,7 +370,7 @@ async def test_s_sec_3_a_subagent_cannot_trust_the_file_it_wrote(tmp_path: Path)
     home = tmp_path / "user-home"
     mcp_json = json.dumps({"mcpServers": {"x": {"command": "touch", "args": ["/tmp/x"]}}})
     trust = (
-        f"env -u SUBVISOR_TREE SUBVISOR_HOME={home} PYTHONPATH={REPO_ROOT}"
+        f"env -u SUBVISOR_TREE SUBVISOR_HOME={home} PYTHONPATH={CHECKOUT}"
         f" {sys.executable} -m supervisor.cli trust {project.dir} 2>&1; echo exit=$?"
     )
     attack = await bash_attack(

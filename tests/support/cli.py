@@ -7,32 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import supervisor
+__all__ = ["CHECKOUT", "cli_env", "run_cli"]
 
-__all__ = ["cli_env", "run_cli"]
-
-#: The checkout whose ``supervisor`` these tests import: the child runs the same code,
-#: not whatever copy the environment has installed.
-_CHECKOUT = str(Path(supervisor.__file__).resolve().parent.parent)
-
-
-#: The checkout under test; first on the child's path, whatever its working directory.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: This checkout: a child started in another directory imports its code, not an installed copy.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def cli_env(home: Path) -> dict[str, str]:
-    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree.
-
-    The child imports this checkout's code, not whichever one the virtualenv
-    has installed (another worktree's, say).
-    """
+    """This environment for a ``subvisor`` child: its own home, wide output, not in a tree,
+    this checkout's code whatever its working directory."""
     env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
     env["SUBVISOR_HOME"] = str(home)
     env["COLUMNS"] = "200"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), env.get("PYTHONPATH")]))
     return env
 
 

@@ -7,15 +7,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from protocol import ResourceLimits
 from supervisor import Subvisor, SubvisorSettings
+from supervisor._untrusted_yaml import dump_yaml
 
 
 def write_scenario(path: Path, agents: dict[str, list[dict[str, Any]]]) -> str:
     """Write a scripted scenario and return its ``scripted:PATH`` model string."""
-    path.write_text(yaml.safe_dump({"agents": agents}, sort_keys=False))
+    path.write_text(dump_yaml({"agents": agents}, sort_keys=False))
     return f"scripted:{path}"
 
 

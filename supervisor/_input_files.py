@@ -1,0 +1,67 @@
+"""Opening a file that a user, a project or a repository supplies, without trusting what it is.
+
+Such a path may name a FIFO (a plain ``open`` blocks until a writer comes,
+which hangs the supervisor), a device (``/dev/zero`` never ends), a socket or
+a directory, or a file far larger than anything it should be. Invariant: every
+file of that kind (profiles, plugin manifests, memory indexes, scenario and
+workflow files) is opened here, without blocking, and read only when it is a
+regular file; what is wrong is an ``OSError`` whose ``strerror`` says it in
+words, so the callers' existing ``except OSError`` handling reports it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["FileTooLargeError", "NotARegularFileError", "open_regular_file", "read_regular_file"]
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class NotARegularFileError(OSError):
+    """The path names a directory, a FIFO, a device or a socket, not a file to read."""
+
+
+class FileTooLargeError(OSError):
+    """The file is larger than its reader accepts."""
+
+
+def open_regular_file(path: Path | str) -> BinaryIO:
+    """``path`` opened for reading in binary, once it is known to be a regular file.
+
+    Raises ``OSError`` (``NotARegularFileError`` for anything but a regular file).
+    """
+    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotARegularFileError(
+                errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                f"it is {kind}, not a regular file",
+                str(path),
+            )
+        return open(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: Path | str, max_bytes: int) -> bytes:
+    """The whole content of the regular file ``path``; ``FileTooLargeError`` past ``max_bytes``."""
+    with open_regular_file(path) as handle:
+        raw = handle.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise FileTooLargeError(errno.EFBIG, f"it is larger than {max_bytes} bytes", str(path))
+    return raw
