@@ -89,7 +89,9 @@ def sandbox_label(record: TaskRecord) -> str:
     label = f"{report.mode}, net {report.network}"
     if report.requested and not report.enforced:
         return f"[bold red]NOT ENFORCED[/] ({label})"
-    return label
+    # What holds the caps over its tree (S-SEC-4): ``cgroup v1``, ``sampling``.
+    _, by, rest = record.caps.partition(" by ")
+    return f"{label}; caps: {rest.split(';')[0]}" if by else label
 
 
 def tasks_table(records: list[TaskRecord], title: str) -> Table:

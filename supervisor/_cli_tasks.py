@@ -223,6 +223,8 @@ def logs_command(task_id: str) -> int:
     if record.sandbox is not None:
         colour = "red" if record.sandbox.requested and not record.sandbox.enforced else "dim"
         console.print(f"[{colour}]sandbox: {escape(record.sandbox.summary)}[/]", highlight=False)
+    if record.caps:
+        console.print(f"[dim]caps: {escape(record.caps)}[/]", highlight=False)
     for message in messages:
         label = {"user": "user", "assistant": "assistant", "tool": "tool result"}[message.role]
         console.print(f"[bold]{label}[/]", highlight=False)

@@ -211,6 +211,23 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
             else "NOT enforced: the supervisor is dumpable",
         )
     )
+    scoped = full is not None and "abstract-unix-socket" in full.scopes
+    checks.append(
+        Check(
+            "control channel",
+            True,
+            "an abstract socket that refuses peers of another uid or inside a worker tree"
+            + (", beyond every worker's abstract-socket scope" if scoped else ""),
+        )
+    )
+    checks.append(
+        Check(
+            "no survivors",
+            True,
+            "workers and the zygote are child subreapers: setsid and double forks stay in the "
+            "tree, which is killed when its worker ends or the supervisor dies (even SIGKILL)",
+        )
+    )
     capped = sup.tree_caps.startswith("cgroup")
     checks.append(
         Check(

@@ -311,6 +311,20 @@ class WorkerHandle:
                 await self._finish(release)
 
     @property
+    def caps_summary(self) -> str:
+        """``memory 2048 MB, 256 processes, file size 4096 MB by cgroup v1 + rlimit`` (S-SEC-4)."""
+        limits = self.limits
+        parts = [
+            f"memory {limits.memory_mb:g} MB" if limits.memory_mb is not None else None,
+            f"{limits.max_processes} processes" if limits.max_processes is not None else None,
+            f"CPU {limits.cpu_seconds} s" if limits.cpu_seconds is not None else None,
+        ]
+        tree = ", ".join(p for p in parts if p) or "no tree caps"
+        size = limits.file_size_mb
+        files = f"; file size {size} MB by rlimit" if size is not None else ""
+        return f"{tree} over the whole tree by {self.tree_caps}{files}"
+
+    @property
     def stopping(self) -> bool:
         """True once something decided to stop this worker."""
         return self._kill_reason is not None

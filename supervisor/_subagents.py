@@ -217,7 +217,10 @@ class SubagentRun:
                 self.host.bind_worker(self.handle.worker_id, self)
                 # S-SBX-1: the record states the sandbox the worker reported.
                 self.host.registry.update(
-                    self.task_id, status="running", sandbox=self.handle.sandbox
+                    self.task_id,
+                    status="running",
+                    sandbox=self.handle.sandbox,
+                    caps=self.handle.caps_summary,
                 )
                 self._publish("task.started", status="running", pid=self.handle.pid)
                 self.ready_at = time.monotonic()

@@ -160,6 +160,8 @@ class TaskRecord(BaseModel):
     worker_exit: str | None = None
     #: The sandbox the agent's worker reported in force (S-SBX-1, S-SBX-2).
     sandbox: SandboxReport | None = None
+    #: Its caps over the worker's whole process tree, and what enforces them (S-SEC-4).
+    caps: str = ""
 
     @property
     def is_terminal(self) -> bool:

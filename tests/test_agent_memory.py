@@ -19,7 +19,6 @@ from supervisor._agent_memory import (
 )
 from supervisor._profile import AgentProfile
 from supervisor._profile_catalog import ProfileCatalog
-from tests.support.delegation import home_for
 
 # "research" in fullwidth letters (U+FF52 ...), written so that no source line
 # holds characters that look like ASCII ones.
@@ -36,7 +35,7 @@ def _profile(**fields: Any) -> AgentProfile:
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    return home_for(tmp_path), tmp_path / "project"
+    return tmp_path / "home", tmp_path / "project"
 
 
 def _index(directory: Path | None, text: str) -> None:
@@ -56,7 +55,7 @@ def _index(directory: Path | None, text: str) -> None:
 def test_memory_dir_per_scope(scope: str, where: str, tmp_path: Path) -> None:
     """S-PROF-8: its own dir, in the user's home or the project."""
     directory = memory_dir(
-        _profile(memory=scope), home=home_for(tmp_path), project_dir=tmp_path / "project"
+        _profile(memory=scope), home=tmp_path / "home", project_dir=tmp_path / "project"
     )
     assert directory == tmp_path / where
 

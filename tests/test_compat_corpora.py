@@ -15,7 +15,6 @@ import pytest
 
 from supervisor._builtin_profiles import BUILTIN_PROFILES
 from supervisor._profile_catalog import ProfileCatalog, ProfileDir, ProfileEntry
-from tests.support.delegation import home_for
 
 # shared/ lies beside the checkout (here and in CI's fresh clone alike), maybe
 # through a symlink; the catalog reports resolved paths, so resolve it too.
@@ -185,7 +184,7 @@ def test_plugin_aliases_give_way_to_user_and_project_profiles(
     (project / ".claude").mkdir(parents=True)
     (project / ".claude" / "agents").symlink_to(CATEGORIES)
     both = ProfileCatalog.discover(
-        project, home=home_for(tmp_path), user_dirs=[], plugin_dirs=_plugin_dirs()
+        project, home=tmp_path / "home", user_dirs=[], plugin_dirs=_plugin_dirs()
     )
     assert dict(both.aliases) == {}
     assert both.resolve("python-pro").scope == "project"

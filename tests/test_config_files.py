@@ -15,13 +15,12 @@ from hypothesis import strategies as st
 from supervisor._cli_trust import trust_command
 from supervisor._config_files import ConfigError, load_settings, project_trust_requests
 from supervisor._project_trust import TrustGate, TrustRequest, UntrustedProjectError
-from tests.support.delegation import home_for
 
 
 def test_project_config_overrides_user_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home, project = home_for(tmp_path), tmp_path / "project"
+    home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
@@ -58,7 +57,7 @@ def test_project_config_overrides_user_config(
 def test_bad_config_is_a_clear_error_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
 ) -> None:
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text(text + "\n")
     with pytest.raises(ConfigError, match=message) as raised:
         load_settings(tmp_path)
@@ -79,7 +78,7 @@ def test_project_config_may_not_lift_the_users_protections_s_sbx_3(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, named: str
 ) -> None:
     """S-SBX-3: what a repository's subvisor.toml may not do, the user's config.toml may."""
-    home, project = home_for(tmp_path), tmp_path / "project"
+    home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
@@ -98,7 +97,7 @@ def test_project_config_may_not_lift_the_users_protections_s_sbx_3(
 def test_project_config_may_tighten_the_sandbox(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text(
         '[sandbox]\nmode = "read-only"\nnetwork = "deny"\non_unsupported = "error"\n'
     )
@@ -110,7 +109,7 @@ def test_project_config_may_tighten_the_sandbox(
 def test_run_flag_only_sandbox_keys_are_refused_in_config_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
 ) -> None:
-    home = home_for(tmp_path)
+    home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
     (home / "config.toml").write_text(f'[sandbox]\n{key} = "full"\n')
@@ -198,7 +197,7 @@ def test_s_sec_3_project_caps_compare_with_the_defaults_and_flags_still_lift(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a user config the defaults are in force; the command line is the user's."""
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text("max_concurrent_subagents = 100000\n")
     with pytest.raises(ConfigError, match=r"above the 20 in force.*--max-concurrent-subagents"):
         load_settings(tmp_path)
@@ -211,7 +210,7 @@ def test_s_sec_3_a_partial_limits_table_keeps_the_other_caps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Lowering idle_timeout_s in a project must not drop the default memory cap."""
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text("[subagent_limits]\nidle_timeout_s = 60\n")
     limits = load_settings(tmp_path).subagent_limits
     assert (limits.idle_timeout_s, limits.memory_mb) == (60, 2048)
@@ -220,7 +219,7 @@ def test_s_sec_3_a_partial_limits_table_keeps_the_other_caps(
 def test_s_sec_3_home_cannot_come_from_a_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = home_for(tmp_path)
+    home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
     (tmp_path / "subvisor.toml").write_text(f'home = "{tmp_path / "elsewhere"}"\n')
@@ -238,7 +237,7 @@ def test_s_sec_3_leave_out_drops_only_what_waits_for_trust(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Commands that start nothing (agents, workflow show) see the rest of the file."""
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text(
         "max_turns = 3\n"
         '[mcp_servers.tool]\ncommand = "tool-server"\n'
@@ -259,7 +258,7 @@ def test_s_sec_3_leave_out_drops_only_what_waits_for_trust(
 def test_s_sec_3_a_file_with_nothing_to_trust_needs_no_trust(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text(
         "max_turns = 3\n[gateway.providers.openai]\nread_timeout_s = 30\n"
     )
@@ -272,7 +271,7 @@ def test_s_sec_3_trust_is_bound_to_the_exact_content(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A grant is kept 0600 in the user's home; one changed byte asks again."""
-    home = home_for(tmp_path)
+    home = tmp_path / "home"
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
     mcp_json = tmp_path / ".mcp.json"
     mcp_json.write_text('{"mcpServers": {"s": {"command": "server", "args": ["a"]}}}')
@@ -300,7 +299,7 @@ def test_s_sec_3_the_summary_escapes_what_could_redraw_the_terminal(
 ) -> None:
     """Names, commands and env names come from the file: control characters are shown
     escaped, and env values are never shown."""
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / ".mcp.json").write_text(
         json.dumps(
             {
@@ -326,7 +325,7 @@ def test_s_sec_3_a_symlinked_file_is_trusted_by_its_target_and_named_as_found(
 ) -> None:
     """The error names `.mcp.json` as found in the project (what `subvisor trust` takes);
     the grant is keyed by the file it resolves to, so retargeting the link asks again."""
-    monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     project = tmp_path / "project"
     project.mkdir()
     for name in ("a.json", "b.json"):

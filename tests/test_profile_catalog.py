@@ -20,7 +20,6 @@ from supervisor._profile_catalog import (
     project_profile_dirs,
     user_profile_dirs,
 )
-from tests.support.delegation import home_for
 
 # "research" in fullwidth letters (U+FF52 ...), written so that no source line
 # holds characters that look like ASCII ones.
@@ -65,7 +64,7 @@ def _rel(source: str) -> str:
 
 def test_with_no_profile_files_the_builtins_are_all_there_is(tmp_path: Path) -> None:
     """S-PROF-1: general-purpose and Explore always exist."""
-    catalog = ProfileCatalog.discover(tmp_path / "project", home=home_for(tmp_path), user_dirs=[])
+    catalog = ProfileCatalog.discover(tmp_path / "project", home=tmp_path / "home", user_dirs=[])
     assert dict(catalog.profiles) == BUILTIN_PROFILES
     assert [(e.name, e.source, e.scope) for e in catalog.entries] == [
         ("general-purpose", "built-in", "built-in"),
@@ -106,14 +105,14 @@ def test_default_user_dirs_are_used_when_none_are_given(
     _write(tmp_path / "u/.claude/agents/claude-one.md", _profile_text("claude-one"))
     _write(tmp_path / "u/.config/opencode/agent/oc.md", _profile_text(None))
     _write(tmp_path / "home/agents/ours.md", _profile_text("ours"))
-    catalog = ProfileCatalog.discover(tmp_path / "project", home=home_for(tmp_path))
+    catalog = ProfileCatalog.discover(tmp_path / "project", home=tmp_path / "home")
     assert {"claude-one", "oc", "ours"} <= set(catalog.profiles)
     assert {e.scope for e in catalog.entries if e.name in {"claude-one", "oc", "ours"}} == {"user"}
 
 
 def test_dirs_are_scanned_recursively_for_md_and_markdown(tmp_path: Path) -> None:
     """S-PROF-3: nested files load; hidden files and other suffixes do not."""
-    agents = home_for(tmp_path) / "agents"
+    agents = tmp_path / "home" / "agents"
     _write(agents / "a.md", _profile_text("a"))
     _write(agents / "deep" / "er" / "b.markdown", _profile_text("b"))
     _write(agents / "C.MD", _profile_text("c"))
@@ -121,7 +120,7 @@ def test_dirs_are_scanned_recursively_for_md_and_markdown(tmp_path: Path) -> Non
     _write(agents / ".hidden.md", _profile_text("hidden"))
     _write(agents / ".git" / "x.md", _profile_text("in-git"))
     catalog = ProfileCatalog.discover(
-        tmp_path, home=home_for(tmp_path), user_dirs=[ProfileDir(agents, "user", "subvisor")]
+        tmp_path, home=tmp_path / "home", user_dirs=[ProfileDir(agents, "user", "subvisor")]
     )
     assert set(catalog.profiles) - set(BUILTIN_PROFILES) == {"a", "b", "c"}
 

@@ -20,12 +20,11 @@ from supervisor._store import (
     UnknownSessionError,
 )
 from supervisor._tasks import TaskRecord
-from tests.support.delegation import home_for
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> SessionStore:
-    return SessionStore(home_for(tmp_path) / "subvisor.db")
+    return SessionStore(tmp_path / "home" / "subvisor.db")
 
 
 def make_task(task_id: str, parent: str = "sess_root", **fields: object) -> TaskRecord:

@@ -20,7 +20,6 @@ from supervisor._stress import (
 )
 from supervisor.cli import main
 from tests.support.cli import cli_env
-from tests.support.delegation import home_for
 
 FAULT_REASONS = {
     "killed by signal SIGSEGV (segmentation fault)",
@@ -154,7 +153,7 @@ def test_stress_refuses_bad_options_before_running(
 
 
 def test_stress_command_reports_json(tmp_path: Path) -> None:
-    env = cli_env(home_for(tmp_path))
+    env = cli_env(tmp_path / "home")
     run = subprocess.run(
         [
             sys.executable,

@@ -20,7 +20,6 @@ from supervisor._stress_report import (
     write_report,
 )
 from tests.support.cli import cli_env
-from tests.support.delegation import home_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -138,7 +137,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -> None:
     """The run is not lost: its result is printed, then the report's error, exit 2."""
-    env = cli_env(home_for(tmp_path))
+    env = cli_env(tmp_path / "home")
     report = tmp_path / "r.html"
     run = subprocess.run(
         [
@@ -166,7 +165,7 @@ def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -
 
 
 def test_stress_command_writes_the_report(tmp_path: Path) -> None:
-    env = cli_env(home_for(tmp_path))
+    env = cli_env(tmp_path / "home")
     report, page = tmp_path / "r.png", tmp_path / "r.html"
     reports = ("--report", str(report), "--report", str(page))
     run = subprocess.run(

@@ -24,13 +24,12 @@ from supervisor._tasks import (
     UnknownTaskError,
     new_task_id,
 )
-from tests.support.delegation import home_for
 from tests.support.filesystem import can_mark_top_directories, is_top_directory
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    return home_for(tmp_path)
+    return tmp_path / "home"
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from tests.support.cli import run_cli
 from tests.support.delegation import (
     READ_README,
     agent_call,
-    home_for,
     readme_project,
     subvisor,
     write_scenario,
@@ -71,7 +70,7 @@ def fields(usage: TaskUsage) -> dict[str, Any]:
 async def test_each_subagent_records_its_own_usage(tmp_path: Path, project: Path) -> None:
     """Tokens, model and tool calls, wall and CPU time, peak RSS: per subagent, in its record
     and in the store's session_usage of its child session."""
-    async with subvisor(home_for(tmp_path)) as host:
+    async with subvisor(tmp_path / "home") as host:
         root = RootSession(host, model=scenario(tmp_path), cwd=project)
         await root.run("go")
         records = {r.description: r for r in host.registry.list(root.session_id)}
@@ -91,7 +90,7 @@ async def test_a_session_rolls_up_its_root_and_every_subagent(
     tmp_path: Path, project: Path
 ) -> None:
     """The stored rollup and the live control channel's: own + the field by field sum."""
-    async with subvisor(home_for(tmp_path)) as host:
+    async with subvisor(tmp_path / "home") as host:
         root = RootSession(host, model=scenario(tmp_path), cwd=project)
         async with serve_control(host, root.session_id, root=root) as session:
             await root.run("go")
@@ -125,7 +124,7 @@ async def test_a_session_rolls_up_its_root_and_every_subagent(
 
 def test_run_json_and_ps_show_the_same_stored_rollup(tmp_path: Path, project: Path) -> None:
     """`run --json`'s usage is what `ps` reads back from SQLite afterwards: root + subagents."""
-    home = home_for(tmp_path)
+    home = tmp_path / "home"
     run = run_cli(home, "run", "--json", "--model", scenario(tmp_path), "go", cwd=project)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)

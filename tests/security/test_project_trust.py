@@ -335,7 +335,8 @@ def test_bad_config_input_is_one_line_and_a_non_zero_exit(
 ) -> None:
     """Issue 14 item 10: binary, malformed or wrongly shaped config files give one line
     naming the file and what to fix, exit 2, and never a traceback."""
-    path = project.dir.parent / name if name.startswith("home/") else project.dir / name
+    home_file = name.removeprefix("home/")
+    path = project.home / home_file if home_file != name else project.dir / name
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(content)
     if name == "home/trusted.json":

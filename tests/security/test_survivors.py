@@ -1,0 +1,140 @@
+"""S-SEC-5: nothing a subagent starts outlives its worker, its run, or its supervisor.
+
+Each attack leaves processes behind the way a model might: in the
+background, detached with ``setsid``/``nohup``, double-forked (re-parented
+away from Bash), and in the foreground. Every one carries a sleep length no
+other process on the machine uses, so the test can find them all afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.cli import cli_env
+from tests.support.delegation import agent_call, home_for, write_scenario
+
+
+def _markers() -> list[str]:
+    base = random.randrange(10**6)
+    return [f"7{i}.{base:06d}" for i in range(4)]
+
+
+def _alive_with(markers: list[str]) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if any(m in cmdline for m in markers):
+            found.append(proc.pid)
+    return found
+
+
+def _wait(condition: object, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.05)
+
+
+def _leaver(markers: list[str]) -> str:
+    """Bash that leaves one sleep of each kind running, then waits in the foreground."""
+    bg, detached, double, foreground = markers
+    return (
+        f"sleep {bg} & "
+        f"setsid nohup sleep {detached} > /dev/null 2>&1 & "
+        f"( ( sleep {double} & ) & ) ; "
+        f"sleep {foreground}"
+    )
+
+
+def _start_run(tmp_path: Path, markers: list[str]) -> subprocess.Popen[str]:
+    project = tmp_path / "project"
+    project.mkdir()
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("leave", "leave", subagent_type="general-purpose")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "leave": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": _leaver(markers)}}]},
+                {"text": "done"},
+            ],
+        },
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "--json", "x"],
+        cwd=project,
+        env=cli_env(home_for(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, sig: int) -> None:
+    """S-SEC-5: with a subagent's background, detached, double-forked and foreground
+    processes all running, the supervisor is killed (SIGKILL), terminated or interrupted:
+    every one of them is gone."""
+    markers = _markers()
+    run = _start_run(tmp_path, markers)
+    try:
+        _wait(lambda: len(_alive_with(markers)) >= 4)
+        assert len(_alive_with(markers)) >= 4, run.stderr.read() if run.poll() is not None else ""
+        os.kill(run.pid, sig)
+        run.wait(timeout=60)
+        _wait(lambda: not _alive_with(markers))
+        assert _alive_with(markers) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in _alive_with(markers):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_s_sec_5_what_a_worker_left_running_ends_with_it(tmp_path: Path) -> None:
+    """S-SEC-5: a subagent that finishes with background, detached and double-forked
+    processes still running: they end with its worker, while the run goes on."""
+    markers = _markers()
+    bg, detached, double, _ = markers
+    project = tmp_path / "project"
+    project.mkdir()
+    leave = (
+        f"sleep {bg} & setsid nohup sleep {detached} >/dev/null 2>&1 & "
+        f"( ( sleep {double} & ) & ); echo left"
+    )
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("leave", "leave", subagent_type="general-purpose")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "leave": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": leave}}]},
+                {"text": "done"},
+            ],
+        },
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "--json", "x"],
+        cwd=project,
+        env=cli_env(home_for(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tasks"][0]["status"] == "completed"
+    _wait(lambda: not _alive_with(markers))
+    assert _alive_with(markers) == []
