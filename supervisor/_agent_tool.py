@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 from pydantic import ValidationError
@@ -29,20 +29,22 @@ from ._agent_tool_schema import (
     format_task_result,
 )
 from ._errors import SubvisorError
-from ._mcp import split_mcp_tool_name
+from ._launch_order import LaunchOrder
+from ._mcp import McpHub, split_mcp_tool_name
+from ._notifications import CommandQueue
 from ._permission_derivation import child_permission_mode, derive_child_rules, launchable_agents
 from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
 from ._policy import ToolPolicy
 from ._profile import AgentProfile
 from ._profile_catalog import ProfileCatalog
 from ._sandbox import choose_sandbox
+from ._settings import SubvisorSettings
+from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
-from .providers import ModelError, parse_model_string
+from ._tasks import TaskRegistry
+from .providers import ModelError, ModelGateway, parse_model_string
 
-if TYPE_CHECKING:
-    from ._host import Subvisor
-
-__all__ = ["AgentTool", "subagent_system_prompt"]
+__all__ = ["AgentTool", "AgentToolHost", "subagent_system_prompt"]
 
 
 def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
@@ -54,6 +56,29 @@ def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
     )
 
 
+class AgentToolHost(Protocol):
+    """What the Agent tool uses of the ``Subvisor`` it launches on."""
+
+    home: Path
+    settings: SubvisorSettings
+    store: SessionStore
+    registry: TaskRegistry
+    mcp: McpHub
+    gateway: ModelGateway
+
+    def launch_order(self, parent_session_id: str) -> LaunchOrder:
+        """The line of a session's launches for worker slots."""
+        ...
+
+    def command_queue(self, session_id: str) -> CommandQueue:
+        """A parent session's command queue."""
+        ...
+
+    def start(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun:
+        """Register and start a subagent in the host's nursery."""
+        ...
+
+
 class AgentTool:
     """Launches subagents for one parent session (S-TOOL-1..6, S-RUN-3, S-RUN-4)."""
 
@@ -62,7 +87,7 @@ class AgentTool:
 
     def __init__(
         self,
-        host: Subvisor,
+        host: AgentToolHost,
         *,
         parent_session_id: str,
         parent_tools: Sequence[str],

@@ -30,11 +30,10 @@ from ._control import serve_control
 from ._errors import find_exception
 from ._host import Subvisor
 from ._interrupt import interruptible
-from ._root import RootSession
+from ._root import RootSession, root_usage
 from ._settings import SubvisorSettings
-from ._tasks import TaskRecord
+from ._task_record import TaskRecord
 from ._terminal import TerminalConsole
-from ._usage import root_usage
 from .providers import ModelError
 
 __all__ = [

@@ -24,7 +24,7 @@ from ._control_client import ControlError, control_request, live_sessions
 from ._paths import subvisor_home
 from ._recovery import open_recovered_store
 from ._store import SessionStore
-from ._tasks import TaskRecord
+from ._task_record import TaskRecord
 from ._usage import UsageRollup
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]

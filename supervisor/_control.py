@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import trio
@@ -61,15 +61,14 @@ from ._control_channel import (
     write_address_file,
 )
 from ._control_peer import peer_credentials, refusal
+from ._host import Subvisor
 from ._lifecycle import LIFECYCLE_EVENTS
+from ._root import RootSession, root_usage
 from ._store import MAX_PAGE_SIZE, SessionRow
-from ._tasks import TaskError, TaskRecord, TaskUsage
-from ._usage import UsageRollup, root_usage, sum_usage
-
-if TYPE_CHECKING:
-    from ._host import Subvisor
-    from ._root import RootSession
-    from ._subagents import SubagentRun
+from ._subagents import SubagentRun
+from ._task_record import TaskRecord, TaskUsage
+from ._tasks import TaskError
+from ._usage import UsageRollup, sum_usage
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -19,7 +19,7 @@ from worker import landlock_abi
 
 from ._config import SpawnMode, SupervisorConfig
 from ._errors import SubvisorError
-from ._sandbox import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
+from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._supervisor import Supervisor
 
 __all__ = ["Check", "run_checks"]

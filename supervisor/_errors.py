@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._exit import WorkerExit
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
-
-    from ._exit import WorkerExit
 
 __all__ = [
     "BadInputError",

@@ -9,22 +9,30 @@ as a notification.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
 from ._agent_tool import AgentTool
+from ._store import SessionStore
+from ._subagents import SubagentRun
+from ._tasks import TaskRegistry
 
-if TYPE_CHECKING:
-    from ._host import Subvisor
-
-__all__ = ["COORDINATOR_INPUT", "SendMessageTool"]
+__all__ = ["COORDINATOR_INPUT", "MessagingHost", "SendMessageTool"]
 
 COORDINATOR_INPUT = (
     "<coordinator-message>\n{text}\n</coordinator-message>\n"
     "Your coordinator (the agent that launched you) sent this after your last answer."
 )
+
+
+class MessagingHost(Protocol):
+    """What SendMessage uses of the ``Subvisor``: where to find a run or its record."""
+
+    store: SessionStore
+    registry: TaskRegistry
+    runs: dict[str, SubagentRun]
 
 
 class SendMessageTool:
@@ -33,7 +41,7 @@ class SendMessageTool:
     aliases: Sequence[str] = ()
     concurrency_safe = True
 
-    def __init__(self, host: Subvisor, session_id: str, agent_tool: AgentTool) -> None:
+    def __init__(self, host: MessagingHost, session_id: str, agent_tool: AgentTool) -> None:
         self._host = host
         self._session_id = session_id
         self._agent_tool = agent_tool

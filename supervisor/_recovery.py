@@ -32,7 +32,7 @@ from pathlib import Path
 from ._paths import database_path, run_dir
 from ._process_identity import ProcessIdentity
 from ._store import SessionStore
-from ._tasks import TaskRecord, write_metadata
+from ._task_record import TaskRecord, write_metadata
 
 __all__ = [
     "UNRECORDED_OWNER",

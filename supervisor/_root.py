@@ -2,32 +2,35 @@
 
 from __future__ import annotations
 
+import resource
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import psutil
 
 from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall
 from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
-from ._agent_tool import AgentTool
+from ._agent_tool import AgentTool, AgentToolHost
 from ._approvals import ApprovalOrigin, Requester
 from ._errors import SubvisorError
 from ._mcp import McpHubTool
-from ._messaging import SendMessageTool
+from ._messaging import MessagingHost, SendMessageTool
 from ._notifications import Command, format_command_turn
 from ._permission_derivation import agent_tool_enabled
-from ._policy import ToolPolicy
+from ._policy import PolicyDecision, PolicyHolder, ToolPolicy
 from ._profile_catalog import ProfileCatalog
-from ._shells import BashWithBackground, TaskListTool, TaskOutputTool, TaskStopTool
+from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
 from ._store import SessionStore
+from ._subagents import SubagentRun
+from ._task_record import TaskUsage
 from .providers import ModelGateway
 
-if TYPE_CHECKING:
-    from ._host import Subvisor
-
-__all__ = ["ROOT_SYSTEM_PROMPT", "RootSession"]
+__all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "root_usage"]
 
 ROOT_SYSTEM_PROMPT = (
     "You are the main agent of a subvisor session. Do the user's task. Delegate independent "
@@ -37,6 +40,28 @@ ROOT_SYSTEM_PROMPT = (
 )
 
 EventObserver = Callable[[str, str, dict[str, Any]], None]
+
+
+class RootHost(AgentToolHost, MessagingHost, ShellHost, Protocol):
+    """What a root session uses of its ``Subvisor``: its tools' needs, plus approvals."""
+
+    def running_background(self, parent_session_id: str) -> list[SubagentRun]:
+        """Background runs of a session that have not ended."""
+        ...
+
+    async def authorize_call(
+        self,
+        agent: PolicyHolder,
+        tool: str,
+        tool_input: dict[str, Any],
+        requester: Requester,
+    ) -> PolicyDecision:
+        """Decide one tool call by the agent's rules, asking on ``ask``."""
+        ...
+
+    async def ask_question(self, params: dict[str, Any], requester: Requester) -> dict[str, Any]:
+        """Put an agent's AskUserQuestion to the question handler."""
+        ...
 
 
 class DirectModelPort:
@@ -115,7 +140,7 @@ class RootSession:
 
     def __init__(
         self,
-        host: Subvisor,
+        host: RootHost,
         *,
         model: str,
         cwd: Path,
@@ -221,3 +246,26 @@ class RootSession:
             raise
         self.host.store.set_session_status(self.session_id, outcome.status)
         return outcome
+
+
+def root_usage(root: RootSession, *, created_at: float) -> TaskUsage:
+    """The root agent's own usage so far.
+
+    The root runs inside the supervisor process, so its CPU time and peak
+    RSS are that process's (which also hosts the model gateway for every
+    agent); ``created_at`` (epoch seconds) starts its wall time.
+    """
+    loop = root.loop
+    cpu = psutil.Process().cpu_times()
+    return TaskUsage(
+        input_tokens=loop.usage.input_tokens,
+        output_tokens=loop.usage.output_tokens,
+        cache_read_tokens=loop.usage.cache_read_tokens,
+        cache_write_tokens=loop.usage.cache_write_tokens,
+        model_calls=loop.model_calls,
+        tool_calls=loop.tool_calls,
+        duration_ms=max(0, round((time.time() - created_at) * 1000)),
+        cpu_seconds=round(cpu.user + cpu.system, 3),
+        # ru_maxrss is in KiB on Linux.
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    )

@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -24,16 +25,28 @@ from worker.tools import BashInput, ToolContext, ToolOutput, get_local_tool, run
 from worker.tools._bash import shell_argv
 from worker.tools._process import with_parent_death_signal
 
-from ._notifications import Command, build_task_notification
+from ._notifications import Command, CommandQueue, build_task_notification
 from ._spawner import reap_child
-from ._tasks import TaskError, TaskRecord, TaskUsage, new_task_id
+from ._task_record import TaskRecord, TaskUsage, new_task_id
+from ._tasks import TaskError, TaskRegistry
 
-if TYPE_CHECKING:
-    from ._host import Subvisor
-
-__all__ = ["BashWithBackground", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
+__all__ = ["BashWithBackground", "ShellHost", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
 
 _TERM_GRACE_S = 2.0
+
+
+class ShellHost(Protocol):
+    """What the root's shell and task tools use of the ``Subvisor``."""
+
+    registry: TaskRegistry
+
+    def command_queue(self, session_id: str) -> CommandQueue:
+        """A parent session's command queue."""
+        ...
+
+    def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
+        ...
 
 
 class BashWithBackground:
@@ -42,7 +55,7 @@ class BashWithBackground:
     aliases: tuple[str, ...] = ("bash",)
     concurrency_safe = False
 
-    def __init__(self, host: Subvisor, session_id: str, context: ToolContext) -> None:
+    def __init__(self, host: ShellHost, session_id: str, context: ToolContext) -> None:
         self._host = host
         self._session_id = session_id
         self._context = context
@@ -193,7 +206,7 @@ class _TaskIdTool:
     name = ""
     description = ""
 
-    def __init__(self, host: Subvisor) -> None:
+    def __init__(self, host: ShellHost) -> None:
         self._host = host
         self.spec = ToolSpec(
             name=self.name,
@@ -254,7 +267,7 @@ class TaskListTool:
     aliases: tuple[str, ...] = ()
     concurrency_safe = True
 
-    def __init__(self, host: Subvisor, session_id: str) -> None:
+    def __init__(self, host: ShellHost, session_id: str) -> None:
         self._host = host
         self._session_id = session_id
         self.spec = ToolSpec(

@@ -37,7 +37,7 @@ from protocol import ChatMessage
 from ._budget import EventBudget, text_size
 from ._errors import SubvisorError
 from ._process_identity import this_process
-from ._tasks import TaskRecord, TaskUsage
+from ._task_record import TaskRecord, TaskUsage
 from ._usage import UsageRollup, sum_usage
 
 __all__ = [

@@ -38,7 +38,7 @@ from ._interrupt import RunInterrupted, interruptible
 from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
-from ._tasks import TaskRecord
+from ._task_record import TaskRecord
 from ._untrusted_yaml import dump_yaml
 
 __all__ = [

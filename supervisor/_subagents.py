@@ -22,7 +22,8 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import trio
 
@@ -43,14 +44,16 @@ from ._approvals import ApprovalOrigin, Requester
 from ._budget import EventBudget, EventBudgetExceeded
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._handle import WorkerHandle
-from ._notifications import Command, build_task_notification
+from ._launch_order import LaunchOrder
+from ._lifecycle import LifecycleFeed
+from ._notifications import Command, CommandQueue, build_task_notification
 from ._policy import ToolPolicy
-from ._tasks import TaskRecord, TaskUsage
+from ._store import SessionStore
+from ._supervisor import Supervisor
+from ._task_record import TaskRecord, TaskUsage
+from ._tasks import TaskRegistry
 
-if TYPE_CHECKING:
-    from ._host import Subvisor
-
-__all__ = ["SubagentLaunch", "SubagentRun", "new_agent_id"]
+__all__ = ["RunHost", "SubagentLaunch", "SubagentRun", "new_agent_id"]
 
 log = logging.getLogger("subvisor")
 
@@ -98,10 +101,41 @@ class SubagentLaunch:
         return (self.description, self.subagent_type, "default")
 
 
+class RunHost(Protocol):
+    """What a run uses of the ``Subvisor`` that starts it: its services, no more."""
+
+    store: SessionStore
+    registry: TaskRegistry
+    supervisor: Supervisor
+    lifecycle: LifecycleFeed
+    #: Why every task is being stopped, once ``stop_all`` began; a stop records it.
+    stopping_reason: str | None
+
+    def output_dir(self, parent_session_id: str, agent_id: str) -> Path:
+        """Where a subagent's output files go."""
+        ...
+
+    def launch_order(self, parent_session_id: str) -> LaunchOrder:
+        """The line of a session's launches for worker slots."""
+        ...
+
+    def command_queue(self, session_id: str) -> CommandQueue:
+        """A parent session's command queue."""
+        ...
+
+    def bind_worker(self, worker_id: str, run: SubagentRun) -> None:
+        """Route a worker's requests to ``run``."""
+        ...
+
+    def unbind_worker(self, worker_id: str) -> None:
+        """Forget a worker that has ended."""
+        ...
+
+
 class SubagentRun:
     """A launched subagent; the host drives ``run`` in its nursery."""
 
-    def __init__(self, host: Subvisor, launch: SubagentLaunch, ticket: int | None = None) -> None:
+    def __init__(self, host: RunHost, launch: SubagentLaunch, ticket: int | None = None) -> None:
         self.host = host
         self.launch = launch
         self.task_id = launch.agent_id

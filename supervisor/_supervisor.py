@@ -27,13 +27,13 @@ from ._errors import (
     SubvisorError,
 )
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
-from ._sandbox import (
+from ._sandbox_support import (
     SandboxUnsupportedError,
-    WorkerTempDirs,
     landlock_abi_max_from_env,
     unsupported_message,
 )
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, TreeUsage, breach
 from ._worker_tree import refuse_inside_worker_tree
 

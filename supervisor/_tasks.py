@@ -21,68 +21,43 @@ from __future__ import annotations
 
 import builtins
 import collections
-import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field
 
-from protocol import SandboxReport
-
-from ._atomic_write import write_atomically
 from ._errors import SubvisorError
 from ._paths import agent_output_dir, agents_dir
+from ._store import SessionStore
+from ._task_record import (
+    RESULT_FILE,
+    TERMINAL_STATUSES,
+    TaskKind,
+    TaskRecord,
+    TaskStatus,
+    TaskUsage,
+    write_metadata,
+)
 from ._top_directory import mark_top_directory
 
-if TYPE_CHECKING:
-    from ._store import SessionStore
-
 __all__ = [
-    "LOG_FILE",
-    "METADATA_FILE",
-    "RESULT_FILE",
     "STOPPED_BY_REQUEST",
-    "TERMINAL_STATUSES",
     "DuplicateTaskError",
     "TaskError",
-    "TaskKind",
     "TaskNotRunningError",
-    "TaskRecord",
     "TaskRegistry",
-    "TaskStatus",
     "TaskStopper",
-    "TaskUsage",
     "UnknownTaskError",
-    "new_task_id",
-    "write_metadata",
 ]
 
-#: Where a task is in its life; the last four are terminal. ``killed``: stopped
-#: (on request, by a timeout, by Ctrl-C); ``interrupted``: its supervisor died
-#: before recording its end, found so by a later start (S-SEC-6).
-TaskStatus = Literal["pending", "running", "completed", "failed", "killed", "interrupted"]
-#: A subagent or a background Bash command (S-RUN-6).
-TaskKind = Literal["local_agent", "local_bash"]
 #: How ``TaskRegistry.stop`` ends a running task; it gets the reason to record.
 TaskStopper = Callable[[str], Awaitable[None]]
 
-#: Statuses a task never leaves.
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed", "interrupted"})
-
 #: The error of a task ended by ``TaskRegistry.stop``.
 STOPPED_BY_REQUEST = "stopped by request"
-
-#: The files of a task's output dir (S-RUN-1): its record, its final output, its running log.
-METADATA_FILE = "metadata.json"
-RESULT_FILE = "output.txt"
-LOG_FILE = "task.output"
-
-_ID_PREFIXES: dict[TaskKind, str] = {"local_agent": "agent", "local_bash": "bash"}
 
 
 class TaskError(SubvisorError):
@@ -99,84 +74,6 @@ class DuplicateTaskError(TaskError):
 
 class TaskNotRunningError(TaskError):
     """The task has already ended (or cannot be stopped from here)."""
-
-
-class TaskUsage(BaseModel):
-    """What a task consumed: tokens, calls, time, CPU and memory."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    model_calls: int = 0
-    tool_calls: int = 0
-    duration_ms: int = 0
-    cpu_seconds: float = 0.0
-    peak_rss_bytes: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        """Input, output and cache tokens together."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
-
-
-class TaskRecord(BaseModel):
-    """One task: a subagent (``local_agent``) or a background command (``local_bash``).
-
-    ``task_id`` is the agentId for agents. ``output_dir`` and ``output_file``
-    may be left empty: ``TaskRegistry.register`` fills them in (S-RUN-1).
-    ``generation`` is the parent's branch generation at launch (S-NOTE-3).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    task_id: str
-    kind: TaskKind
-    parent_session_id: str
-    description: str
-    child_session_id: str | None = None
-    subagent_type: str | None = None
-    prompt: str | None = None
-    model: str | None = None
-    status: TaskStatus = "pending"
-    background: bool = False
-    notified: bool = False
-    tool_use_id: str | None = None
-    output_dir: str = ""
-    output_file: str = ""
-    result: str | None = None
-    error: str | None = None
-    usage: TaskUsage = TaskUsage()
-    generation: int = 0
-    created_at: float = Field(default_factory=time.time)
-    ended_at: float | None = None
-    worker_exit: str | None = None
-    #: The sandbox the agent's worker reported in force (S-SBX-1, S-SBX-2).
-    sandbox: SandboxReport | None = None
-    #: Its caps over the worker's whole process tree, and what enforces them (S-SEC-4).
-    caps: str = ""
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the task has ended (completed, failed, killed or interrupted)."""
-        return self.status in TERMINAL_STATUSES
-
-    @property
-    def log_file(self) -> str:
-        """Path of ``task.output``, the task's running log."""
-        return os.path.join(self.output_dir, LOG_FILE)
-
-
-def new_task_id(kind: TaskKind) -> str:
-    """A fresh task id: ``agent_<hex>`` or ``bash_<hex>``."""
-    return f"{_ID_PREFIXES[kind]}_{uuid.uuid4().hex}"
 
 
 @dataclass
@@ -435,11 +332,6 @@ class TaskRegistry:
     def _persist(self, record: TaskRecord) -> None:
         write_metadata(record)
         self._store.save_task(record)
-
-
-def write_metadata(record: TaskRecord) -> None:
-    """Rewrite the task's ``metadata.json`` (atomically) from ``record``."""
-    write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
 
 
 def _unknown_task(task_id: str) -> UnknownTaskError:

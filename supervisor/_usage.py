@@ -12,20 +12,14 @@ usage so far (``SubagentRun.live_usage``).
 
 from __future__ import annotations
 
-import resource
-import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psutil
 from pydantic import BaseModel, ConfigDict
 
-from ._tasks import TaskUsage
+from ._task_record import TaskUsage
 
-if TYPE_CHECKING:
-    from ._root import RootSession
-
-__all__ = ["UsageRollup", "add_usage", "format_bytes", "root_usage", "sum_usage"]
+__all__ = ["UsageRollup", "add_usage", "format_bytes", "sum_usage"]
 
 _SUMMED = tuple(TaskUsage.model_fields)
 
@@ -102,26 +96,3 @@ def format_bytes(count: int) -> str:
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
         value /= 1024
     raise AssertionError("unreachable")
-
-
-def root_usage(root: RootSession, *, created_at: float) -> TaskUsage:
-    """The root agent's own usage so far.
-
-    The root runs inside the supervisor process, so its CPU time and peak
-    RSS are that process's (which also hosts the model gateway for every
-    agent); ``created_at`` (epoch seconds) starts its wall time.
-    """
-    loop = root.loop
-    cpu = psutil.Process().cpu_times()
-    return TaskUsage(
-        input_tokens=loop.usage.input_tokens,
-        output_tokens=loop.usage.output_tokens,
-        cache_read_tokens=loop.usage.cache_read_tokens,
-        cache_write_tokens=loop.usage.cache_write_tokens,
-        model_calls=loop.model_calls,
-        tool_calls=loop.tool_calls,
-        duration_ms=max(0, round((time.time() - created_at) * 1000)),
-        cpu_seconds=round(cpu.user + cpu.system, 3),
-        # ru_maxrss is in KiB on Linux.
-        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    )

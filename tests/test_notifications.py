@@ -24,7 +24,8 @@ from supervisor._notifications import (
     task_notification_command,
 )
 from supervisor._store import SessionStore
-from supervisor._tasks import TaskRecord, TaskRegistry, TaskUsage
+from supervisor._task_record import TaskRecord, TaskUsage
+from supervisor._tasks import TaskRegistry
 from tests.support.delegation import home_for
 
 OUTPUT_FILE = "/home/u/.subvisor/agents/sess_root/agent_1/output.txt"

@@ -19,7 +19,7 @@ from supervisor._store import (
     StoreError,
     UnknownSessionError,
 )
-from supervisor._tasks import TaskRecord
+from supervisor._task_record import TaskRecord
 
 
 @pytest.fixture

@@ -14,15 +14,13 @@ from pydantic import ValidationError
 from supervisor import _atomic_write
 from supervisor._paths import agent_output_dir, database_path, subvisor_home
 from supervisor._store import SessionStore
+from supervisor._task_record import TaskRecord, TaskUsage, new_task_id
 from supervisor._tasks import (
     DuplicateTaskError,
     TaskError,
     TaskNotRunningError,
-    TaskRecord,
     TaskRegistry,
-    TaskUsage,
     UnknownTaskError,
-    new_task_id,
 )
 from tests.support.filesystem import can_mark_top_directories, is_top_directory
 

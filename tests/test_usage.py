@@ -20,7 +20,7 @@ from supervisor import RootSession
 from supervisor._control import serve_control
 from supervisor._control_client import control_request
 from supervisor._store import SCHEMA_VERSION, SessionStore
-from supervisor._tasks import TaskUsage
+from supervisor._task_record import TaskUsage
 from supervisor._usage import UsageRollup, add_usage, sum_usage
 from tests.support.cli import run_cli
 from tests.support.delegation import (

@@ -26,7 +26,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import trio
 from pydantic import ValidationError
@@ -46,6 +46,7 @@ from worker.tools import LocalToolSet, resolve_tool_name
 from .._approvals import ApprovalOrigin, Requester
 from .._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from .._handle import RequestRefused, WorkerHandle
+from .._host import Subvisor
 from .._policy import ToolPolicy
 from .._supervisor import default_request_handler
 from ..providers import ModelError
@@ -53,9 +54,6 @@ from ._errors import ActorAnswerInvalid, ActorAskFailed, ActorCrashed, WorkflowE
 from ._journal import AskRecord, WorkflowJournal
 from ._model import ActorModel
 from ._typed import AnswerSchema
-
-if TYPE_CHECKING:
-    from .._host import Subvisor
 
 __all__ = ["Actor", "ActorDefinition", "ActorEnvironment", "prompt_hash"]
 

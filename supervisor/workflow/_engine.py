@@ -27,11 +27,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import trio
 from pydantic import TypeAdapter, ValidationError
 
+from .._host import Subvisor
 from .._input_files import read_regular_file
 from ..providers import ModelError
 from ._actor import Actor, ActorDefinition, ActorEnvironment
@@ -41,9 +42,6 @@ from ._journal import ActorRecord, AskRecord, RunRecord, WorkflowJournal
 from ._model import resolve_actor_model
 from ._sites import ActorSite, analyse_script
 from ._typed import dump_value
-
-if TYPE_CHECKING:
-    from .._host import Subvisor
 
 __all__ = [
     "Workflow",

@@ -25,7 +25,7 @@ from supervisor import (
     WorkerExitedError,
 )
 from supervisor._paths import database_path
-from supervisor._tasks import TaskRecord
+from supervisor._task_record import TaskRecord
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 _MB = 1024 * 1024
