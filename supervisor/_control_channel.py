@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from ._atomic_write import write_atomically
+from .files._atomic_write import write_atomically
 
 __all__ = [
     "CONTROL_OPS",

@@ -39,7 +39,6 @@ from types import MappingProxyType
 from typing import Any
 
 from ._builtin_profiles import BUILTIN_PROFILES
-from ._input_files import read_regular_file
 from ._names import (
     AmbiguousAgentTypeError,
     SubagentTypeError,
@@ -49,6 +48,7 @@ from ._names import (
 )
 from ._profile import AgentProfile, ProfileScope
 from ._profile_files import NotAProfileError, ProfileDialect, ProfileError, parse_profile_file
+from .files._input_files import read_regular_file
 
 __all__ = [
     "PLUGIN_MANIFEST",

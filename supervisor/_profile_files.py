@@ -39,9 +39,9 @@ import yaml
 from pydantic import ValidationError
 
 from ._errors import SubvisorError
-from ._input_files import open_regular_file
 from ._profile import AgentProfile, ProfileScope
-from ._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
+from .files._input_files import open_regular_file
+from .files._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
 from .providers import ModelStringError, parse_model_string
 
 __all__ = [

@@ -39,7 +39,7 @@ from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
 from ._task_record import TaskRecord
-from ._untrusted_yaml import dump_yaml
+from .files._untrusted_yaml import dump_yaml
 
 __all__ = [
     "FAULTS",

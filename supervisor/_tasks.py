@@ -41,7 +41,7 @@ from ._task_record import (
     TaskUsage,
     write_metadata,
 )
-from ._top_directory import mark_top_directory
+from .files._ext4_topdir import mark_top_directory
 
 __all__ = [
     "STOPPED_BY_REQUEST",

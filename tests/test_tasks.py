@@ -11,7 +11,6 @@ import pytest
 import trio
 from pydantic import ValidationError
 
-from supervisor import _atomic_write
 from supervisor._paths import agent_output_dir, database_path, subvisor_home
 from supervisor._store import SessionStore
 from supervisor._task_record import TaskRecord, TaskUsage, new_task_id
@@ -22,6 +21,7 @@ from supervisor._tasks import (
     TaskRegistry,
     UnknownTaskError,
 )
+from supervisor.files import _atomic_write
 from tests.support.filesystem import can_mark_top_directories, is_top_directory
 
 

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from protocol._chat import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
 
-from .._input_files import read_regular_file
-from .._untrusted_yaml import describe_yaml_error, load_untrusted_yaml
+from ..files._input_files import read_regular_file
+from ..files._untrusted_yaml import describe_yaml_error, load_untrusted_yaml
 from ._base import ModelEvent
 from ._errors import ScenarioError
 

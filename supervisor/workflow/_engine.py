@@ -33,7 +33,7 @@ import trio
 from pydantic import TypeAdapter, ValidationError
 
 from .._host import Subvisor
-from .._input_files import read_regular_file
+from ..files._input_files import read_regular_file
 from ..providers import ModelError
 from ._actor import Actor, ActorDefinition, ActorEnvironment
 from ._contract import actor_system_prompt, actor_tool_names

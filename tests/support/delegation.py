@@ -9,7 +9,7 @@ from typing import Any
 
 from protocol import ResourceLimits
 from supervisor import Subvisor, SubvisorSettings
-from supervisor._untrusted_yaml import dump_yaml
+from supervisor.files._untrusted_yaml import dump_yaml
 
 
 def write_scenario(path: Path, agents: dict[str, list[dict[str, Any]]]) -> str:

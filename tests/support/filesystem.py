@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor._top_directory import is_top_directory, mark_top_directory
+from supervisor.files._ext4_topdir import is_top_directory, mark_top_directory
 
 __all__ = ["can_mark_top_directories", "is_top_directory"]
 
