@@ -5,23 +5,28 @@ in one environment.
 """
 
 from ._agent_tool import AgentTool
-from ._budget import EventBudgetLimits
-from ._config import SpawnMode, SupervisorConfig
-from ._errors import (
-    FleetCapacityError,
-    FleetExhaustedError,
-    NestedSupervisorError,
-    SpawnError,
-    SubvisorError,
-    WorkerExitedError,
-    WorkerRequestError,
-)
-from ._exit import ExitKind, WorkerExit
-from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._host import Subvisor
 from ._root import RootSession
 from ._settings import SubvisorSettings
-from ._supervisor import Supervisor
+from .kernel import (
+    EventBudgetLimits,
+    ExitKind,
+    FleetCapacityError,
+    FleetExhaustedError,
+    NestedSupervisorError,
+    RequestHandler,
+    RequestRefused,
+    SpawnError,
+    SpawnMode,
+    SubvisorError,
+    Supervisor,
+    SupervisorConfig,
+    WireTap,
+    WorkerExit,
+    WorkerExitedError,
+    WorkerHandle,
+    WorkerRequestError,
+)
 
 __all__ = [
     "AgentTool",

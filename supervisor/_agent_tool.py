@@ -28,7 +28,6 @@ from ._agent_tool_schema import (
     format_task_error,
     format_task_result,
 )
-from ._errors import SubvisorError
 from ._launch_order import LaunchOrder
 from ._mcp import McpHub, split_mcp_tool_name
 from ._notifications import CommandQueue
@@ -42,6 +41,7 @@ from ._settings import SubvisorSettings
 from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
 from ._tasks import TaskRegistry
+from .kernel import SubvisorError
 from .providers import ModelError, ModelGateway, parse_model_string
 
 __all__ = ["AgentTool", "AgentToolHost", "subagent_system_prompt"]

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import trio
 
-from ._budget import EventBudget
+from .kernel import EventBudget
 
 __all__ = [
     "ApprovalDecision",

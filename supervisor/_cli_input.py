@@ -17,9 +17,9 @@ import os
 import re
 from pathlib import Path
 
-from ._errors import BadInputError
+from .kernel import SubvisorError
 
-__all__ = ["check_text_arguments", "positive_seconds", "working_directory"]
+__all__ = ["BadInputError", "check_text_arguments", "positive_seconds", "working_directory"]
 
 #: The variables subvisor reads as text (paths and model strings).
 TEXT_VARIABLES = ("SUBVISOR_HOME", "SUBVISOR_MODEL")
@@ -33,6 +33,10 @@ _POSITIONALS = {
     "task_id": "the task id",
     "run_id": "the run id",
 }
+
+
+class BadInputError(SubvisorError):
+    """Bad input on the command line: one line says what is wrong and what to do."""
 
 
 def check_text_arguments(args: argparse.Namespace) -> None:

@@ -27,13 +27,13 @@ from ._approvals import (
     fixed_approval_handler,
 )
 from ._control import serve_control
-from ._errors import find_exception
 from ._host import Subvisor
 from ._interrupt import interruptible
 from ._root import RootSession, root_usage
 from ._settings import SubvisorSettings
 from ._task_record import TaskRecord
 from ._terminal import TerminalConsole
+from .kernel import find_exception
 from .providers import ModelError
 
 __all__ = [

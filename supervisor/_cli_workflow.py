@@ -15,11 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._cli_run import wide_console
-from ._errors import find_exception
 from ._host import Subvisor
 from ._interrupt import RunInterrupted, interruptible
 from ._paths import database_path
 from ._settings import SubvisorSettings
+from .kernel import find_exception
 from .workflow import (
     ActorSite,
     AskRecord,

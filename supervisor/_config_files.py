@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from protocol import ResourceLimits
 
-from ._errors import ConfigError, validation_problems
+from ._config_errors import ConfigError
 from ._mcp import McpServerConfig, parse_mcp_json
 from ._paths import subvisor_home
 from ._permissions import PermissionConfigError, parse_permission_mode
@@ -50,6 +50,7 @@ from ._project_trust import (
 )
 from ._settings import SubvisorSettings
 from ._trust_store import TrustStore
+from .kernel import validation_problems
 
 __all__ = [
     "MCP_JSON",

@@ -6,7 +6,7 @@ asks the kernel who is at the other end of each connection it accepts and
 serves only a process that
 
 - runs as our uid (anyone on the machine could otherwise connect), and
-- is not inside a subvisor worker tree (``supervisor._worker_tree``): no
+- is not inside a subvisor worker tree (``supervisor.kernel._worker_tree``): no
   subagent, nor anything it started, detached or not, steers its siblings.
 
 Races: ``SO_PEERCRED`` holds the credentials of the process that called
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import trio
 
-from ._worker_tree import in_worker_tree
+from .kernel import in_worker_tree
 
 __all__ = ["PeerCredentials", "peer_credentials", "refusal"]
 

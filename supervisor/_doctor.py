@@ -17,10 +17,15 @@ import trio
 from protocol import NETWORK_ABI, ResourceLimits, SandboxPolicy
 from worker import landlock_abi
 
-from ._config import SpawnMode, SupervisorConfig
-from ._errors import SubvisorError
-from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
-from ._supervisor import Supervisor
+from .kernel import (
+    LANDLOCK_ABI_MAX_ENV,
+    SpawnMode,
+    SubvisorError,
+    Supervisor,
+    SupervisorConfig,
+    landlock_abi_max_from_env,
+    mode_enforcement,
+)
 
 __all__ = ["Check", "run_checks"]
 

@@ -29,9 +29,6 @@ from ._approvals import (
     QuestionRequest,
     Requester,
 )
-from ._budget import EventBudget, EventBudgetExceeded, text_size
-from ._config import SupervisorConfig
-from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
@@ -42,8 +39,19 @@ from ._recovery import recover_dead_runs
 from ._settings import SubvisorSettings
 from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
-from ._supervisor import Supervisor, default_request_handler
 from ._tasks import TaskError, TaskRegistry
+from .kernel import (
+    EventBudget,
+    EventBudgetExceeded,
+    RequestHandler,
+    RequestRefused,
+    Supervisor,
+    SupervisorConfig,
+    WireTap,
+    WorkerHandle,
+    default_request_handler,
+    text_size,
+)
 from .providers import ModelError, ModelGateway
 
 __all__ = ["Subvisor"]

@@ -35,7 +35,7 @@ from typing import Final, Literal, TypeAlias, get_args
 from worker.tools import resolve_tool_name
 
 from ._bash_lexer import bash_commands, run_commands, unquote, word_value
-from ._errors import SubvisorError
+from .kernel import SubvisorError
 
 __all__ = [
     "ACTIONS",

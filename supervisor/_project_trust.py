@@ -31,9 +31,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ._errors import ConfigError, validation_problems
+from ._config_errors import ConfigError
 from ._mcp import McpServerConfig
 from ._trust_store import TrustStore, content_digest
+from .kernel import validation_problems
 from .providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
 
 __all__ = [

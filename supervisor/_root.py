@@ -17,7 +17,6 @@ from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
 from ._agent_tool import AgentTool, AgentToolHost
 from ._approvals import ApprovalOrigin, Requester
-from ._errors import SubvisorError
 from ._mcp import McpHubTool
 from ._messaging import MessagingHost, SendMessageTool
 from ._notifications import Command, format_command_turn
@@ -28,6 +27,7 @@ from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool
 from ._store import SessionStore
 from ._subagents import SubagentRun
 from ._task_record import TaskUsage
+from .kernel import SubvisorError
 from .providers import ModelGateway
 
 __all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "root_usage"]

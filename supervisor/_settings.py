@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from protocol import ResourceLimits
 
-from ._budget import EventBudgetLimits
 from ._mcp import McpServerConfig
 from ._paths import subvisor_home
 from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
 from ._sandbox import SandboxSettings
+from .kernel import EventBudgetLimits
 from .providers import GatewayConfig
 
 __all__ = ["SubvisorSettings"]

@@ -41,17 +41,22 @@ from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
 from ._approvals import ApprovalOrigin, Requester
-from ._budget import EventBudget, EventBudgetExceeded
-from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
-from ._handle import WorkerHandle
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._notifications import Command, CommandQueue, build_task_notification
 from ._policy import ToolPolicy
 from ._store import SessionStore
-from ._supervisor import Supervisor
 from ._task_record import TaskRecord, TaskUsage
 from ._tasks import TaskRegistry
+from .kernel import (
+    EventBudget,
+    EventBudgetExceeded,
+    SubvisorError,
+    Supervisor,
+    WorkerExitedError,
+    WorkerHandle,
+    WorkerRequestError,
+)
 
 __all__ = ["RunHost", "SubagentLaunch", "SubagentRun", "new_agent_id"]
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import trio
 
-from ._errors import SubvisorError
 from ._paths import agent_output_dir, agents_dir
 from ._store import SessionStore
 from ._task_record import (
@@ -42,6 +41,7 @@ from ._task_record import (
     write_metadata,
 )
 from .files._ext4_topdir import mark_top_directory
+from .kernel import SubvisorError
 
 __all__ = [
     "STOPPED_BY_REQUEST",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
+from ._config_errors import ConfigError
 from .files._atomic_write import write_atomically
 
 __all__ = ["TRUST_FILE", "TrustEntry", "TrustStore", "content_digest"]

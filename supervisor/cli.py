@@ -307,10 +307,10 @@ def _stress(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
-    from ._errors import find_exception
     from ._interrupt import RunInterrupted
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
+    from .kernel import find_exception
 
     errors = Console(stderr=True)
     try:
@@ -395,10 +395,9 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
-    from ._cli_input import check_text_arguments
+    from ._cli_input import BadInputError, check_text_arguments
     from ._config_files import ConfigError
-    from ._errors import BadInputError, NestedSupervisorError
-    from ._worker_tree import refuse_inside_worker_tree
+    from .kernel import NestedSupervisorError, refuse_inside_worker_tree
 
     args = build_parser().parse_args(argv)
     try:

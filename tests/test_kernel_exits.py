@@ -22,7 +22,7 @@ from supervisor import (
     WorkerExit,
     WorkerExitedError,
 )
-from supervisor._spawner import ZygoteSpawner
+from supervisor.kernel._spawner import ZygoteSpawner
 from tests.support.processes import processes_in_tree
 
 

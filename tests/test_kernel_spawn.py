@@ -17,7 +17,7 @@ from supervisor import (
     SupervisorConfig,
     WorkerRequestError,
 )
-from supervisor._environment import ENV_ALLOWLIST
+from supervisor.kernel._environment import ENV_ALLOWLIST
 from tests.support.processes import processes_in_tree
 
 

@@ -44,11 +44,16 @@ from protocol import (
 from worker.tools import LocalToolSet, resolve_tool_name
 
 from .._approvals import ApprovalOrigin, Requester
-from .._errors import SubvisorError, WorkerExitedError, WorkerRequestError
-from .._handle import RequestRefused, WorkerHandle
 from .._host import Subvisor
 from .._policy import ToolPolicy
-from .._supervisor import default_request_handler
+from ..kernel import (
+    RequestRefused,
+    SubvisorError,
+    WorkerExitedError,
+    WorkerHandle,
+    WorkerRequestError,
+    default_request_handler,
+)
 from ..providers import ModelError
 from ._errors import ActorAnswerInvalid, ActorAskFailed, ActorCrashed, WorkflowError
 from ._journal import AskRecord, WorkflowJournal

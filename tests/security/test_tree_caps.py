@@ -20,7 +20,7 @@ import trio
 
 from protocol import ResourceLimits
 from supervisor import Supervisor, SupervisorConfig
-from supervisor._exit import ExitKind
+from supervisor.kernel._exit import ExitKind
 from tests.support.bash_worker import bash_model, run_bash
 
 PY = sys.executable

@@ -21,7 +21,7 @@ from protocol import (
     WorkerRequest,
 )
 from supervisor import WorkerHandle
-from supervisor._errors import WorkerExitedError
+from supervisor.kernel._errors import WorkerExitedError
 
 __all__ = ["bash_model", "run_bash"]
 

@@ -18,14 +18,8 @@ from protocol import FrameLimits, ResourceLimits, SandboxPolicy, WorkerRequest
 from worker._privileges import set_dumpable
 
 from ._cgroups import CgroupTree
-from ._config import SpawnMode, SupervisorConfig
 from ._environment import new_tree_id, worker_environment
-from ._errors import (
-    FleetCapacityError,
-    FleetExhaustedError,
-    SpawnError,
-    SubvisorError,
-)
+from ._errors import FleetCapacityError, FleetExhaustedError, SpawnError, SubvisorError
 from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
 from ._sandbox_support import (
     SandboxUnsupportedError,
@@ -33,6 +27,7 @@ from ._sandbox_support import (
     unsupported_message,
 )
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, TreeUsage, breach
 from ._worker_tree import refuse_inside_worker_tree

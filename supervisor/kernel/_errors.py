@@ -10,8 +10,6 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
-    "BadInputError",
-    "ConfigError",
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
@@ -26,14 +24,6 @@ __all__ = [
 
 class SubvisorError(Exception):
     """Base class of every error subvisor raises on purpose."""
-
-
-class BadInputError(SubvisorError):
-    """Bad input on the command line: one line says what is wrong and what to do."""
-
-
-class ConfigError(SubvisorError):
-    """A config file could not be read, has wrong keys or values, or is not trusted."""
 
 
 class SpawnError(SubvisorError):

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .files._ext4_topdir import mark_top_directory
+from ..files._ext4_topdir import mark_top_directory
 
 __all__ = ["WorkerTempDirs"]
 

@@ -1,0 +1,66 @@
+"""The kernel: a fleet of worker processes, and nothing about agents.
+
+``Supervisor`` spawns workers (through the zygote or by exec), speaks the
+protocol with each over its pipes (``WorkerHandle``), caps and watches each
+worker's whole process tree, and classifies how each ended (``WorkerExit``).
+It knows no profiles, sessions, tasks or models: every request a worker makes
+goes to the ``RequestHandler`` it was given.
+
+This is the kernel's public face, like ``trio.lowlevel``: the rooms above it
+(policy, profiles, state, delegation, cli) import from here, never from its
+private modules. It imports ``protocol``, ``worker`` (to run a worker in
+process and to fork the zygote) and ``supervisor.files``, nothing above.
+"""
+
+from ._budget import EventBudget, EventBudgetExceeded, EventBudgetLimits, text_size
+from ._errors import (
+    FleetCapacityError,
+    FleetExhaustedError,
+    NestedSupervisorError,
+    SpawnError,
+    SubvisorError,
+    WorkerExitedError,
+    WorkerRequestError,
+    find_exception,
+    validation_problems,
+)
+from ._exit import ExitKind, WorkerExit
+from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
+from ._spawner import reap_child
+from ._supervisor import Supervisor, default_request_handler
+from ._supervisor_config import SpawnMode, SupervisorConfig
+from ._worker_tree import in_worker_tree, refuse_inside_worker_tree, worker_tree_ancestor
+
+__all__ = [
+    "LANDLOCK_ABI_MAX_ENV",
+    "EventBudget",
+    "EventBudgetExceeded",
+    "EventBudgetLimits",
+    "ExitKind",
+    "FleetCapacityError",
+    "FleetExhaustedError",
+    "NestedSupervisorError",
+    "RequestHandler",
+    "RequestRefused",
+    "SpawnError",
+    "SpawnMode",
+    "SubvisorError",
+    "Supervisor",
+    "SupervisorConfig",
+    "WireTap",
+    "WorkerExit",
+    "WorkerExitedError",
+    "WorkerHandle",
+    "WorkerRequestError",
+    "default_request_handler",
+    "find_exception",
+    "in_worker_tree",
+    "landlock_abi_max_from_env",
+    "mode_enforcement",
+    "reap_child",
+    "refuse_inside_worker_tree",
+    "text_size",
+    "validation_problems",
+    "worker_tree_ancestor",
+]
