@@ -38,11 +38,11 @@ from ._profile import AgentProfile
 from ._profile_catalog import ProfileCatalog
 from ._sandbox import choose_sandbox
 from ._settings import SubvisorSettings
-from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
-from ._tasks import TaskRegistry
 from .kernel import SubvisorError
 from .providers import ModelError, ModelGateway, parse_model_string
+from .state._store import SessionStore
+from .state._tasks import TaskRegistry
 
 __all__ = ["AgentTool", "AgentToolHost", "subagent_system_prompt"]
 

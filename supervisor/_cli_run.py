@@ -31,10 +31,10 @@ from ._host import Subvisor
 from ._interrupt import interruptible
 from ._root import RootSession, root_usage
 from ._settings import SubvisorSettings
-from ._task_record import TaskRecord
 from ._terminal import TerminalConsole
 from .kernel import find_exception
 from .providers import ModelError
+from .state._task_record import TaskRecord
 
 __all__ = [
     "RunRequest",

@@ -21,11 +21,11 @@ from protocol import ChatMessage
 from ._cli_run import tasks_table, wide_console
 from ._control_channel import LiveSession
 from ._control_client import ControlError, control_request, live_sessions
-from ._paths import subvisor_home
-from ._recovery import open_recovered_store
-from ._store import SessionStore
-from ._task_record import TaskRecord
-from ._usage import UsageRollup
+from .state._paths import subvisor_home
+from .state._recovery import open_recovered_store
+from .state._store import SessionStore
+from .state._task_record import TaskRecord
+from .state._usage import UsageRollup
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
 

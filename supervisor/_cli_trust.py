@@ -7,10 +7,10 @@ from pathlib import Path
 
 from ._config_errors import ConfigError
 from ._config_files import MCP_JSON, PROJECT_CONFIG, project_trust_requests, read_config_bytes
-from ._paths import subvisor_home
 from ._project_trust import TrustGate, TrustRequest, printable
 from ._trust_store import TrustStore, content_digest
 from .kernel import worker_tree_ancestor
+from .state._paths import subvisor_home
 
 __all__ = ["ask_at_terminal", "trust_command", "trust_gate"]
 

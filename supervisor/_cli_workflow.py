@@ -17,9 +17,9 @@ from rich.table import Table
 from ._cli_run import wide_console
 from ._host import Subvisor
 from ._interrupt import RunInterrupted, interruptible
-from ._paths import database_path
 from ._settings import SubvisorSettings
 from .kernel import find_exception
+from .state._paths import database_path
 from .workflow import (
     ActorSite,
     AskRecord,

@@ -64,11 +64,11 @@ from ._control_peer import peer_credentials, refusal
 from ._host import Subvisor
 from ._lifecycle import LIFECYCLE_EVENTS
 from ._root import RootSession, root_usage
-from ._store import MAX_PAGE_SIZE, SessionRow
 from ._subagents import SubagentRun
-from ._task_record import TaskRecord, TaskUsage
-from ._tasks import TaskError
-from ._usage import UsageRollup, sum_usage
+from .state._store import MAX_PAGE_SIZE, SessionRow
+from .state._task_record import TaskRecord, TaskUsage
+from .state._tasks import TaskError
+from .state._usage import UsageRollup, sum_usage
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -33,13 +33,9 @@ from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
-from ._paths import agent_output_dir, database_path
 from ._policy import PolicyDecision, PolicyHolder
-from ._recovery import recover_dead_runs
 from ._settings import SubvisorSettings
-from ._store import SessionStore
 from ._subagents import SubagentLaunch, SubagentRun
-from ._tasks import TaskError, TaskRegistry
 from .kernel import (
     EventBudget,
     EventBudgetExceeded,
@@ -53,6 +49,10 @@ from .kernel import (
     text_size,
 )
 from .providers import ModelError, ModelGateway
+from .state._paths import agent_output_dir, database_path
+from .state._recovery import recover_dead_runs
+from .state._store import SessionStore
+from .state._tasks import TaskError, TaskRegistry
 
 __all__ = ["Subvisor"]
 

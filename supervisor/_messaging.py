@@ -15,9 +15,9 @@ from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
 from ._agent_tool import AgentTool
-from ._store import SessionStore
 from ._subagents import SubagentRun
-from ._tasks import TaskRegistry
+from .state._store import SessionStore
+from .state._tasks import TaskRegistry
 
 __all__ = ["COORDINATOR_INPUT", "MessagingHost", "SendMessageTool"]
 

@@ -24,11 +24,11 @@ from ._permission_derivation import agent_tool_enabled
 from ._policy import PolicyDecision, PolicyHolder, ToolPolicy
 from ._profile_catalog import ProfileCatalog
 from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
-from ._store import SessionStore
 from ._subagents import SubagentRun
-from ._task_record import TaskUsage
 from .kernel import SubvisorError
 from .providers import ModelGateway
+from .state._store import SessionStore
+from .state._task_record import TaskUsage
 
 __all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "root_usage"]
 

@@ -10,11 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from protocol import ResourceLimits
 
 from ._mcp import McpServerConfig
-from ._paths import subvisor_home
 from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
 from ._sandbox import SandboxSettings
 from .kernel import EventBudgetLimits
 from .providers import GatewayConfig
+from .state._paths import subvisor_home
 
 __all__ = ["SubvisorSettings"]
 

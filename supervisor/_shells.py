@@ -26,9 +26,9 @@ from worker.tools._bash import shell_argv
 from worker.tools._process import with_parent_death_signal
 
 from ._notifications import Command, CommandQueue, build_task_notification
-from ._task_record import TaskRecord, TaskUsage, new_task_id
-from ._tasks import TaskError, TaskRegistry
 from .kernel import reap_child
+from .state._task_record import TaskRecord, TaskUsage, new_task_id
+from .state._tasks import TaskError, TaskRegistry
 
 __all__ = ["BashWithBackground", "ShellHost", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
 

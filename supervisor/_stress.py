@@ -35,11 +35,11 @@ from protocol import ResourceLimits
 from ._control import serve_control
 from ._host import Subvisor
 from ._interrupt import RunInterrupted, interruptible
-from ._paths import subvisor_home
 from ._root import RootSession
 from ._settings import SubvisorSettings
-from ._task_record import TaskRecord
 from .files._untrusted_yaml import dump_yaml
+from .state._paths import subvisor_home
+from .state._task_record import TaskRecord
 
 __all__ = [
     "FAULTS",

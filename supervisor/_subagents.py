@@ -45,9 +45,6 @@ from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._notifications import Command, CommandQueue, build_task_notification
 from ._policy import ToolPolicy
-from ._store import SessionStore
-from ._task_record import TaskRecord, TaskUsage
-from ._tasks import TaskRegistry
 from .kernel import (
     EventBudget,
     EventBudgetExceeded,
@@ -57,6 +54,9 @@ from .kernel import (
     WorkerHandle,
     WorkerRequestError,
 )
+from .state._store import SessionStore
+from .state._task_record import TaskRecord, TaskUsage
+from .state._tasks import TaskRegistry
 
 __all__ = ["RunHost", "SubagentLaunch", "SubagentRun", "new_agent_id"]
 

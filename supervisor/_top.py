@@ -29,10 +29,10 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, RichLog, Static
 
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
-from ._paths import database_path, subvisor_home
-from ._recovery import open_recovered_store
-from ._store import MAX_PAGE_SIZE, SessionStore
-from ._usage import UsageRollup, format_bytes
+from .state._paths import database_path, subvisor_home
+from .state._recovery import open_recovered_store
+from .state._store import MAX_PAGE_SIZE, SessionStore
+from .state._usage import UsageRollup, format_bytes
 
 __all__ = ["COLUMNS", "TopApp", "top_command"]
 

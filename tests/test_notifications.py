@@ -23,9 +23,9 @@ from supervisor._notifications import (
     subagent_message_command,
     task_notification_command,
 )
-from supervisor._store import SessionStore
-from supervisor._task_record import TaskRecord, TaskUsage
-from supervisor._tasks import TaskRegistry
+from supervisor.state._store import SessionStore
+from supervisor.state._task_record import TaskRecord, TaskUsage
+from supervisor.state._tasks import TaskRegistry
 from tests.support.delegation import home_for
 
 OUTPUT_FILE = "/home/u/.subvisor/agents/sess_root/agent_1/output.txt"

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from protocol import ChatMessage, ToolCall
-from supervisor._store import (
+from supervisor.state._store import (
     SCHEMA_VERSION,
     AmbiguousTaskIdError,
     DuplicateSessionError,
@@ -19,7 +19,7 @@ from supervisor._store import (
     StoreError,
     UnknownSessionError,
 )
-from supervisor._task_record import TaskRecord
+from supervisor.state._task_record import TaskRecord
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ async def test_reader_process_store_during_writer_process(tmp_path: Path) -> Non
     count = 300
     script = textwrap.dedent(
         f"""
-        from supervisor._store import SessionStore
+        from supervisor.state._store import SessionStore
         with SessionStore({str(path)!r}) as store:
             store.create_session("sess_root", parent_id=None, task_type="root")
             for index in range({count}):

@@ -11,17 +11,17 @@ import pytest
 import trio
 from pydantic import ValidationError
 
-from supervisor._paths import agent_output_dir, database_path, subvisor_home
-from supervisor._store import SessionStore
-from supervisor._task_record import TaskRecord, TaskUsage, new_task_id
-from supervisor._tasks import (
+from supervisor.files import _atomic_write
+from supervisor.state._paths import agent_output_dir, database_path, subvisor_home
+from supervisor.state._store import SessionStore
+from supervisor.state._task_record import TaskRecord, TaskUsage, new_task_id
+from supervisor.state._tasks import (
     DuplicateTaskError,
     TaskError,
     TaskNotRunningError,
     TaskRegistry,
     UnknownTaskError,
 )
-from supervisor.files import _atomic_write
 from tests.support.filesystem import can_mark_top_directories, is_top_directory
 
 

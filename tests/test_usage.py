@@ -19,9 +19,9 @@ import trio
 from supervisor import RootSession
 from supervisor._control import serve_control
 from supervisor._control_client import control_request
-from supervisor._store import SCHEMA_VERSION, SessionStore
-from supervisor._task_record import TaskUsage
-from supervisor._usage import UsageRollup, add_usage, sum_usage
+from supervisor.state._store import SCHEMA_VERSION, SessionStore
+from supervisor.state._task_record import TaskUsage
+from supervisor.state._usage import UsageRollup, add_usage, sum_usage
 from tests.support.cli import run_cli
 from tests.support.delegation import (
     READ_README,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from supervisor import Subvisor, SubvisorSettings
-from supervisor._paths import database_path
+from supervisor.state._paths import database_path
 from supervisor.workflow import (
     ACTOR_DISALLOWED_TOOLS,
     ActorAnswerInvalid,

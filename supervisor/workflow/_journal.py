@@ -31,7 +31,7 @@ from typing import Any, Literal, Self
 
 from protocol import ChatMessage, Usage
 
-from .._store import connect_database
+from ..state._store import connect_database
 from ._errors import WorkflowError
 
 __all__ = [

@@ -24,8 +24,8 @@ from supervisor import (
     SupervisorConfig,
     WorkerExitedError,
 )
-from supervisor._paths import database_path
-from supervisor._task_record import TaskRecord
+from supervisor.state._paths import database_path
+from supervisor.state._task_record import TaskRecord
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 _MB = 1024 * 1024

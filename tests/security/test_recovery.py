@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor._paths import database_path, run_dir
-from supervisor._process_identity import ProcessIdentity, this_process
-from supervisor._recovery import UNRECORDED_OWNER, recover_dead_runs
-from supervisor._store import SessionStore
+from supervisor.state._paths import database_path, run_dir
+from supervisor.state._process_identity import ProcessIdentity, this_process
+from supervisor.state._recovery import UNRECORDED_OWNER, recover_dead_runs
+from supervisor.state._store import SessionStore
 from tests.support.cli import cli_env, run_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
@@ -221,7 +221,7 @@ def test_s_sec_6_control_a_run_left_alone_completes_as_before(
 
 _WRITE_A_SESSION = """
 import sys
-from supervisor._store import SessionStore
+from supervisor.state._store import SessionStore
 with SessionStore(sys.argv[1]) as store:
     store.create_session("sess_other", parent_id=None, task_type="root")
 print("written", flush=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from protocol import SandboxReport
 
-from .files._atomic_write import write_atomically
+from ..files._atomic_write import write_atomically
 
 __all__ = [
     "LOG_FILE",

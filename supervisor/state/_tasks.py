@@ -29,6 +29,8 @@ from typing import Any
 
 import trio
 
+from ..files._ext4_topdir import mark_top_directory
+from ..kernel import SubvisorError
 from ._paths import agent_output_dir, agents_dir
 from ._store import SessionStore
 from ._task_record import (
@@ -40,8 +42,6 @@ from ._task_record import (
     TaskUsage,
     write_metadata,
 )
-from .files._ext4_topdir import mark_top_directory
-from .kernel import SubvisorError
 
 __all__ = [
     "STOPPED_BY_REQUEST",

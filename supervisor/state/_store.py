@@ -34,10 +34,10 @@ from typing import Any, Literal, Self
 
 from protocol import ChatMessage
 
+from ..kernel import EventBudget, SubvisorError, text_size
 from ._process_identity import this_process
 from ._task_record import TaskRecord, TaskUsage
 from ._usage import UsageRollup, sum_usage
-from .kernel import EventBudget, SubvisorError, text_size
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
