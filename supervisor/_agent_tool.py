@@ -31,15 +31,19 @@ from ._agent_tool_schema import (
 from ._launch_order import LaunchOrder
 from ._mcp import McpHub, split_mcp_tool_name
 from ._notifications import CommandQueue
-from ._permission_derivation import child_permission_mode, derive_child_rules, launchable_agents
-from ._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
-from ._policy import ToolPolicy
 from ._profile import AgentProfile
 from ._profile_catalog import ProfileCatalog
-from ._sandbox import choose_sandbox
 from ._settings import SubvisorSettings
 from ._subagents import SubagentLaunch, SubagentRun
 from .kernel import SubvisorError
+from .policy._permission_derivation import (
+    child_permission_mode,
+    derive_child_rules,
+    launchable_agents,
+)
+from .policy._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
+from .policy._policy import ToolPolicy
+from .policy._sandbox import choose_sandbox
 from .providers import ModelError, ModelGateway, parse_model_string
 from .state._store import SessionStore
 from .state._tasks import TaskRegistry

@@ -20,12 +20,6 @@ from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
 
-from ._approvals import (
-    ApprovalHandler,
-    QuestionHandler,
-    TerminalApprovalHandler,
-    fixed_approval_handler,
-)
 from ._control import serve_control
 from ._host import Subvisor
 from ._interrupt import interruptible
@@ -33,6 +27,12 @@ from ._root import RootSession, root_usage
 from ._settings import SubvisorSettings
 from ._terminal import TerminalConsole
 from .kernel import find_exception
+from .policy._approvals import (
+    ApprovalHandler,
+    QuestionHandler,
+    TerminalApprovalHandler,
+    fixed_approval_handler,
+)
 from .providers import ModelError
 from .state._task_record import TaskRecord
 

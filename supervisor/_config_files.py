@@ -39,7 +39,6 @@ from protocol import ResourceLimits
 
 from ._config_errors import ConfigError
 from ._mcp import McpServerConfig, parse_mcp_json
-from ._permissions import PermissionConfigError, parse_permission_mode
 from ._project_trust import (
     TrustGate,
     TrustRequest,
@@ -50,6 +49,7 @@ from ._project_trust import (
 from ._settings import SubvisorSettings
 from ._trust_store import TrustStore
 from .kernel import validation_problems
+from .policy._permissions import PermissionConfigError, parse_permission_mode
 from .state._paths import subvisor_home
 
 __all__ = [

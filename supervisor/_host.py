@@ -22,18 +22,10 @@ from pydantic import ValidationError
 
 from protocol import ModelRequest, WorkerRequest
 
-from ._approvals import (
-    ApprovalHandler,
-    ApprovalRequest,
-    QuestionHandler,
-    QuestionRequest,
-    Requester,
-)
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
 from ._notifications import CommandQueue, subagent_message_command
-from ._policy import PolicyDecision, PolicyHolder
 from ._settings import SubvisorSettings
 from ._subagents import SubagentLaunch, SubagentRun
 from .kernel import (
@@ -48,6 +40,14 @@ from .kernel import (
     default_request_handler,
     text_size,
 )
+from .policy._approvals import (
+    ApprovalHandler,
+    ApprovalRequest,
+    QuestionHandler,
+    QuestionRequest,
+    Requester,
+)
+from .policy._policy import PolicyDecision, PolicyHolder
 from .providers import ModelError, ModelGateway
 from .state._paths import agent_output_dir, database_path
 from .state._recovery import recover_dead_runs

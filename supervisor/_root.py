@@ -16,16 +16,16 @@ from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
 from ._agent_tool import AgentTool, AgentToolHost
-from ._approvals import ApprovalOrigin, Requester
 from ._mcp import McpHubTool
 from ._messaging import MessagingHost, SendMessageTool
 from ._notifications import Command, format_command_turn
-from ._permission_derivation import agent_tool_enabled
-from ._policy import PolicyDecision, PolicyHolder, ToolPolicy
 from ._profile_catalog import ProfileCatalog
 from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
 from ._subagents import SubagentRun
 from .kernel import SubvisorError
+from .policy._approvals import ApprovalOrigin, Requester
+from .policy._permission_derivation import agent_tool_enabled
+from .policy._policy import PolicyDecision, PolicyHolder, ToolPolicy
 from .providers import ModelGateway
 from .state._store import SessionStore
 from .state._task_record import TaskUsage

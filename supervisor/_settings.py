@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from protocol import ResourceLimits
 
 from ._mcp import McpServerConfig
-from ._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
-from ._sandbox import SandboxSettings
 from .kernel import EventBudgetLimits
+from .policy._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
+from .policy._sandbox import SandboxSettings
 from .providers import GatewayConfig
 from .state._paths import subvisor_home
 

@@ -40,11 +40,9 @@ from protocol import (
 from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
-from ._approvals import ApprovalOrigin, Requester
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._notifications import Command, CommandQueue, build_task_notification
-from ._policy import ToolPolicy
 from .kernel import (
     EventBudget,
     EventBudgetExceeded,
@@ -54,6 +52,8 @@ from .kernel import (
     WorkerHandle,
     WorkerRequestError,
 )
+from .policy._approvals import ApprovalOrigin, Requester
+from .policy._policy import ToolPolicy
 from .state._store import SessionStore
 from .state._task_record import TaskRecord, TaskUsage
 from .state._tasks import TaskRegistry

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
-from supervisor._approvals import (
+from supervisor.policy._approvals import (
     ApprovalDecision,
     ApprovalOrigin,
     ApprovalRequest,

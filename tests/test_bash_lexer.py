@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor._bash_lexer import (
+from supervisor.policy._bash_lexer import (
     MAX_COMMANDS,
     MAX_NESTING,
     MAX_TEXT,
@@ -23,7 +23,7 @@ from supervisor._bash_lexer import (
     unquote,
     word_value,
 )
-from supervisor._permissions import decide, permission_checks, rules_from_config
+from supervisor.policy._permissions import decide, permission_checks, rules_from_config
 
 PROJECT = "/work/proj"
 

@@ -171,7 +171,7 @@ async def test_issue_acceptance_borrowed_mcp_approval_steer_notification(
     root's rule handler, is steered mid-turn, and the root gets one notification with the echo;
     the parent's event log shows the mirrored tool calls and permission events (S-APR-2)."""
     from protocol import ToolCall
-    from supervisor._approvals import fixed_approval_handler
+    from supervisor.policy._approvals import fixed_approval_handler
 
     add = {"name": "mcp__everything__get-sum", "input": {"a": 20, "b": 22}}
     echo = {"name": "mcp__everything__echo", "input": {"message": "borrowed echo"}}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor._permission_derivation import (
+from supervisor.policy._permission_derivation import (
     DEFAULT_SUBAGENT_DEPTH,
     agent_tool_enabled,
     child_permission_mode,
@@ -16,7 +16,7 @@ from supervisor._permission_derivation import (
     inherited_rules,
     launchable_agents,
 )
-from supervisor._permissions import (
+from supervisor.policy._permissions import (
     ACTIONS,
     Action,
     PermissionMode,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor._permissions import (
+from supervisor.policy._permissions import (
     ACTIONS,
     PERMISSION_MODES,
     PLAN_MODE_PERMISSIONS,

@@ -6,8 +6,8 @@ import os
 
 import trio
 
-from supervisor._approvals import ApprovalOrigin, ApprovalRequest, QuestionRequest
 from supervisor._terminal import TerminalConsole
+from supervisor.policy._approvals import ApprovalOrigin, ApprovalRequest, QuestionRequest
 
 ORIGIN = ApprovalOrigin(kind="subagent", agent_id="agent_1")
 

@@ -43,9 +43,7 @@ from protocol import (
 )
 from worker.tools import LocalToolSet, resolve_tool_name
 
-from .._approvals import ApprovalOrigin, Requester
 from .._host import Subvisor
-from .._policy import ToolPolicy
 from ..kernel import (
     RequestRefused,
     SubvisorError,
@@ -54,6 +52,8 @@ from ..kernel import (
     WorkerRequestError,
     default_request_handler,
 )
+from ..policy._approvals import ApprovalOrigin, Requester
+from ..policy._policy import ToolPolicy
 from ..providers import ModelError
 from ._errors import ActorAnswerInvalid, ActorAskFailed, ActorCrashed, WorkflowError
 from ._journal import AskRecord, WorkflowJournal

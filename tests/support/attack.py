@@ -16,7 +16,7 @@ from typing import Any
 
 from protocol import ChatMessage
 from supervisor import RootSession
-from supervisor._sandbox import SandboxSettings
+from supervisor.policy._sandbox import SandboxSettings
 from supervisor.state._task_record import TaskRecord
 from tests.support.cli import run_cli
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario

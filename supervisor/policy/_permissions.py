@@ -11,7 +11,7 @@ A tool call needs one or more checks (:func:`permission_checks`): the tool's
 own permission, and ``external_directory`` when it touches a path outside the
 project, as opencode asks both. :func:`decide` combines them: any deny denies,
 else any ask asks, else allow. A Bash command needs a ``bash`` check for each
-command it runs, in every spelling :mod:`~supervisor._bash_lexer` sees
+command it runs, in every spelling :mod:`~supervisor.policy._bash_lexer` sees
 (``sudo /bin/rm x`` is also ``rm x``), and an ``edit`` check for each file it
 writes; the most restrictive answer wins, so no wrapper or spelling turns a
 deny into an allow, and a rule allows a wrapped command only if it allows
@@ -34,8 +34,8 @@ from typing import Final, Literal, TypeAlias, get_args
 
 from worker.tools import resolve_tool_name
 
+from ..kernel import SubvisorError
 from ._bash_lexer import bash_commands, run_commands, unquote, word_value
-from .kernel import SubvisorError
 
 __all__ = [
     "ACTIONS",

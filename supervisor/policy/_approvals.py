@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import trio
 
-from .kernel import EventBudget
+from ..kernel import EventBudget
 
 __all__ = [
     "ApprovalDecision",
