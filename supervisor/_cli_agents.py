@@ -11,8 +11,8 @@ from rich.table import Table
 
 from ._cli_run import wide_console
 from ._config_files import load_settings
-from ._profile_catalog import ProfileCatalog
 from ._project_trust import TrustGate
+from .profiles._profile_catalog import ProfileCatalog
 
 __all__ = ["agents_command"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from supervisor._agent_memory import (
+from supervisor.profiles._agent_memory import (
     MEMORY_INDEX_MAX_BYTES,
     MEMORY_INDEX_MAX_LINES,
     MEMORY_KINDS,
@@ -17,8 +17,8 @@ from supervisor._agent_memory import (
     memory_prompt,
     memory_tools,
 )
-from supervisor._profile import AgentProfile
-from supervisor._profile_catalog import ProfileCatalog
+from supervisor.profiles._profile import AgentProfile
+from supervisor.profiles._profile_catalog import ProfileCatalog
 
 # "research" in fullwidth letters (U+FF52 ...), written so that no source line
 # holds characters that look like ASCII ones.

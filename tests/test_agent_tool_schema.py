@@ -28,8 +28,8 @@ from supervisor._agent_tool_schema import (
     format_task_result,
     truncate_result,
 )
-from supervisor._builtin_profiles import EXPLORE, GENERAL_PURPOSE
-from supervisor._profile import AgentProfile
+from supervisor.profiles._builtin_profiles import EXPLORE, GENERAL_PURPOSE
+from supervisor.profiles._profile import AgentProfile
 
 PARENT_TOOLS = ("Read", "Write", "Edit", "Glob", "Grep", "Bash", "LS", "Agent", "Task")
 

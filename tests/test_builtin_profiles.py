@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from supervisor._builtin_profiles import BUILTIN_PROFILES, EXPLORE, GENERAL_PURPOSE
-from supervisor._profile import NEVER_INHERITED_TOOLS, AgentProfile
+from supervisor.profiles._builtin_profiles import BUILTIN_PROFILES, EXPLORE, GENERAL_PURPOSE
+from supervisor.profiles._profile import NEVER_INHERITED_TOOLS, AgentProfile
 from worker.tools import LOCAL_TOOL_NAMES, resolve_tool_name
 
 PARENT_TOOLS = (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._builtin_profiles import BUILTIN_PROFILES
-from supervisor._profile_catalog import ProfileCatalog, ProfileDir, ProfileEntry
+from supervisor.profiles._builtin_profiles import BUILTIN_PROFILES
+from supervisor.profiles._profile_catalog import ProfileCatalog, ProfileDir, ProfileEntry
 
 # shared/ lies beside the checkout (here and in CI's fresh clone alike), maybe
 # through a symlink; the catalog reports resolved paths, so resolve it too.

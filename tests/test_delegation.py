@@ -573,9 +573,9 @@ async def test_one_shot_model_override_wins(tmp_path: Path) -> None:
 
 async def test_project_permission_mode_is_refused_again_at_assembly(tmp_path: Path) -> None:
     """S-PROF-4: even a profile that slipped past the parser is refused when the child is built."""
-    from supervisor._builtin_profiles import BUILTIN_PROFILES
-    from supervisor._profile import AgentProfile
-    from supervisor._profile_catalog import ProfileCatalog, ProfileEntry
+    from supervisor.profiles._builtin_profiles import BUILTIN_PROFILES
+    from supervisor.profiles._profile import AgentProfile
+    from supervisor.profiles._profile_catalog import ProfileCatalog, ProfileEntry
 
     # model_copy skips validation: the way a profile could dodge the parse-time check.
     sneaky = AgentProfile(

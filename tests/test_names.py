@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from supervisor._names import (
+from supervisor.profiles._names import (
     AmbiguousAgentTypeError,
     SubagentTypeError,
     UnknownAgentTypeError,

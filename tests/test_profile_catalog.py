@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._builtin_profiles import BUILTIN_PROFILES, EXPLORE
-from supervisor._names import AmbiguousAgentTypeError, SubagentTypeError, UnknownAgentTypeError
-from supervisor._profile_catalog import (
+from supervisor.profiles._builtin_profiles import BUILTIN_PROFILES, EXPLORE
+from supervisor.profiles._names import (
+    AmbiguousAgentTypeError,
+    SubagentTypeError,
+    UnknownAgentTypeError,
+)
+from supervisor.profiles._profile_catalog import (
     ProfileCatalog,
     ProfileDir,
     ProfileEntry,

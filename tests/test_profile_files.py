@@ -15,8 +15,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor._profile import AgentProfile
-from supervisor._profile_files import (
+from supervisor.profiles._profile import AgentProfile
+from supervisor.profiles._profile_files import (
     MAX_PROFILE_BYTES,
     NotAProfileError,
     ProfileDialect,

@@ -35,12 +35,12 @@ from protocol import (
     WorkerRequest,
 )
 from supervisor import RootSession, Subvisor, Supervisor, SupervisorConfig, WorkerHandle
-from supervisor._builtin_profiles import EXPLORE, GENERAL_PURPOSE
 from supervisor._mcp import McpServerConfig
-from supervisor._profile import AgentProfile
-from supervisor._profile_files import ProfileError, parse_profile_text
 from supervisor.kernel._sandbox_support import LANDLOCK_ABI_MAX_ENV
 from supervisor.policy._sandbox import SandboxSettings, choose_sandbox
+from supervisor.profiles._builtin_profiles import EXPLORE, GENERAL_PURPOSE
+from supervisor.profiles._profile import AgentProfile
+from supervisor.profiles._profile_files import ProfileError, parse_profile_text
 from supervisor.state._task_record import TaskRecord
 from tests.support.cli import run_cli
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario

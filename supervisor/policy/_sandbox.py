@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from protocol import NetworkMode, OnUnsupported, SandboxMode, SandboxPolicy
 
-from .._profile import AgentProfile
 from ..kernel import SubvisorError
+from ..profiles._profile import AgentProfile
 
 __all__ = ["WRITING_TOOLS", "SandboxSettings", "choose_sandbox"]
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor._profile_files import ProfileError, parse_profile_file
+from supervisor.profiles._profile_files import ProfileError, parse_profile_file
 from supervisor.providers import ScenarioError
 from supervisor.providers._scripted import load_scenario
 from tests.support.attack import bash_attack

@@ -38,11 +38,11 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import ValidationError
 
+from ..files._input_files import open_regular_file
+from ..files._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
+from ..kernel import SubvisorError
+from ..providers import ModelStringError, parse_model_string
 from ._profile import AgentProfile, ProfileScope
-from .files._input_files import open_regular_file
-from .files._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
-from .kernel import SubvisorError
-from .providers import ModelStringError, parse_model_string
 
 __all__ = [
     "FRONTMATTER_FIELDS",

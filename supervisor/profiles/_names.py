@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from .kernel import SubvisorError
+from ..kernel import SubvisorError
 
 __all__ = [
     "AmbiguousAgentTypeError",

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..files._input_files import open_regular_file
 from ._profile import AgentProfile
-from .files._input_files import open_regular_file
 
 __all__ = [
     "MEMORY_INDEX",

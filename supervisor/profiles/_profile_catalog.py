@@ -38,6 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..files._input_files import read_regular_file
 from ._builtin_profiles import BUILTIN_PROFILES
 from ._names import (
     AmbiguousAgentTypeError,
@@ -48,7 +49,6 @@ from ._names import (
 )
 from ._profile import AgentProfile, ProfileScope
 from ._profile_files import NotAProfileError, ProfileDialect, ProfileError, parse_profile_file
-from .files._input_files import read_regular_file
 
 __all__ = [
     "PLUGIN_MANIFEST",
