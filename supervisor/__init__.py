@@ -4,10 +4,10 @@ The import name is shared with supervisord's package: do not install both
 in one environment.
 """
 
-from ._agent_tool import AgentTool
-from ._host import Subvisor
-from ._root import RootSession
-from ._settings import SubvisorSettings
+from .delegation._agent_tool import AgentTool
+from .delegation._root import RootSession
+from .delegation._settings import SubvisorSettings
+from .delegation._subvisor import Subvisor
 from .kernel import (
     EventBudgetLimits,
     ExitKind,

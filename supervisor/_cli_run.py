@@ -21,11 +21,11 @@ from rich.table import Table
 from protocol import AgentOutcome, ChatMessage
 
 from ._control import serve_control
-from ._host import Subvisor
 from ._interrupt import interruptible
-from ._root import RootSession, root_usage
-from ._settings import SubvisorSettings
 from ._terminal import TerminalConsole
+from .delegation._root import RootSession, root_usage
+from .delegation._settings import SubvisorSettings
+from .delegation._subvisor import Subvisor
 from .kernel import find_exception
 from .policy._approvals import (
     ApprovalHandler,

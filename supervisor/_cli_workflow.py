@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._cli_run import wide_console
-from ._host import Subvisor
 from ._interrupt import RunInterrupted, interruptible
-from ._settings import SubvisorSettings
+from .delegation._settings import SubvisorSettings
+from .delegation._subvisor import Subvisor
 from .kernel import find_exception
 from .state._paths import database_path
 from .workflow import (

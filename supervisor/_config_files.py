@@ -38,7 +38,6 @@ from pydantic import ValidationError
 from protocol import ResourceLimits
 
 from ._config_errors import ConfigError
-from ._mcp import McpServerConfig, parse_mcp_json
 from ._project_trust import (
     TrustGate,
     TrustRequest,
@@ -46,8 +45,9 @@ from ._project_trust import (
     toml_trust_request,
     without_trust_needing,
 )
-from ._settings import SubvisorSettings
 from ._trust_store import TrustStore
+from .delegation._mcp import McpServerConfig, parse_mcp_json
+from .delegation._settings import SubvisorSettings
 from .kernel import validation_problems
 from .policy._permissions import PermissionConfigError, parse_permission_mode
 from .state._paths import subvisor_home

@@ -23,7 +23,7 @@ op                        reply
 ``transcript``            a child's messages with ``seq > after_seq``
                           (read-only, incremental; S-OBS-2)
 ``subscribe``             ``{"ok": true}``, then one line per lifecycle
-                          event (``supervisor._lifecycle``) until either end
+                          event (``supervisor.delegation._lifecycle``) until either end
                           closes; ``{"event": "resync"}`` when some were
                           dropped because the client read too slowly
 ``stop``                  stop a task (``task_id``)
@@ -61,10 +61,10 @@ from ._control_channel import (
     write_address_file,
 )
 from ._control_peer import peer_credentials, refusal
-from ._host import Subvisor
-from ._lifecycle import LIFECYCLE_EVENTS
-from ._root import RootSession, root_usage
-from ._subagents import SubagentRun
+from .delegation._lifecycle import LIFECYCLE_EVENTS
+from .delegation._root import RootSession, root_usage
+from .delegation._subagents import SubagentRun
+from .delegation._subvisor import Subvisor
 from .state._store import MAX_PAGE_SIZE, SessionRow
 from .state._task_record import TaskRecord, TaskUsage
 from .state._tasks import TaskError

@@ -32,8 +32,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ._config_errors import ConfigError
-from ._mcp import McpServerConfig
 from ._trust_store import TrustStore, content_digest
+from .delegation._mcp import McpServerConfig
 from .kernel import validation_problems
 from .providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
 

@@ -33,10 +33,10 @@ from rich.console import Console
 from protocol import ResourceLimits
 
 from ._control import serve_control
-from ._host import Subvisor
 from ._interrupt import RunInterrupted, interruptible
-from ._root import RootSession
-from ._settings import SubvisorSettings
+from .delegation._root import RootSession
+from .delegation._settings import SubvisorSettings
+from .delegation._subvisor import Subvisor
 from .files._untrusted_yaml import dump_yaml
 from .state._paths import subvisor_home
 from .state._task_record import TaskRecord

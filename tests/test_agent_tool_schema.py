@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from supervisor._agent_tool_schema import (
+from supervisor.delegation._agent_tool_schema import (
     AGENT_TOOL_CONCURRENCY_SAFE,
     AGENT_TOOL_NAME,
     AGENT_TOOL_NEEDS_APPROVAL,

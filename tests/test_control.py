@@ -30,7 +30,7 @@ from supervisor._control_channel import (
     socket_address,
 )
 from supervisor._control_client import control_request
-from supervisor._lifecycle import LIFECYCLE_EVENTS
+from supervisor.delegation._lifecycle import LIFECYCLE_EVENTS
 from tests.support.delegation import (
     READ_README,
     agent_call,

@@ -807,7 +807,7 @@ async def test_launches_past_max_concurrent_subagents_start_in_call_order(tmp_pa
 
 async def test_launch_order_skips_tickets_given_up_and_passes_once() -> None:
     """LaunchOrder: a ticket given up early never holds later ones back."""
-    from supervisor._launch_order import LaunchOrder
+    from supervisor.delegation._launch_order import LaunchOrder
 
     order = LaunchOrder()
     first, second, third = order.ticket(), order.ticket(), order.ticket()

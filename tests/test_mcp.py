@@ -12,7 +12,7 @@ import trio
 
 from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
-from supervisor._mcp import McpServerConfig
+from supervisor.delegation._mcp import McpServerConfig
 from tests.support.delegation import agent_call, home_for, write_scenario
 from tests.support.mcp import everything_server
 from worker.agent import BorrowedMcpTool, McpLifecycleError

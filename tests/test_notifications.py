@@ -12,7 +12,7 @@ import trio
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from supervisor._notifications import (
+from supervisor.delegation._notifications import (
     MID_TURN_NOTE,
     NOTIFICATION_PREFIX,
     PEER_MESSAGE_GUIDANCE,
@@ -197,7 +197,7 @@ def test_old_branch_notifications_are_dropped_s_note_3(caplog: pytest.LogCapture
     assert queue.generation == 1
     queue.enqueue(Command("task-notification", "next", "<late/>", 0, "agent_late"))
     queue.enqueue(Command("task-notification", "next", "<new/>", 1, "agent_new"))
-    with caplog.at_level(logging.INFO, logger="supervisor._notifications"):
+    with caplog.at_level(logging.INFO, logger="supervisor.delegation._notifications"):
         taken = queue.take()
     assert [command.task_id for command in taken] == ["agent_peer", "agent_new"]
     assert len(queue) == 0

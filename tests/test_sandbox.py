@@ -35,7 +35,7 @@ from protocol import (
     WorkerRequest,
 )
 from supervisor import RootSession, Subvisor, Supervisor, SupervisorConfig, WorkerHandle
-from supervisor._mcp import McpServerConfig
+from supervisor.delegation._mcp import McpServerConfig
 from supervisor.kernel._sandbox_support import LANDLOCK_ABI_MAX_ENV
 from supervisor.policy._sandbox import SandboxSettings, choose_sandbox
 from supervisor.profiles._builtin_profiles import EXPLORE, GENERAL_PURPOSE

@@ -43,7 +43,7 @@ from protocol import (
 )
 from worker.tools import LocalToolSet, resolve_tool_name
 
-from .._host import Subvisor
+from ..delegation._subvisor import Subvisor
 from ..kernel import (
     RequestRefused,
     SubvisorError,

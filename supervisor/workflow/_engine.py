@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar, overload
 import trio
 from pydantic import TypeAdapter, ValidationError
 
-from .._host import Subvisor
+from ..delegation._subvisor import Subvisor
 from ..files._input_files import read_regular_file
 from ..providers import ModelError
 from ._actor import Actor, ActorDefinition, ActorEnvironment

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
-from .kernel import validation_problems
+from ..kernel import validation_problems
 
 __all__ = [
     "McpHub",

@@ -25,10 +25,10 @@ from worker.tools import BashInput, ToolContext, ToolOutput, get_local_tool, run
 from worker.tools._bash import shell_argv
 from worker.tools._process import with_parent_death_signal
 
+from ..kernel import reap_child
+from ..state._task_record import TaskRecord, TaskUsage, new_task_id
+from ..state._tasks import TaskError, TaskRegistry
 from ._notifications import Command, CommandQueue, build_task_notification
-from .kernel import reap_child
-from .state._task_record import TaskRecord, TaskUsage, new_task_id
-from .state._tasks import TaskError, TaskRegistry
 
 __all__ = ["BashWithBackground", "ShellHost", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
 

@@ -17,6 +17,21 @@ from pydantic import ValidationError
 from protocol import ChatMessage, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
+from ..kernel import SubvisorError
+from ..policy._permission_derivation import (
+    child_permission_mode,
+    derive_child_rules,
+    launchable_agents,
+)
+from ..policy._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
+from ..policy._policy import ToolPolicy
+from ..policy._sandbox import choose_sandbox
+from ..profiles._agent_memory import apply_memory, memory_dir
+from ..profiles._profile import AgentProfile
+from ..profiles._profile_catalog import ProfileCatalog
+from ..providers import ModelError, ModelGateway, parse_model_string
+from ..state._store import SessionStore
+from ..state._tasks import TaskRegistry
 from ._agent_tool_schema import (
     AGENT_TOOL_NAME,
     HIDDEN_ALIASES,
@@ -32,21 +47,6 @@ from ._mcp import McpHub, split_mcp_tool_name
 from ._notifications import CommandQueue
 from ._settings import SubvisorSettings
 from ._subagents import SubagentLaunch, SubagentRun
-from .kernel import SubvisorError
-from .policy._permission_derivation import (
-    child_permission_mode,
-    derive_child_rules,
-    launchable_agents,
-)
-from .policy._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
-from .policy._policy import ToolPolicy
-from .policy._sandbox import choose_sandbox
-from .profiles._agent_memory import apply_memory, memory_dir
-from .profiles._profile import AgentProfile
-from .profiles._profile_catalog import ProfileCatalog
-from .providers import ModelError, ModelGateway, parse_model_string
-from .state._store import SessionStore
-from .state._tasks import TaskRegistry
 
 __all__ = ["AgentTool", "AgentToolHost", "subagent_system_prompt"]
 

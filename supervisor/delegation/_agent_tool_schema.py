@@ -17,7 +17,7 @@ from protocol import ToolSpec
 from worker.tools import truncate_text
 from worker.tools._base import input_schema_of
 
-from .profiles._profile import AgentProfile
+from ..profiles._profile import AgentProfile
 
 __all__ = [
     "AGENT_TOOL_CONCURRENCY_SAFE",

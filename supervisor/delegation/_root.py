@@ -15,20 +15,20 @@ from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolC
 from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
+from ..kernel import SubvisorError
+from ..policy._approvals import ApprovalOrigin, Requester
+from ..policy._permission_derivation import agent_tool_enabled
+from ..policy._policy import PolicyDecision, PolicyHolder, ToolPolicy
+from ..profiles._profile_catalog import ProfileCatalog
+from ..providers import ModelGateway
+from ..state._store import SessionStore
+from ..state._task_record import TaskUsage
 from ._agent_tool import AgentTool, AgentToolHost
 from ._mcp import McpHubTool
 from ._messaging import MessagingHost, SendMessageTool
 from ._notifications import Command, format_command_turn
 from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
 from ._subagents import SubagentRun
-from .kernel import SubvisorError
-from .policy._approvals import ApprovalOrigin, Requester
-from .policy._permission_derivation import agent_tool_enabled
-from .policy._policy import PolicyDecision, PolicyHolder, ToolPolicy
-from .profiles._profile_catalog import ProfileCatalog
-from .providers import ModelGateway
-from .state._store import SessionStore
-from .state._task_record import TaskUsage
 
 __all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "root_usage"]
 

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
+from ..state._store import SessionStore
+from ..state._tasks import TaskRegistry
 from ._agent_tool import AgentTool
 from ._subagents import SubagentRun
-from .state._store import SessionStore
-from .state._tasks import TaskRegistry
 
 __all__ = ["COORDINATOR_INPUT", "MessagingHost", "SendMessageTool"]
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 import trio
 
-from .state._task_record import TaskRecord
+from ..state._task_record import TaskRecord
 
 __all__ = [
     "MAX_NOTIFICATION_CHARS",

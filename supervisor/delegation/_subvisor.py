@@ -22,13 +22,7 @@ from pydantic import ValidationError
 
 from protocol import ModelRequest, WorkerRequest
 
-from ._launch_order import LaunchOrder
-from ._lifecycle import LifecycleFeed
-from ._mcp import McpHub
-from ._notifications import CommandQueue, subagent_message_command
-from ._settings import SubvisorSettings
-from ._subagents import SubagentLaunch, SubagentRun
-from .kernel import (
+from ..kernel import (
     EventBudget,
     EventBudgetExceeded,
     RequestHandler,
@@ -40,19 +34,25 @@ from .kernel import (
     default_request_handler,
     text_size,
 )
-from .policy._approvals import (
+from ..policy._approvals import (
     ApprovalHandler,
     ApprovalRequest,
     QuestionHandler,
     QuestionRequest,
     Requester,
 )
-from .policy._policy import PolicyDecision, PolicyHolder
-from .providers import ModelError, ModelGateway
-from .state._paths import agent_output_dir, database_path
-from .state._recovery import recover_dead_runs
-from .state._store import SessionStore
-from .state._tasks import TaskError, TaskRegistry
+from ..policy._policy import PolicyDecision, PolicyHolder
+from ..providers import ModelError, ModelGateway
+from ..state._paths import agent_output_dir, database_path
+from ..state._recovery import recover_dead_runs
+from ..state._store import SessionStore
+from ..state._tasks import TaskError, TaskRegistry
+from ._launch_order import LaunchOrder
+from ._lifecycle import LifecycleFeed
+from ._mcp import McpHub
+from ._notifications import CommandQueue, subagent_message_command
+from ._settings import SubvisorSettings
+from ._subagents import SubagentLaunch, SubagentRun
 
 __all__ = ["Subvisor"]
 

@@ -40,10 +40,7 @@ from protocol import (
 from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
 from worker.tools import LocalToolSet
 
-from ._launch_order import LaunchOrder
-from ._lifecycle import LifecycleFeed
-from ._notifications import Command, CommandQueue, build_task_notification
-from .kernel import (
+from ..kernel import (
     EventBudget,
     EventBudgetExceeded,
     SubvisorError,
@@ -52,11 +49,14 @@ from .kernel import (
     WorkerHandle,
     WorkerRequestError,
 )
-from .policy._approvals import ApprovalOrigin, Requester
-from .policy._policy import ToolPolicy
-from .state._store import SessionStore
-from .state._task_record import TaskRecord, TaskUsage
-from .state._tasks import TaskRegistry
+from ..policy._approvals import ApprovalOrigin, Requester
+from ..policy._policy import ToolPolicy
+from ..state._store import SessionStore
+from ..state._task_record import TaskRecord, TaskUsage
+from ..state._tasks import TaskRegistry
+from ._launch_order import LaunchOrder
+from ._lifecycle import LifecycleFeed
+from ._notifications import Command, CommandQueue, build_task_notification
 
 __all__ = ["RunHost", "SubagentLaunch", "SubagentRun", "new_agent_id"]
 
