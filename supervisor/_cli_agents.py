@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._cli_run import wide_console
-from ._config_files import load_settings
-from ._project_trust import TrustGate
+from .config._config_files import load_settings
+from .config._project_trust import TrustGate
 from .profiles._profile_catalog import ProfileCatalog
 
 __all__ = ["agents_command"]

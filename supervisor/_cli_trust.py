@@ -5,10 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._config_errors import ConfigError
-from ._config_files import MCP_JSON, PROJECT_CONFIG, project_trust_requests, read_config_bytes
-from ._project_trust import TrustGate, TrustRequest, printable
-from ._trust_store import TrustStore, content_digest
+from .config._config_files import (
+    MCP_JSON,
+    PROJECT_CONFIG,
+    project_trust_requests,
+    read_config_bytes,
+)
+from .config._errors import ConfigError
+from .config._project_trust import TrustGate, TrustRequest, printable
+from .config._trust_store import TrustStore, content_digest
 from .kernel import worker_tree_ancestor
 from .state._paths import subvisor_home
 

@@ -41,8 +41,8 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
     from ._cli_input import working_directory
     from ._cli_run import RunRequest, demo_scenario_path, run_command
     from ._cli_trust import trust_gate
-    from ._config_files import load_settings
-    from ._project_trust import TrustGate
+    from .config._config_files import load_settings
+    from .config._project_trust import TrustGate
 
     cwd = working_directory(args.cwd)
     # S-SBX-1: the command line's sandbox overrides every profile and the config.
@@ -271,7 +271,7 @@ def _workflow_run(args: argparse.Namespace) -> int:
     from ._cli_input import working_directory
     from ._cli_trust import trust_gate
     from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
-    from ._config_files import load_settings
+    from .config._config_files import load_settings
     from .workflow import WorkflowError
 
     cwd = working_directory(args.cwd)
@@ -296,8 +296,8 @@ def _workflow_run(args: argparse.Namespace) -> int:
 def _workflow_show(args: argparse.Namespace) -> int:
     from ._cli_input import working_directory
     from ._cli_workflow import workflow_show_command
-    from ._config_files import load_settings
-    from ._project_trust import TrustGate
+    from .config._config_files import load_settings
+    from .config._project_trust import TrustGate
 
     settings = load_settings(working_directory("."), trust=TrustGate("leave-out"))
     return workflow_show_command(args.run_id, args.json, settings.home)
@@ -396,7 +396,7 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
     from ._cli_input import BadInputError, check_text_arguments
-    from ._config_files import ConfigError
+    from .config._config_files import ConfigError
     from .kernel import NestedSupervisorError, refuse_inside_worker_tree
 
     args = build_parser().parse_args(argv)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor._cli_trust import trust_command
-from supervisor._config_files import ConfigError, load_settings, project_trust_requests
-from supervisor._project_trust import TrustGate, TrustRequest, UntrustedProjectError
+from supervisor.config._config_files import ConfigError, load_settings, project_trust_requests
+from supervisor.config._project_trust import TrustGate, TrustRequest, UntrustedProjectError
 
 
 def test_project_config_overrides_user_config(
@@ -145,7 +145,7 @@ _CAP_KEYS: list[tuple[tuple[str, ...], int]] = [
 
 def test_every_cap_of_the_config_is_in_the_property() -> None:
     """The property below covers every cap the project check knows (none forgotten)."""
-    from supervisor._config_files import _CAPS
+    from supervisor.config._config_files import _CAPS
 
     assert {key for key, _ in _CAP_KEYS} == set(_CAPS)
 

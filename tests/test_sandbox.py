@@ -716,7 +716,7 @@ def test_config_sandbox_table_is_read_and_a_bad_mode_is_a_clear_error(
 ) -> None:
     """`[sandbox]` in config.toml sets the defaults; a mode that does not exist names
     the key and the allowed values."""
-    from supervisor._config_files import ConfigError, load_settings
+    from supervisor.config._config_files import ConfigError, load_settings
 
     monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
     user_config = home_for(tmp_path) / "config.toml"

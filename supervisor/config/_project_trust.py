@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ._config_errors import ConfigError
+from ..delegation._mcp import McpServerConfig
+from ..kernel import validation_problems
+from ..providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
+from ._errors import ConfigError
 from ._trust_store import TrustStore, content_digest
-from .delegation._mcp import McpServerConfig
-from .kernel import validation_problems
-from .providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
 
 __all__ = [
     "AskTrust",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .kernel import SubvisorError
+from ..kernel import SubvisorError
 
 __all__ = ["ConfigError"]
 

@@ -37,7 +37,12 @@ from pydantic import ValidationError
 
 from protocol import ResourceLimits
 
-from ._config_errors import ConfigError
+from ..delegation._mcp import McpServerConfig, parse_mcp_json
+from ..delegation._settings import SubvisorSettings
+from ..kernel import validation_problems
+from ..policy._permissions import PermissionConfigError, parse_permission_mode
+from ..state._paths import subvisor_home
+from ._errors import ConfigError
 from ._project_trust import (
     TrustGate,
     TrustRequest,
@@ -46,11 +51,6 @@ from ._project_trust import (
     without_trust_needing,
 )
 from ._trust_store import TrustStore
-from .delegation._mcp import McpServerConfig, parse_mcp_json
-from .delegation._settings import SubvisorSettings
-from .kernel import validation_problems
-from .policy._permissions import PermissionConfigError, parse_permission_mode
-from .state._paths import subvisor_home
 
 __all__ = [
     "MCP_JSON",

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._config_errors import ConfigError
-from .files._atomic_write import write_atomically
+from ..files._atomic_write import write_atomically
+from ._errors import ConfigError
 
 __all__ = ["TRUST_FILE", "TrustEntry", "TrustStore", "content_digest"]
 
