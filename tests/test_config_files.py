@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor._cli_trust import trust_command
+from supervisor.cli._trust import trust_command
 from supervisor.config._config_files import ConfigError, load_settings, project_trust_requests
 from supervisor.config._project_trust import TrustGate, TrustRequest, UntrustedProjectError
 

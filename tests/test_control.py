@@ -21,15 +21,15 @@ import pytest
 import trio
 
 from supervisor import RootSession, Subvisor
-from supervisor._control import MAX_REQUEST_BYTES, serve_control
-from supervisor._control_channel import (
+from supervisor.cli._control import MAX_REQUEST_BYTES, serve_control
+from supervisor.cli._control_channel import (
     CONTROL_OPS,
     LiveSession,
     address_file,
     read_address_file,
     socket_address,
 )
-from supervisor._control_client import control_request
+from supervisor.cli._control_client import control_request
 from supervisor.delegation._lifecycle import LIFECYCLE_EVENTS
 from tests.support.delegation import (
     READ_README,

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from supervisor._stress import (
+from supervisor.cli import main
+from supervisor.cli._stress import (
     StressOptions,
     StressProgress,
     parse_latency,
     progress_bar,
     run_stress,
 )
-from supervisor.cli import main
 from tests.support.cli import cli_env
 
 FAULT_REASONS = {

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._stress import StressOptions, StressResult, run_stress
-from supervisor._stress_report import (
+from supervisor.cli._stress import StressOptions, StressResult, run_stress
+from supervisor.cli._stress_report import (
     ReportExtraMissingError,
     check_report_path,
     outcome_colour,

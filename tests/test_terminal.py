@@ -6,7 +6,7 @@ import os
 
 import trio
 
-from supervisor._terminal import TerminalConsole
+from supervisor.cli._terminal import TerminalConsole
 from supervisor.policy._approvals import ApprovalOrigin, ApprovalRequest, QuestionRequest
 
 ORIGIN = ApprovalOrigin(kind="subagent", agent_id="agent_1")

@@ -22,9 +22,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
-from supervisor._control_channel import LiveSession, address_file, write_address_file
-from supervisor._control_client import control_request, live_sessions
-from supervisor._top import TopApp
+from supervisor.cli._control_channel import LiveSession, address_file, write_address_file
+from supervisor.cli._control_client import control_request, live_sessions
+from supervisor.cli._top import TopApp
 from tests.support.cli import cli_env
 from tests.support.delegation import (
     READ_README,

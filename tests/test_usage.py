@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from supervisor import RootSession
-from supervisor._control import serve_control
-from supervisor._control_client import control_request
+from supervisor.cli._control import serve_control
+from supervisor.cli._control_client import control_request
 from supervisor.state._store import SCHEMA_VERSION, SessionStore
 from supervisor.state._task_record import TaskUsage
 from supervisor.state._usage import UsageRollup, add_usage, sum_usage

@@ -37,9 +37,10 @@ ENV_ALLOWLIST = frozenset(
     }
 )
 
-# The directory holding the ``protocol``/``worker`` packages, so a zygote
-# finds them even when subvisor runs from a source checkout, not installed.
-_IMPORT_ROOT = str(Path(__file__).resolve().parent.parent)
+# The directory holding the ``protocol``/``worker`` packages (this file is
+# ``<root>/supervisor/kernel/_environment.py``), so a zygote finds them even
+# when subvisor runs from a source checkout, not installed.
+_IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def new_tree_id() -> str:

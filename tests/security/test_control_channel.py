@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from supervisor._control_channel import LiveSession
-from supervisor._control_client import control_request, live_sessions
-from supervisor._control_peer import peer_credentials, refusal
+from supervisor.cli._control_channel import LiveSession
+from supervisor.cli._control_client import control_request, live_sessions
+from supervisor.cli._control_peer import peer_credentials, refusal
 from tests.support.cli import cli_env
 from tests.support.delegation import agent_call, home_for, readme_project, write_scenario
 
@@ -302,7 +302,7 @@ def test_s_sec_2_another_uid_is_refused(tmp_path: Path) -> None:
         session = _wait_running(home, run, {"holder"}, known=set())
         client = (
             "import json, sys\n"
-            "from supervisor._control_client import ControlError, control_request\n"
+            "from supervisor.cli._control_client import ControlError, control_request\n"
             "try:\n"
             "    reply = control_request(sys.argv[1], 'tasks')\n"
             "    print(json.dumps({'ok': True, 'tasks': len(reply['tasks'])}))\n"

@@ -17,7 +17,7 @@ import trio
 from protocol import NETWORK_ABI, ResourceLimits, SandboxPolicy
 from worker import landlock_abi
 
-from .kernel import (
+from ..kernel import (
     LANDLOCK_ABI_MAX_ENV,
     SpawnMode,
     SubvisorError,

@@ -32,14 +32,14 @@ from rich.console import Console
 
 from protocol import ResourceLimits
 
+from ..delegation._root import RootSession
+from ..delegation._settings import SubvisorSettings
+from ..delegation._subvisor import Subvisor
+from ..files._untrusted_yaml import dump_yaml
+from ..state._paths import subvisor_home
+from ..state._task_record import TaskRecord
 from ._control import serve_control
 from ._interrupt import RunInterrupted, interruptible
-from .delegation._root import RootSession
-from .delegation._settings import SubvisorSettings
-from .delegation._subvisor import Subvisor
-from .files._untrusted_yaml import dump_yaml
-from .state._paths import subvisor_home
-from .state._task_record import TaskRecord
 
 __all__ = [
     "FAULTS",

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from .kernel import SubvisorError
+from ..kernel import SubvisorError
 
 __all__ = ["BadInputError", "check_text_arguments", "positive_seconds", "working_directory"]
 

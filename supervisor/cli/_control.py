@@ -2,9 +2,9 @@
 
 ``subvisor run`` and ``subvisor stress`` serve it while they run, on an
 abstract UNIX socket whose name their address file ``run/<session>.addr``
-gives (``supervisor._control_channel``). Only this user's processes outside
+gives (``supervisor.cli._control_channel``). Only this user's processes outside
 any worker tree are served (S-SEC-2): each connection's peer is checked
-first (``supervisor._control_peer``), and a refused one gets one error line
+first (``supervisor.cli._control_peer``), and a refused one gets one error line
 (code ``refused``) and is closed. One JSON object per line each way; a
 connection may send any number of requests, and each gets one reply line::
 
@@ -52,6 +52,14 @@ from typing import Any
 import psutil
 import trio
 
+from ..delegation._lifecycle import LIFECYCLE_EVENTS
+from ..delegation._root import RootSession, root_usage
+from ..delegation._subagents import SubagentRun
+from ..delegation._subvisor import Subvisor
+from ..state._store import MAX_PAGE_SIZE, SessionRow
+from ..state._task_record import TaskRecord, TaskUsage
+from ..state._tasks import TaskError
+from ..state._usage import UsageRollup, sum_usage
 from ._control_channel import (
     CONTROL_OPS,
     LiveSession,
@@ -61,14 +69,6 @@ from ._control_channel import (
     write_address_file,
 )
 from ._control_peer import peer_credentials, refusal
-from .delegation._lifecycle import LIFECYCLE_EVENTS
-from .delegation._root import RootSession, root_usage
-from .delegation._subagents import SubagentRun
-from .delegation._subvisor import Subvisor
-from .state._store import MAX_PAGE_SIZE, SessionRow
-from .state._task_record import TaskRecord, TaskUsage
-from .state._tasks import TaskError
-from .state._usage import UsageRollup, sum_usage
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

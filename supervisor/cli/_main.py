@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ._cli_input import positive_seconds
+from ._input import positive_seconds
 
 __all__ = ["build_parser", "main"]
 
@@ -38,11 +38,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, *, demo: bool) -> int:
-    from ._cli_input import working_directory
-    from ._cli_run import RunRequest, demo_scenario_path, run_command
-    from ._cli_trust import trust_gate
-    from .config._config_files import load_settings
-    from .config._project_trust import TrustGate
+    from ..config._config_files import load_settings
+    from ..config._project_trust import TrustGate
+    from ._input import working_directory
+    from ._run import RunRequest, demo_scenario_path, run_command
+    from ._trust import trust_gate
 
     cwd = working_directory(args.cwd)
     # S-SBX-1: the command line's sandbox overrides every profile and the config.
@@ -262,17 +262,17 @@ def _add_trust_project(parser: argparse.ArgumentParser) -> None:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from ._cli_trust import trust_command
+    from ._trust import trust_command
 
     return trust_command(Path(args.path), list_trusted=args.list, revoke=args.revoke)
 
 
 def _workflow_run(args: argparse.Namespace) -> int:
-    from ._cli_input import working_directory
-    from ._cli_trust import trust_gate
-    from ._cli_workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
-    from .config._config_files import load_settings
-    from .workflow import WorkflowError
+    from ..config._config_files import load_settings
+    from ..workflow import WorkflowError
+    from ._input import working_directory
+    from ._trust import trust_gate
+    from ._workflow import WorkflowRunRequest, parse_inputs, workflow_run_command
 
     cwd = working_directory(args.cwd)
     try:
@@ -294,10 +294,10 @@ def _workflow_run(args: argparse.Namespace) -> int:
 
 
 def _workflow_show(args: argparse.Namespace) -> int:
-    from ._cli_input import working_directory
-    from ._cli_workflow import workflow_show_command
-    from .config._config_files import load_settings
-    from .config._project_trust import TrustGate
+    from ..config._config_files import load_settings
+    from ..config._project_trust import TrustGate
+    from ._input import working_directory
+    from ._workflow import workflow_show_command
 
     settings = load_settings(working_directory("."), trust=TrustGate("leave-out"))
     return workflow_show_command(args.run_id, args.json, settings.home)
@@ -307,10 +307,10 @@ def _stress(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
+    from ..kernel import find_exception
     from ._interrupt import RunInterrupted
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
-    from .kernel import find_exception
 
     errors = Console(stderr=True)
     try:
@@ -371,14 +371,14 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _agents(args: argparse.Namespace) -> int:
-    from ._cli_agents import agents_command
-    from ._cli_input import working_directory
+    from ._agents import agents_command
+    from ._input import working_directory
 
     return agents_command(working_directory(args.cwd), args.json)
 
 
 def _tasks(command: str, args: argparse.Namespace) -> int:
-    from ._cli_tasks import background_command, logs_command, ps_command, stop_command
+    from ._task_commands import background_command, logs_command, ps_command, stop_command
 
     if command == "ps":
         return ps_command(args.session, args.json)
@@ -395,9 +395,9 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
-    from ._cli_input import BadInputError, check_text_arguments
-    from .config._config_files import ConfigError
-    from .kernel import NestedSupervisorError, refuse_inside_worker_tree
+    from ..config._config_files import ConfigError
+    from ..kernel import NestedSupervisorError, refuse_inside_worker_tree
+    from ._input import BadInputError, check_text_arguments
 
     args = build_parser().parse_args(argv)
     try:
@@ -411,7 +411,3 @@ def main(argv: list[str] | None = None) -> int:
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
         return 2
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,11 +28,11 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, RichLog, Static
 
+from ..state._paths import database_path, subvisor_home
+from ..state._recovery import open_recovered_store
+from ..state._store import MAX_PAGE_SIZE, SessionStore
+from ..state._usage import UsageRollup, format_bytes
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
-from .state._paths import database_path, subvisor_home
-from .state._recovery import open_recovered_store
-from .state._store import MAX_PAGE_SIZE, SessionStore
-from .state._usage import UsageRollup, format_bytes
 
 __all__ = ["COLUMNS", "TopApp", "top_command"]
 

@@ -14,13 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_run import wide_console
-from ._interrupt import RunInterrupted, interruptible
-from .delegation._settings import SubvisorSettings
-from .delegation._subvisor import Subvisor
-from .kernel import find_exception
-from .state._paths import database_path
-from .workflow import (
+from ..delegation._settings import SubvisorSettings
+from ..delegation._subvisor import Subvisor
+from ..kernel import find_exception
+from ..state._paths import database_path
+from ..workflow import (
     ActorSite,
     AskRecord,
     RunRecord,
@@ -29,7 +27,9 @@ from .workflow import (
     WorkflowJournal,
     run_workflow,
 )
-from .workflow._typed import dump_value
+from ..workflow._typed import dump_value
+from ._interrupt import RunInterrupted, interruptible
+from ._run import wide_console
 
 __all__ = ["WorkflowRunRequest", "run_report", "workflow_run_command", "workflow_show_command"]
 

@@ -22,7 +22,7 @@ import trio
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from .policy._approvals import ApprovalDecision, ApprovalRequest, QuestionRequest, describe_origin
+from ..policy._approvals import ApprovalDecision, ApprovalRequest, QuestionRequest, describe_origin
 
 __all__ = ["TerminalConsole"]
 

@@ -11,7 +11,7 @@ session ends::
 The name is not a secret: ``/proc/net/unix`` lists every abstract socket of
 the network namespace. Its randomness only keeps it from being guessed ahead
 of time and squatted. What keeps others out is the server's check of each
-peer (``supervisor._control_peer``) and, for sandboxed workers, Landlock's
+peer (``supervisor.cli._control_peer``) and, for sandboxed workers, Landlock's
 abstract-socket scope. An abstract socket vanishes with its last
 descriptor, so a supervisor killed without cleaning up leaves an address
 file whose name nobody serves: clients find it stale (connection refused).
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from .files._atomic_write import write_atomically
+from ..files._atomic_write import write_atomically
 
 __all__ = [
     "CONTROL_OPS",
@@ -38,7 +38,7 @@ __all__ = [
     "write_address_file",
 ]
 
-#: Every op the channel answers (see ``supervisor._control`` for their replies).
+#: Every op the channel answers (see ``supervisor.cli._control`` for their replies).
 ControlOp = Literal[
     "session", "list", "tasks", "task", "transcript", "subscribe", "stop", "background"
 ]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import trio
 
-from .kernel import in_worker_tree
+from ..kernel import in_worker_tree
 
 __all__ = ["PeerCredentials", "peer_credentials", "refusal"]
 

@@ -1,7 +1,7 @@
-"""The one client of a live session's control channel (``supervisor._control``).
+"""The one client of a live session's control channel (``supervisor.cli._control``).
 
 - ``live_sessions(home)``: the sessions whose supervisor answers now, newest
-  first, found through their address files (``supervisor._control_channel``);
+  first, found through their address files (``supervisor.cli._control_channel``);
   a file whose address nobody serves (its supervisor was killed) is removed.
 - ``control_request``: one request on its own connection, its reply. Every
   client uses it: ``subvisor ps``/``logs``/``stop``/``bg`` directly, ``subvisor

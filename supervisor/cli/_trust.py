@@ -5,17 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .config._config_files import (
+from ..config._config_files import (
     MCP_JSON,
     PROJECT_CONFIG,
     project_trust_requests,
     read_config_bytes,
 )
-from .config._errors import ConfigError
-from .config._project_trust import TrustGate, TrustRequest, printable
-from .config._trust_store import TrustStore, content_digest
-from .kernel import worker_tree_ancestor
-from .state._paths import subvisor_home
+from ..config._errors import ConfigError
+from ..config._project_trust import TrustGate, TrustRequest, printable
+from ..config._trust_store import TrustStore, content_digest
+from ..kernel import worker_tree_ancestor
+from ..state._paths import subvisor_home
 
 __all__ = ["ask_at_terminal", "trust_command", "trust_gate"]
 

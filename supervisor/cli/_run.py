@@ -20,21 +20,21 @@ from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
 
-from ._control import serve_control
-from ._interrupt import interruptible
-from ._terminal import TerminalConsole
-from .delegation._root import RootSession, root_usage
-from .delegation._settings import SubvisorSettings
-from .delegation._subvisor import Subvisor
-from .kernel import find_exception
-from .policy._approvals import (
+from ..delegation._root import RootSession, root_usage
+from ..delegation._settings import SubvisorSettings
+from ..delegation._subvisor import Subvisor
+from ..kernel import find_exception
+from ..policy._approvals import (
     ApprovalHandler,
     QuestionHandler,
     TerminalApprovalHandler,
     fixed_approval_handler,
 )
-from .providers import ModelError
-from .state._task_record import TaskRecord
+from ..providers import ModelError
+from ..state._task_record import TaskRecord
+from ._control import serve_control
+from ._interrupt import interruptible
+from ._terminal import TerminalConsole
 
 __all__ = [
     "RunRequest",

@@ -9,10 +9,10 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_run import wide_console
-from .config._config_files import load_settings
-from .config._project_trust import TrustGate
-from .profiles._profile_catalog import ProfileCatalog
+from ..config._config_files import load_settings
+from ..config._project_trust import TrustGate
+from ..profiles._profile_catalog import ProfileCatalog
+from ._run import wide_console
 
 __all__ = ["agents_command"]
 

@@ -18,14 +18,14 @@ from rich.markup import escape
 
 from protocol import ChatMessage
 
-from ._cli_run import tasks_table, wide_console
+from ..state._paths import subvisor_home
+from ..state._recovery import open_recovered_store
+from ..state._store import SessionStore
+from ..state._task_record import TaskRecord
+from ..state._usage import UsageRollup
 from ._control_channel import LiveSession
 from ._control_client import ControlError, control_request, live_sessions
-from .state._paths import subvisor_home
-from .state._recovery import open_recovered_store
-from .state._store import SessionStore
-from .state._task_record import TaskRecord
-from .state._usage import UsageRollup
+from ._run import tasks_table, wide_console
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
 

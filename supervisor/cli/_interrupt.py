@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from .kernel import SubvisorError
+from ..kernel import SubvisorError
 
 __all__ = ["INTERRUPT_SIGNALS", "Interruption", "RunInterrupted", "interruptible"]
 
