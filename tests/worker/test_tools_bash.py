@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 # Only a guard against a hung test, never a claim about speed.
 _GIVE_UP_S = 20
 _POLL_S = 0.02
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stat_fields(pid: int) -> tuple[str, int] | None:

@@ -570,7 +570,7 @@ def test_cli_runs_the_example_then_amends_it(
     """Acceptance via the CLI: the shipped example, one prompt changed, ``--amend``, ``show``."""
     from supervisor.cli import main
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "workflows"
+    example = Path(__file__).resolve().parents[2] / "examples" / "workflows"
     for name in ("review.py", "review.yaml"):
         (tmp_path / name).write_text((example / name).read_text())
     monkeypatch.setenv("SUBVISOR_HOME", str(home_for(tmp_path)))
