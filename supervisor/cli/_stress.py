@@ -55,7 +55,7 @@ __all__ = [
 Fault = Literal["segfault", "exit", "oom", "hang"]
 FAULTS: tuple[Fault, ...] = ("segfault", "exit", "oom", "hang")
 
-#: How an Agent call refused by the per-session cap reads (``_agent_tool``).
+#: How an Agent call refused by the per-session cap reads (``supervisor.delegation._agent_tool``).
 _CAP_ERROR = "max_subagents_per_session"
 REFUSED_REASON = f"refused: {_CAP_ERROR}"
 

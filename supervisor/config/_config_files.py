@@ -15,7 +15,7 @@ user from that repository:
 - numeric caps (S-SEC-3): a project value above the one otherwise in force
   (user config or default) is refused, and ``home`` cannot come from it;
 - MCP servers and provider endpoints or keys (S-SEC-3) take effect only
-  once the user trusted the file's exact content (``_project_trust``).
+  once the user trusted the file's exact content (``supervisor.config._project_trust``).
   This module is the one reader of project files and applies the trust
   gate itself, so no command can skip it.
 

@@ -23,7 +23,7 @@ class WorkerTempDirs:
 
     A worker that leaves its dir empty (most do) leaves it until close, or
     until ``MAX_KEPT_EMPTY`` pile up: on ext4 without a journal every removal
-    slows each file created in the next minute (see ``_atomic_write``), so
+    slows each file created in the next minute (see ``supervisor.files._atomic_write``), so
     removing them while subagents start only makes the starts slower. An
     empty dir is never handed to another worker: a process the old worker
     left behind could still write into it.

@@ -1,6 +1,6 @@
 """Parsing one profile file: Markdown with YAML frontmatter into an ``AgentProfile`` (S-PROF-2).
 
-The frontmatter is read with ``yaml.safe_load`` once ``_untrusted_yaml`` has
+The frontmatter is read with ``yaml.safe_load`` once ``supervisor.files._untrusted_yaml`` has
 found no alias and no lone surrogate in it (a few hundred bytes of nested
 aliases cost seconds and gigabytes to whatever walks the result); the body
 after the closing ``---`` line is the system prompt. Three dialects share one

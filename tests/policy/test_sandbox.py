@@ -466,7 +466,7 @@ async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_nev
         idle = await sup.spawn(sandbox=policy)
         used_dir, idle_dir = (h.sandbox.temp_dir for h in (used, idle) if h.sandbox)
         assert used_dir and idle_dir and os.listdir(used_dir) == ["scratch.txt"]
-        # All under one spread subdir of the supervisor's root (see _top_directory).
+        # All under one spread subdir of the supervisor's root (see files._ext4_topdir).
         root = Path(used_dir).parent.parent
         assert Path(used_dir).parent == Path(idle_dir).parent == root / "workers"
         assert is_top_directory(root) or not can_mark_top_directories(tmp_path)
