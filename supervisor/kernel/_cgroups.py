@@ -148,19 +148,30 @@ class WorkerCgroup:
                 return
             time.sleep(0.005)
 
-    def remove(self) -> None:
-        """Kill what is left and remove the cgroups (blocking: run it in a thread)."""
-        self.kill_all()
-        for path in dict.fromkeys(self.dirs.values()):
-            # rmdir fails while a killed process is still being torn down.
-            for _ in range(200):
+    def remove(self, *, deadline_s: float = 1.0) -> bool:
+        """Kill what is left and remove the cgroups; False if some remain at the deadline.
+
+        Blocking: run it in a thread. A killed process stays in its cgroup
+        until its parent reaps it, so ``rmdir`` may fail for a while (EBUSY);
+        what is still there at the deadline is left to the sweep of the next
+        supervisor to start (``_sweep_stale``), rather than holding this one up.
+        """
+        deadline = time.monotonic() + deadline_s
+        self.kill_all(deadline_s=deadline_s)
+        left = list(dict.fromkeys(self.dirs.values()))
+        while left:
+            for path in list(left):
                 try:
                     path.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError:
-                    time.sleep(0.005)
+                    continue
+                left.remove(path)
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        return not left
 
 
 class CgroupTree:
@@ -238,13 +249,15 @@ class CgroupTree:
         self.workers[worker_id] = cgroup
         return cgroup
 
-    def close(self) -> None:
-        """Kill everything left in this supervisor's cgroups and remove them (blocking)."""
-        for cgroup in list(self.workers.values()):
-            cgroup.remove()
+    def close(self, *, deadline_s: float = 2.0) -> None:
+        """Kill everything left in this supervisor's cgroups and remove them (blocking).
+
+        One deadline for all of it: what cannot be removed by then is swept by
+        the next supervisor to start.
+        """
         self.workers.clear()
         for path in dict.fromkeys(self.dirs.values()):
-            _remove_tree(path)
+            _remove_tree(path, deadline_s=deadline_s)
 
 
 def _read_text(path: Path) -> str:
@@ -254,13 +267,18 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-def _remove_tree(path: Path) -> None:
-    """Kill every process in ``path``'s cgroups, children first, and remove them."""
+def _remove_tree(path: Path, *, deadline_s: float = 1.0) -> None:
+    """Kill every process in ``path`` and the cgroups below it; remove them, children first."""
+    children: list[Path] = []
     with contextlib.suppress(OSError):
-        for child in path.iterdir():
-            if child.is_dir():
-                WorkerCgroup({"": child}, v2=True).remove()
-    WorkerCgroup({"": path}, v2=True).remove()
+        children = [child for child in path.iterdir() if child.is_dir()]
+    # Each directory alone: the same code serves every v1 hierarchy and v2.
+    groups = [WorkerCgroup({"": d}, v2=True) for d in (*children, path)]
+    for group in groups:
+        group.kill_all(deadline_s=0)
+    deadline = time.monotonic() + deadline_s
+    for group in groups:
+        group.remove(deadline_s=max(0.0, deadline - time.monotonic()))
 
 
 def _sweep_stale(base: Path) -> None:
@@ -271,7 +289,7 @@ def _sweep_stale(base: Path) -> None:
                 continue
             pid_text = entry.name[len(_PREFIX) :].split("-", 1)[0]
             if pid_text.isdigit() and not _alive(int(pid_text)):
-                _remove_tree(entry)
+                _remove_tree(entry, deadline_s=0.2)
 
 
 def _alive(pid: int) -> bool:

@@ -317,7 +317,10 @@ class Supervisor:
             if handle.cgroup is not None and self._cgroups is not None:
                 # What its tree left running dies with it (S-SEC-5).
                 self._cgroups.workers.pop(handle.worker_id, None)
-                await trio.to_thread.run_sync(handle.cgroup.remove)
+                # Bounded: a dir still busy (a zombie not yet reaped) is removed at close.
+                await trio.to_thread.run_sync(
+                    functools.partial(handle.cgroup.remove, deadline_s=0.25)
+                )
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
