@@ -144,8 +144,12 @@ async def test_cancellation_stops_every_worker() -> None:
 
 _SUPERVISOR_SCRIPT = textwrap.dedent(
     """
-    import sys, trio
+    import signal, sys, trio
     from supervisor import Supervisor, SupervisorConfig
+
+    # A shell's background job starts with SIGINT ignored, and Python keeps it
+    # so; this test is about what a Ctrl-C does, so the child takes it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     async def main():
         async with Supervisor(SupervisorConfig(max_workers=64)) as sup:
