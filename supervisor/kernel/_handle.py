@@ -54,14 +54,14 @@ from protocol import (
 )
 from worker import Outcome, PipeStream
 
-from ._budget import EventBudget, EventBudgetExceeded, EventBudgetLimits
+from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
 from ._spawner import SpawnedProcess
 from ._tree_caps import TreeUsage, breach
 
-__all__ = ["RequestHandler", "RequestRefused", "WireTap", "WorkerHandle"]
+__all__ = ["RequestHandler", "RequestRefusedError", "WireTap", "WorkerHandle"]
 
 _READ_SIZE = 256 * 1024
 _EOF_AFTER_EXIT_S = 1.0
@@ -70,7 +70,7 @@ ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 _ANSWERS = (Response, ErrorReply)
 
 
-class RequestRefused(SubvisorError):
+class RequestRefusedError(SubvisorError):
     """Raised by a request handler to answer a worker's request with an error."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -423,7 +423,7 @@ class WorkerHandle:
         if isinstance(message, Event):
             try:
                 self.budget.charge(events=1)
-            except EventBudgetExceeded:
+            except EventBudgetExceededError:
                 return  # the worker is being stopped for it; nothing more is kept
             try:
                 self._events_in.send_nowait(message)
@@ -460,7 +460,7 @@ class WorkerHandle:
         try:
             result = await self._request_handler(self, request)
             reply = Response(id=request.id, result=result)
-        except RequestRefused as exc:
+        except RequestRefusedError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
         except Exception as exc:
             reply = ErrorReply(
