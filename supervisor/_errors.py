@@ -69,9 +69,11 @@ is kept as an alias: ``supervisor.RequestRefused``, and in
 ``ActorCrashed``, ``DuplicateActorName`` and ``WorkflowFailed``.
 
 Outside the tree: ``protocol.ProtocolError`` (``protocol`` imports nothing of
-ours), which a ``WorkerHandle`` may pass on from its connection. The worker's
-own errors never cross the pipe as exceptions: they come back as error
-answers (``WorkerRequestError``).
+ours), split into ``LocalProtocolError`` (we tried to send what the protocol
+forbids: our bug) and ``RemoteProtocolError`` (the peer broke the protocol,
+or is gone); a ``WorkerHandle`` may pass either on from its connection. The
+worker's own errors never cross the pipe as exceptions: they come back as
+error answers (``WorkerRequestError``).
 """
 
 from __future__ import annotations

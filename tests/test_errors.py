@@ -8,6 +8,9 @@
 - Every exception class of ``protocol``, ``worker`` and ``supervisor`` is
   named ``...Error``; the old names kept as aliases are exactly the renamed
   ones that were public, and each is the renamed class.
+- ``protocol`` raises ``LocalProtocolError`` (our bug) or
+  ``RemoteProtocolError`` (the peer's), both ``ProtocolError``; never the
+  base itself.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import re
 
 import pytest
 
+import protocol
 import supervisor
 import supervisor.workflow
+from protocol import LocalProtocolError, ProtocolError, RemoteProtocolError
 from supervisor import _errors
 from supervisor._errors import SubvisorError
 
@@ -157,3 +162,20 @@ def test_old_names_are_kept_only_where_they_were_public() -> None:
         assert getattr(module, old) is getattr(module, new)
     assert supervisor.RequestRefused is supervisor.RequestRefusedError
     assert supervisor.workflow.ActorCrashed is supervisor.workflow.ActorCrashedError
+
+
+def test_protocol_errors_say_whose_fault() -> None:
+    """h11's split: both kinds are ``ProtocolError``, so ``except ProtocolError`` still works."""
+    assert issubclass(LocalProtocolError, ProtocolError)
+    assert issubclass(RemoteProtocolError, ProtocolError)
+    assert not issubclass(LocalProtocolError, RemoteProtocolError)
+    assert not issubclass(RemoteProtocolError, LocalProtocolError)
+    assert RemoteProtocolError("x", limit="max_nesting").limit == "max_nesting"
+    with pytest.raises(TypeError, match="LocalProtocolError or RemoteProtocolError"):
+        ProtocolError("whose fault?")
+    assert {cls.__name__ for cls in _exception_classes("protocol")} == {
+        "ProtocolError",
+        "LocalProtocolError",
+        "RemoteProtocolError",
+    }
+    assert {"LocalProtocolError", "ProtocolError", "RemoteProtocolError"} <= set(protocol.__all__)

@@ -28,6 +28,7 @@ from protocol import (
     Hello,
     Progress,
     ProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     Response,
     SandboxPolicy,
@@ -114,7 +115,7 @@ class _Session:
                 elif isinstance(message, _FOR_OUR_REQUESTS):
                     link.deliver(message)
                 elif not isinstance(message, Welcome):
-                    raise ProtocolError(f"unexpected {message.type!r} from supervisor")
+                    raise RemoteProtocolError(f"unexpected {message.type!r} from supervisor")
 
     def _pass_reading_on(self, nursery: trio.Nursery) -> None:
         if self._idle:

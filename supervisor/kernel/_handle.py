@@ -43,6 +43,7 @@ from protocol import (
     Message,
     Progress,
     ProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     Response,
     Role,
@@ -442,11 +443,11 @@ class WorkerHandle:
         elif isinstance(message, Heartbeat):
             answered = self._heartbeats.get(message.seq)
             if answered is None:
-                raise ProtocolError(f"heartbeat {message.seq} answers no ping")
+                raise RemoteProtocolError(f"heartbeat {message.seq} answers no ping")
             answered.set()
         elif isinstance(message, Hello):
             if message.worker_id != self.worker_id or message.pid != self.pid:
-                raise ProtocolError(
+                raise RemoteProtocolError(
                     f"hello from worker {message.worker_id!r} (pid {message.pid}) on the pipe "
                     f"of {self.worker_id!r} (pid {self.pid})"
                 )
