@@ -15,7 +15,7 @@ from ._chat import (
     Usage,
 )
 from ._connection import Connection, ConnectionClosed, ConnectionState, Role
-from ._errors import ProtocolError
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._frame import FrameDecoder, FrameLimits, encode_frame
 from ._messages import (
     PROTOCOL_VERSION,
@@ -80,6 +80,7 @@ __all__ = [
     "FrameLimits",
     "Heartbeat",
     "Hello",
+    "LocalProtocolError",
     "Message",
     "ModelRequest",
     "ModelResult",
@@ -88,6 +89,7 @@ __all__ = [
     "OnUnsupported",
     "Progress",
     "ProtocolError",
+    "RemoteProtocolError",
     "ResourceLimits",
     "Response",
     "Role",

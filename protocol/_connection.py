@@ -9,7 +9,12 @@ Invariants:
   and only then may either side send anything else. Both check the other's
   protocol version and fail with both versions named.
 - Which message each role may send in each state is the table
-  ``_TRANSITIONS``; anything missing from it is a ``ProtocolError``.
+  ``_TRANSITIONS``; anything missing from it is a ``ProtocolError``: a
+  ``LocalProtocolError`` from ``send`` (our bug), a ``RemoteProtocolError``
+  from ``receive_data`` (the peer's). Once the peer closed its end (EOF),
+  ``send`` raises a ``RemoteProtocolError`` (the peer is gone, as when it
+  broke the protocol) and ``receive_data`` a ``LocalProtocolError`` (bytes
+  after the end of the stream can only be our mistake).
 - Every ``response``/``error``/``progress`` names a request the receiver
   sent and has not seen answered; every ``request`` id is fresh.
 - After any ``ProtocolError`` the connection is in ``ERROR`` and every later
@@ -26,7 +31,7 @@ from typing import Any, get_args
 import msgpack
 from pydantic import TypeAdapter, ValidationError
 
-from ._errors import ProtocolError
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._frame import FrameDecoder, FrameLimits, encode_frame, frame_body
 from ._messages import (
     PROTOCOL_VERSION,
@@ -197,10 +202,15 @@ class Connection:
 
     def send(self, message: Message) -> bytes:
         """Check that we may send ``message`` now and return its frame."""
-        self._raise_if_failed()
+        if self._error is not None:
+            raise self._error
+        if self._state is _CLOSED:
+            raise RemoteProtocolError(
+                f"connection is closed: the {self._peer.value} closed its end"
+            )
         try:
             if not isinstance(message, self._sendable):
-                raise ProtocolError(
+                raise LocalProtocolError(
                     f"{self.our_role.value} may not send {type(message).__name__}: "
                     "it belongs to the other direction"
                 )
@@ -223,7 +233,10 @@ class Connection:
 
     def receive_data(self, data: bytes) -> list[Message | ConnectionClosed]:
         """Feed bytes from the peer (``b""`` = EOF); return the messages they complete."""
-        self._raise_if_failed()
+        if self._error is not None:
+            raise self._error
+        if self._state is _CLOSED:
+            raise LocalProtocolError("connection is closed: data fed after the end of the stream")
         try:
             if not data:
                 return [self._close()]
@@ -234,19 +247,13 @@ class Connection:
 
     # -- internals --------------------------------------------------------------
 
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._state is _CLOSED:
-            raise ProtocolError("connection is closed")
-
     def _fail(self, exc: ProtocolError) -> None:
         self._error = exc
         self.state = ConnectionState.ERROR
 
     def _close(self) -> ConnectionClosed:
         if self._decoder.buffered:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"connection closed in the middle of a frame ({self._decoder.buffered} bytes)"
             )
         self.state = _CLOSED
@@ -254,12 +261,12 @@ class Connection:
 
     def _accept(self, raw: Any) -> Message:
         if not isinstance(raw, dict):
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"frame from {self._peer.value} is a {type(raw).__name__}, not a map"
             )
         kind = raw.get("type")
         if not isinstance(kind, str) or kind not in self._peer_types:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"message type {kind!r} is not part of the {self._peer.value}->"
                 f"{self.our_role.value} protocol"
             )
@@ -268,11 +275,16 @@ class Connection:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"][1:]) or "message"
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"invalid {kind!r} message from {self._peer.value}: {where}: {first['msg']}"
             ) from None
         self._apply(self._peer, message, self._peer_moves, self._theirs, self._ours)
         return message
+
+    def _violation(self, sender: Role, message: str, *, limit: str | None = None) -> ProtocolError:
+        """``sender`` broke the protocol: a local error if that is us, else a remote one."""
+        kind = LocalProtocolError if sender is self.our_role else RemoteProtocolError
+        return kind(message, limit=limit)
 
     def _apply(
         self,
@@ -285,8 +297,9 @@ class Connection:
         kind = message.type
         next_state = moves.get(kind)
         if next_state is None:
-            raise ProtocolError(
-                f"{sender.value} may not send {kind!r} while the connection is {self._state.value}"
+            raise self._violation(
+                sender,
+                f"{sender.value} may not send {kind!r} while the connection is {self._state.value}",
             )
         if isinstance(message, _ANSWERS):
             self._answered(sender, receivers_requests, message.id, kind).discard(message.id)
@@ -300,9 +313,10 @@ class Connection:
         elif isinstance(message, Welcome):
             self._check_version(sender, message.protocol_version)
             if message.worker_id != self.worker_id:
-                raise ProtocolError(
+                raise self._violation(
+                    sender,
                     f"welcome for worker {message.worker_id!r} answers the hello of "
-                    f"{self.worker_id!r}"
+                    f"{self.worker_id!r}",
                 )
         if next_state is not self._state:
             self.state = next_state
@@ -310,29 +324,31 @@ class Connection:
     def _check_version(self, sender: Role, version: int) -> None:
         if version != PROTOCOL_VERSION:
             theirs, ours = (version, PROTOCOL_VERSION)
-            raise ProtocolError(
+            raise self._violation(
+                sender,
                 f"protocol version mismatch: {sender.value} speaks version {theirs}, "
                 f"{sender.peer.value} speaks version {ours}; run the same subvisor "
-                "installation on both sides"
+                "installation on both sides",
             )
 
     def _open_request(self, sender: Role, pending: set[int], request_id: int) -> None:
         if request_id in pending:
-            raise ProtocolError(
-                f"{sender.value} reused request id {request_id} while it is pending"
+            raise self._violation(
+                sender, f"{sender.value} reused request id {request_id} while it is pending"
             )
         if len(pending) >= self.max_pending_requests:
-            raise ProtocolError(
+            raise self._violation(
+                sender,
                 f"{sender.value} has more than {self.max_pending_requests} pending requests",
                 limit="max_pending_requests",
             )
         pending.add(request_id)
 
-    @staticmethod
-    def _answered(sender: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
+    def _answered(self, sender: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
         if request_id not in pending:
-            raise ProtocolError(
+            raise self._violation(
+                sender,
                 f"{kind!r} for request id {request_id}, which {sender.peer.value} has no "
-                "pending request with"
+                "pending request with",
             )
         return pending

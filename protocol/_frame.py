@@ -5,8 +5,9 @@ Invariants:
   body is buffered, so a hostile peer cannot make us hold more than
   ``max_frame_size + 4`` bytes per connection.
 - A body must decode to exactly one msgpack object within the str/bin/array/
-  map length limits and the nesting limit; anything else is a ``ProtocolError``
-  naming the limit or the defect.
+  map length limits and the nesting limit; anything else is a
+  ``RemoteProtocolError`` naming the limit or the defect. What we would send
+  beyond a limit, or cannot encode, is a ``LocalProtocolError``.
 - After the first error the decoder is poisoned: every later call raises the
   same error. A byte stream that went wrong once has no trustworthy frame
   boundary any more.
@@ -21,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from ._errors import ProtocolError
+from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 __all__ = ["FrameDecoder", "FrameLimits", "encode_frame", "frame_body"]
 
@@ -66,7 +67,7 @@ def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
     try:
         body: bytes = msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ProtocolError(f"cannot encode frame: {exc}") from exc
+        raise LocalProtocolError(f"cannot encode frame: {exc}") from exc
     return frame_body(obj, body, limits or _DEFAULT_LIMITS)
 
 
@@ -76,17 +77,26 @@ def frame_body(obj: Any, body: bytes, limits: FrameLimits) -> bytes:
     if size > limits.smallest_len or (
         size > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting)
     ):
-        _check_object(obj, limits, encoded_size=size)
+        _check_object(obj, limits, LocalProtocolError, encoded_size=size)
     if size > limits.max_frame_size:
-        raise ProtocolError(
+        raise LocalProtocolError(
             f"frame of {size} bytes exceeds max_frame_size ({limits.max_frame_size})",
             limit="max_frame_size",
         )
     return _HEADER.pack(size) + body
 
 
-def _check_object(obj: Any, limits: FrameLimits, *, encoded_size: int | None = None) -> None:
+def _check_object(
+    obj: Any,
+    limits: FrameLimits,
+    error: type[ProtocolError],
+    *,
+    encoded_size: int | None = None,
+) -> None:
     """Check an object's nesting and, before encoding, its container and string sizes.
+
+    ``error`` is what a violation raises: local for what we send, remote for
+    what we received.
 
     Iterative (a deep frame must not hit Python's recursion limit) and as
     cheap as the body allows: a str, bin or array can be no longer than the
@@ -107,33 +117,31 @@ def _check_object(obj: Any, limits: FrameLimits, *, encoded_size: int | None = N
         item, depth = stack.pop()
         if isinstance(item, dict):
             if check_map and len(item) > limits.max_map_len:
-                raise _length_error("map", len(item), limits.max_map_len)
+                raise _length_error(error, "map", len(item), limits.max_map_len)
             children: Any = (*item.keys(), *item.values()) if check_scalars else item.values()
         elif isinstance(item, list | tuple):
             if check_array and len(item) > limits.max_array_len:
-                raise _length_error("array", len(item), limits.max_array_len)
+                raise _length_error(error, "array", len(item), limits.max_array_len)
             children = item
         else:
             if check_str and isinstance(item, str):
                 if len(item.encode("utf-8", "surrogatepass")) > limits.max_str_len:
-                    raise _length_error("str", len(item), limits.max_str_len)
+                    raise _length_error(error, "str", len(item), limits.max_str_len)
             elif (
                 check_bin and isinstance(item, bytes | bytearray) and len(item) > limits.max_bin_len
             ):
-                raise _length_error("bin", len(item), limits.max_bin_len)
+                raise _length_error(error, "bin", len(item), limits.max_bin_len)
             continue
         depth += 1
         if depth > max_nesting:
-            raise ProtocolError(
-                f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting"
-            )
+            raise error(f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting")
         for child in children:
             if check_scalars or isinstance(child, dict | list | tuple):
                 stack.append((child, depth))
 
 
-def _length_error(kind: str, size: int, limit: int) -> ProtocolError:
-    return ProtocolError(
+def _length_error(error: type[ProtocolError], kind: str, size: int, limit: int) -> ProtocolError:
+    return error(
         f"{kind} of length {size} exceeds max_{kind}_len ({limit})", limit=f"max_{kind}_len"
     )
 
@@ -181,7 +189,7 @@ class FrameDecoder:
         while available - pos >= _HEADER.size:
             (size,) = _HEADER.unpack_from(data, pos)
             if size > max_size:
-                raise ProtocolError(
+                raise RemoteProtocolError(
                     f"frame of {size} bytes exceeds max_frame_size ({max_size})",
                     limit="max_frame_size",
                 )
@@ -195,7 +203,7 @@ class FrameDecoder:
     def _decode_body(self, body: bytes) -> Any:
         limits = self.limits
         if not body:
-            raise ProtocolError("empty frame body")
+            raise RemoteProtocolError("empty frame body")
         try:
             obj = msgpack.unpackb(
                 body,
@@ -209,10 +217,10 @@ class FrameDecoder:
                 max_ext_len=0,
             )
         except msgpack.ExtraData as exc:
-            raise ProtocolError("frame body holds more than one msgpack object") from exc
+            raise RemoteProtocolError("frame body holds more than one msgpack object") from exc
         except msgpack.StackError as exc:
             # Deeper than msgpack's own unpack stack: far beyond ours too.
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"frame nesting exceeds max_nesting ({limits.max_nesting})", limit="max_nesting"
             ) from exc
         except Exception as exc:
@@ -220,7 +228,7 @@ class FrameDecoder:
             # and malformed input with several other exception types.
             match = _MSGPACK_LIMIT.search(str(exc))
             limit = match.group(0) if match else None
-            raise ProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
+            raise RemoteProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
         if len(body) > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting):
-            _check_object(obj, limits)
+            _check_object(obj, limits, RemoteProtocolError)
         return obj

@@ -3,6 +3,8 @@
 They travel as one msgpack datagram each over a ``SOCK_SEQPACKET`` Unix socket
 pair, so no framing is needed; file descriptors ride along as ``SCM_RIGHTS``
 ancillary data (a worker's two pipe ends, from the supervisor to the zygote).
+What we cannot encode is a ``LocalProtocolError``; a datagram we cannot read
+is a ``RemoteProtocolError``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ._errors import ProtocolError
+from ._errors import LocalProtocolError, RemoteProtocolError
 from ._messages import ResourceLimits
 from ._sandbox import SandboxPolicy
 
@@ -94,9 +96,9 @@ def encode_control(message: BaseModel) -> bytes:
     try:
         data: bytes = msgpack.packb(message.model_dump(mode="python"), use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ProtocolError(f"cannot encode control datagram: {exc}") from exc
+        raise LocalProtocolError(f"cannot encode control datagram: {exc}") from exc
     if len(data) > MAX_CONTROL_DATAGRAM:
-        raise ProtocolError(
+        raise LocalProtocolError(
             f"control datagram of {len(data)} bytes exceeds {MAX_CONTROL_DATAGRAM}",
             limit="max_control_datagram",
         )
@@ -105,11 +107,11 @@ def encode_control(message: BaseModel) -> bytes:
 
 def _decode(data: bytes) -> Any:
     if not data:
-        raise ProtocolError("empty control datagram")
+        raise RemoteProtocolError("empty control datagram")
     try:
         return msgpack.unpackb(data, raw=False, max_ext_len=0)
     except Exception as exc:
-        raise ProtocolError(f"undecodable control datagram: {exc}") from exc
+        raise RemoteProtocolError(f"undecodable control datagram: {exc}") from exc
 
 
 def decode_zygote_report(data: bytes) -> ZygoteReport:
@@ -117,7 +119,7 @@ def decode_zygote_report(data: bytes) -> ZygoteReport:
     try:
         return _report_adapter.validate_python(_decode(data))
     except ValidationError as exc:
-        raise ProtocolError(f"invalid zygote report: {exc.errors()[0]['msg']}") from None
+        raise RemoteProtocolError(f"invalid zygote report: {exc.errors()[0]['msg']}") from None
 
 
 def decode_spawn_request(data: bytes) -> SpawnWorker:
@@ -125,4 +127,4 @@ def decode_spawn_request(data: bytes) -> SpawnWorker:
     try:
         return SpawnWorker.model_validate(_decode(data))
     except ValidationError as exc:
-        raise ProtocolError(f"invalid spawn request: {exc.errors()[0]['msg']}") from None
+        raise RemoteProtocolError(f"invalid spawn request: {exc.errors()[0]['msg']}") from None

@@ -15,7 +15,7 @@ from .kernel import (
     FleetExhaustedError,
     NestedSupervisorError,
     RequestHandler,
-    RequestRefused,
+    RequestRefusedError,
     SpawnError,
     SpawnMode,
     SubvisorError,
@@ -28,6 +28,9 @@ from .kernel import (
     WorkerRequestError,
 )
 
+#: The old name, kept for code written before every exception's name ended in ``Error``.
+RequestRefused = RequestRefusedError
+
 __all__ = [
     "AgentTool",
     "EventBudgetLimits",
@@ -37,6 +40,7 @@ __all__ = [
     "NestedSupervisorError",
     "RequestHandler",
     "RequestRefused",
+    "RequestRefusedError",
     "RootSession",
     "SpawnError",
     "SpawnMode",

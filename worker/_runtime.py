@@ -27,7 +27,7 @@ from protocol import (
     Heartbeat,
     Hello,
     Progress,
-    ProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     Response,
     SandboxPolicy,
@@ -114,7 +114,7 @@ class _Session:
                 elif isinstance(message, _FOR_OUR_REQUESTS):
                     link.deliver(message)
                 elif not isinstance(message, Welcome):
-                    raise ProtocolError(f"unexpected {message.type!r} from supervisor")
+                    raise RemoteProtocolError(f"unexpected {message.type!r} from supervisor")
 
     def _pass_reading_on(self, nursery: trio.Nursery) -> None:
         if self._idle:
@@ -323,7 +323,9 @@ def _exit_code_for(exc: BaseException, worker_id: str) -> int:
         # The supervisor closed our pipe while we were writing: it is gone.
         return EXIT_OK
     for leaf in leaves:
-        if isinstance(leaf, ProtocolError):
+        # The supervisor's violation, in one line. Ours (a LocalProtocolError) is a bug:
+        # its traceback follows.
+        if isinstance(leaf, RemoteProtocolError):
             print(f"subvisor worker {worker_id}: protocol error: {leaf}", file=sys.stderr)
             return EXIT_PROTOCOL_ERROR
     traceback.print_exception(exc)

@@ -46,7 +46,7 @@ from protocol import (
     MAX_CONTROL_DATAGRAM,
     WORKER_PROCESS_NAME,
     ZYGOTE_PROCESS_NAME,
-    ProtocolError,
+    RemoteProtocolError,
     SpawnFailed,
     SpawnWorker,
     WorkerExited,
@@ -122,8 +122,8 @@ class Zygote:
         try:
             request = decode_spawn_request(data)
             if len(fds) != 2:
-                raise ProtocolError(f"spawn request carried {len(fds)} fds, expected 2")
-        except ProtocolError as exc:
+                raise RemoteProtocolError(f"spawn request carried {len(fds)} fds, expected 2")
+        except RemoteProtocolError as exc:
             for fd in fds:
                 os.close(fd)
             self.report(SpawnFailed(worker_id="?", error=str(exc)))

@@ -56,6 +56,7 @@ from ..delegation._lifecycle import LIFECYCLE_EVENTS
 from ..delegation._root import RootSession, root_usage
 from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
+from ..kernel import SubvisorError
 from ..state._store import MAX_PAGE_SIZE, SessionRow
 from ..state._task_record import TaskRecord, TaskUsage
 from ..state._tasks import TaskError
@@ -92,7 +93,7 @@ _LOGGED_REFUSALS = 20
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
 
 
-class ControlRequestError(ValueError):
+class ControlRequestError(SubvisorError, ValueError):
     """A request the channel cannot answer; the message says what to send instead.
 
     ``code`` tells clients the kind: ``bad_request``, ``unknown_op``,

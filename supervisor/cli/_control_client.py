@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..kernel import SubvisorError
 from ._control_channel import ControlOp, LiveSession, read_address_file, socket_address
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 _MAX_REPLY_BYTES = 64 * 1024 * 1024
 
 
-class ControlError(Exception):
+class ControlError(SubvisorError):
     """The session answered ``ok: false``; the message is its error, ``code`` its kind."""
 
     def __init__(self, message: str, code: str = "error") -> None:

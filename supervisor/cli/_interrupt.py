@@ -27,7 +27,7 @@ import trio
 
 from ..kernel import SubvisorError
 
-__all__ = ["INTERRUPT_SIGNALS", "Interruption", "RunInterrupted", "interruptible"]
+__all__ = ["INTERRUPT_SIGNALS", "Interruption", "RunInterruptedError", "interruptible"]
 
 #: The signals that stop a command gracefully.
 INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -78,7 +78,7 @@ class Interruption:
                 self.requested.set()
 
 
-class RunInterrupted(SubvisorError):
+class RunInterruptedError(SubvisorError):
     """A command was stopped by SIGINT or SIGTERM; ``exit_code`` is what it exits with."""
 
     def __init__(self, interruption: Interruption) -> None:

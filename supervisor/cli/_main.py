@@ -308,7 +308,7 @@ def _stress(args: argparse.Namespace) -> int:
     import json
 
     from ..kernel import find_exception
-    from ._interrupt import RunInterrupted
+    from ._interrupt import RunInterruptedError
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
 
@@ -341,8 +341,8 @@ def _stress(args: argparse.Namespace) -> int:
         with progress_bar(errors) if live else contextlib.nullcontext() as on_progress:
             result = run_stress(options, on_progress)
     except BaseException as exc:
-        interrupted = find_exception(exc, RunInterrupted)
-        if not isinstance(interrupted, RunInterrupted):
+        interrupted = find_exception(exc, RunInterruptedError)
+        if not isinstance(interrupted, RunInterruptedError):
             raise
         errors.print(f"[yellow]{escape(str(interrupted))}: every subagent was stopped[/]")
         return interrupted.exit_code

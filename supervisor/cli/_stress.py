@@ -39,7 +39,7 @@ from ..files._untrusted_yaml import dump_yaml
 from ..state._paths import subvisor_home
 from ..state._task_record import TaskRecord
 from ._control import serve_control
-from ._interrupt import RunInterrupted, interruptible
+from ._interrupt import RunInterruptedError, interruptible
 
 __all__ = [
     "FAULTS",
@@ -283,7 +283,7 @@ async def _drive(
             nursery.cancel_scope.cancel()
         if interruption.signum is not None:
             host.store.set_session_status(root.session_id, "interrupted", interruption.reason)
-            raise RunInterrupted(interruption)
+            raise RunInterruptedError(interruption)
         wall = time.monotonic() - clocks["monotonic"]
         if on_progress is not None:
             on_progress(_progress(host, expected))

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..kernel import SubvisorError
 from ._stress import AgentTiming, StressResult
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ _RASTER_LANES = 400
 _LABELLED_LANES = 40
 
 
-class ReportExtraMissingError(ImportError):
+class ReportExtraMissingError(SubvisorError, ImportError):
     """matplotlib (the ``report`` extra) is not installed."""
 
 

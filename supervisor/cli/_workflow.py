@@ -23,12 +23,12 @@ from ..workflow import (
     AskRecord,
     RunRecord,
     WorkflowError,
-    WorkflowFailed,
+    WorkflowFailedError,
     WorkflowJournal,
     run_workflow,
 )
 from ..workflow._typed import dump_value
-from ._interrupt import RunInterrupted, interruptible
+from ._interrupt import RunInterruptedError, interruptible
 from ._run import wide_console
 
 __all__ = ["WorkflowRunRequest", "run_report", "workflow_run_command", "workflow_show_command"]
@@ -86,7 +86,7 @@ async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | Non
                 )
                 nursery.cancel_scope.cancel()
             if interruption.signum is not None:
-                raise RunInterrupted(interruption)
+                raise RunInterruptedError(interruption)
     return outcome.run_id, outcome.value
 
 
@@ -99,15 +99,15 @@ def workflow_run_command(request: WorkflowRunRequest) -> int:
     try:
         run_id, value = trio.run(_run, request, console)
     except BaseException as exc:
-        interrupted = find_exception(exc, RunInterrupted)
-        if isinstance(interrupted, RunInterrupted):
+        interrupted = find_exception(exc, RunInterruptedError)
+        if isinstance(interrupted, RunInterruptedError):
             errors.print("[yellow]interrupted: every actor's worker was stopped[/]")
             return interrupted.exit_code
         if find_exception(exc, KeyboardInterrupt) is not None:
             errors.print("[yellow]interrupted: every actor's worker was stopped[/]")
             return 130
-        failed = find_exception(exc, WorkflowFailed)
-        if isinstance(failed, WorkflowFailed):
+        failed = find_exception(exc, WorkflowFailedError)
+        if isinstance(failed, WorkflowFailedError):
             run_id, value, code = failed.run_id, None, 1
             errors.print(f"[red]{escape(str(failed))}[/]", highlight=False)
         else:

@@ -29,7 +29,7 @@ from ..policy._sandbox import choose_sandbox
 from ..profiles._agent_memory import apply_memory, memory_dir
 from ..profiles._profile import AgentProfile
 from ..profiles._profile_catalog import ProfileCatalog
-from ..providers import ModelError, ModelGateway, parse_model_string
+from ..providers import ModelGateway, parse_model_string
 from ..state._store import SessionStore
 from ..state._tasks import TaskRegistry
 from ._agent_tool_schema import (
@@ -171,7 +171,8 @@ class AgentTool:
             return ToolOutput(f"Error: invalid {AGENT_TOOL_NAME} input: {problems}", is_error=True)
         try:
             launch = self._plan(request, tool_use_id, model)
-        except (SubvisorError, ModelError, ValueError) as exc:
+        except (SubvisorError, ValueError) as exc:
+            # ValueError: a bad value outside the tree (a profile name that makes no memory dir).
             return ToolOutput(f"Error: {exc}", is_error=True)
         run = self._host.start(launch, ticket=ticket)
         if launch.background:

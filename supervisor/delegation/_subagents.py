@@ -42,7 +42,7 @@ from worker.tools import LocalToolSet
 
 from ..kernel import (
     EventBudget,
-    EventBudgetExceeded,
+    EventBudgetExceededError,
     SubvisorError,
     Supervisor,
     WorkerExitedError,
@@ -425,7 +425,7 @@ class SubagentRun:
                 for event in batch:
                     try:
                         self._record_event(event, handle.budget)
-                    except EventBudgetExceeded:
+                    except EventBudgetExceededError:
                         break  # what was recorded before it stays
 
     def _record_event(self, event: Event, budget: EventBudget) -> None:

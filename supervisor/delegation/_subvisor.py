@@ -24,9 +24,9 @@ from protocol import ModelRequest, WorkerRequest
 
 from ..kernel import (
     EventBudget,
-    EventBudgetExceeded,
+    EventBudgetExceededError,
     RequestHandler,
-    RequestRefused,
+    RequestRefusedError,
     Supervisor,
     SupervisorConfig,
     WireTap,
@@ -256,9 +256,9 @@ class Subvisor:
                 # S-SEC-8: each of these records or queues something for the worker.
                 handle.budget.charge(events=1)
             return await self._route_worker_request(handle, request)
-        except EventBudgetExceeded as exc:
+        except EventBudgetExceededError as exc:
             # The worker's handle stops it; until then it is told why.
-            raise RequestRefused("event_budget", str(exc)) from None
+            raise RequestRefusedError("event_budget", str(exc)) from None
 
     async def _route_worker_request(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
         server = self._worker_servers.get(handle.worker_id)
@@ -274,7 +274,7 @@ class Subvisor:
             return await default_request_handler(handle, request)
         run = self._by_worker.get(handle.worker_id)
         if run is None:
-            raise RequestRefused(
+            raise RequestRefusedError(
                 "no_task", f"this worker runs no subagent; {request.method} refused"
             )
         if request.method == "permission.check":
@@ -288,7 +288,7 @@ class Subvisor:
         try:
             asked = ModelRequest.model_validate(request.params)
         except ValidationError as exc:
-            raise RequestRefused("bad_request", f"invalid model request: {exc}") from None
+            raise RequestRefusedError("bad_request", f"invalid model request: {exc}") from None
         # The worker is untrusted: the model, the scenario keys and the call
         # index are the supervisor's, whatever the worker put there.
         call = asked.model_copy(
@@ -302,22 +302,24 @@ class Subvisor:
         try:
             result = await self.gateway.call(call)
         except ModelError as exc:
-            raise RequestRefused("model_error", str(exc)) from None
+            raise RequestRefusedError("model_error", str(exc)) from None
         run.count_model_call(result.usage)
         return result.model_dump(mode="python")
 
     async def _call_mcp(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict):
-            raise RequestRefused("bad_request", "mcp.call_tool needs a tool name and arguments")
+            raise RequestRefusedError(
+                "bad_request", "mcp.call_tool needs a tool name and arguments"
+            )
         if name not in {spec.name for spec in run.launch.mcp_tools}:
-            raise RequestRefused("not_lent", f"{name} was not lent to this subagent")
+            raise RequestRefusedError("not_lent", f"{name} was not lent to this subagent")
         session = run.launch.child_session_id
         budget = run.handle.budget if run.handle is not None else None
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             # Progress notifications of the parent's session become the child's events.
-            with contextlib.suppress(EventBudgetExceeded):  # its worker is being stopped
+            with contextlib.suppress(EventBudgetExceededError):  # its worker is being stopped
                 self.store.append_event(
                     session,
                     "mcp.progress",
@@ -335,7 +337,7 @@ class Subvisor:
         # between steps of its running turn, or a new turn when it is idle.
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise RequestRefused("bad_request", "coordinator.message needs a non-empty text")
+            raise RequestRefusedError("bad_request", "coordinator.message needs a non-empty text")
         # The text waits in memory, then joins the parent's transcript (S-SEC-8).
         budget.charge(size=text_size(text))
         queue = self.command_queue(run.launch.parent_session_id)
@@ -345,7 +347,9 @@ class Subvisor:
     async def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
         tool, tool_input = params.get("tool"), params.get("input")
         if not isinstance(tool, str) or not isinstance(tool_input, dict):
-            raise RequestRefused("bad_request", "permission.check needs a tool name and its input")
+            raise RequestRefusedError(
+                "bad_request", "permission.check needs a tool name and its input"
+            )
         decision = await self.authorize_call(run, tool, tool_input, run.requester)
         return {"allowed": decision.action == "allow", "reason": decision.reason}
 

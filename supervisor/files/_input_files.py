@@ -17,6 +17,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from .._errors import SubvisorError
+
 __all__ = ["FileTooLargeError", "NotARegularFileError", "open_regular_file", "read_regular_file"]
 
 _KINDS = (
@@ -28,11 +30,11 @@ _KINDS = (
 )
 
 
-class NotARegularFileError(OSError):
+class NotARegularFileError(SubvisorError, OSError):
     """The path names a directory, a FIFO, a device or a socket, not a file to read."""
 
 
-class FileTooLargeError(OSError):
+class FileTooLargeError(SubvisorError, OSError):
     """The file is larger than its reader accepts."""
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from .._errors import SubvisorError
+
 __all__ = [
     "FAST_LOADER",
     "RefusedYamlError",
@@ -36,7 +38,7 @@ __all__ = [
 FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class RefusedYamlError(yaml.MarkedYAMLError):
+class RefusedYamlError(SubvisorError, yaml.MarkedYAMLError):
     """The document uses an alias or a lone surrogate; ``problem_mark`` is where."""
 
 

@@ -12,7 +12,7 @@ private modules. It imports ``protocol``, ``worker`` (to run a worker in
 process and to fork the zygote) and ``supervisor.files``, nothing above.
 """
 
-from ._budget import EventBudget, EventBudgetExceeded, EventBudgetLimits, text_size
+from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits, text_size
 from ._errors import (
     FleetCapacityError,
     FleetExhaustedError,
@@ -25,7 +25,7 @@ from ._errors import (
     validation_problems,
 )
 from ._exit import ExitKind, WorkerExit
-from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import reap_child
 from ._supervisor import Supervisor, default_request_handler
@@ -35,14 +35,14 @@ from ._worker_tree import in_worker_tree, refuse_inside_worker_tree, worker_tree
 __all__ = [
     "LANDLOCK_ABI_MAX_ENV",
     "EventBudget",
-    "EventBudgetExceeded",
+    "EventBudgetExceededError",
     "EventBudgetLimits",
     "ExitKind",
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
     "RequestHandler",
-    "RequestRefused",
+    "RequestRefusedError",
     "SpawnError",
     "SpawnMode",
     "SubvisorError",

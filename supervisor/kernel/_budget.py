@@ -12,7 +12,7 @@ Each worker's handle holds one budget, with two limits:
   requests raise, the messages it queues for its coordinator).
 
 The first charge past either limit exhausts the budget: that charge raises
-``EventBudgetExceeded`` and so does every later one, so nothing more is
+``EventBudgetExceededError`` and so does every later one, so nothing more is
 recorded for the worker, and ``exhausted`` is set, on which its handle stops
 it with ``reason`` as its exit.
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._errors import SubvisorError
 
-__all__ = ["EventBudget", "EventBudgetExceeded", "EventBudgetLimits", "text_size"]
+__all__ = ["EventBudget", "EventBudgetExceededError", "EventBudgetLimits", "text_size"]
 
 _MB = 1024 * 1024
 
@@ -55,7 +55,7 @@ class EventBudgetLimits(BaseModel):
         return f"{self.max_events} events / {self.max_event_mb:g} MB"
 
 
-class EventBudgetExceeded(SubvisorError):
+class EventBudgetExceededError(SubvisorError):
     """A worker's event budget is spent: nothing more is recorded for it."""
 
 
@@ -73,7 +73,7 @@ class EventBudget:
         self._max_bytes = int(self.limits.max_event_mb * _MB)
 
     def charge(self, *, events: int = 0, size: int = 0) -> None:
-        """Count ``events`` and ``size`` bytes; raise ``EventBudgetExceeded`` past a limit.
+        """Count ``events`` and ``size`` bytes; raise ``EventBudgetExceededError`` past a limit.
 
         The charge that goes past a limit is refused as well: its caller
         must not record what it was for.
@@ -88,7 +88,7 @@ class EventBudget:
                 " ([event_budget] in config.toml allows more)"
             )
             self.exhausted.set()
-        raise EventBudgetExceeded(self.reason)
+        raise EventBudgetExceededError(self.reason)
 
 
 def text_size(text: str) -> int:

@@ -1,9 +1,13 @@
-"""Exceptions the supervisor raises; each message says what happened and what to do."""
+"""The kernel's exceptions; each message says what happened and what to do.
+
+``SubvisorError``, their root, lives in ``supervisor._errors`` (which draws the whole tree).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._errors import SubvisorError
 from ._exit import WorkerExit
 
 if TYPE_CHECKING:
@@ -20,10 +24,6 @@ __all__ = [
     "find_exception",
     "validation_problems",
 ]
-
-
-class SubvisorError(Exception):
-    """Base class of every error subvisor raises on purpose."""
 
 
 class SpawnError(SubvisorError):

@@ -17,6 +17,12 @@ status, EOF, a protocol violation, a cap, a watchdog) only contributes to
 the single ``WorkerExit`` built in ``_finish``; the first *reason* to kill it
 wins, so a worker killed for its memory cap is reported as such and not as
 "killed by SIGKILL".
+
+A protocol violation is the worker's only when its frames broke the protocol
+(``RemoteProtocolError``). A ``LocalProtocolError`` is ours (an answer that
+cannot be framed, a message out of turn): it is never taken for a dead
+worker; it ends this worker's supervision, the worker with it, and reaches
+the fleet's log.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from protocol import (
     Cancel,
     Connection,
     ConnectionClosed,
+    ConnectionState,
     ErrorReply,
     Event,
     FrameLimits,
@@ -42,7 +49,7 @@ from protocol import (
     Hello,
     Message,
     Progress,
-    ProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     Response,
     Role,
@@ -54,14 +61,14 @@ from protocol import (
 )
 from worker import Outcome, PipeStream
 
-from ._budget import EventBudget, EventBudgetExceeded, EventBudgetLimits
+from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
 from ._spawner import SpawnedProcess
 from ._tree_caps import TreeUsage, breach
 
-__all__ = ["RequestHandler", "RequestRefused", "WireTap", "WorkerHandle"]
+__all__ = ["RequestHandler", "RequestRefusedError", "WireTap", "WorkerHandle"]
 
 _READ_SIZE = 256 * 1024
 _EOF_AFTER_EXIT_S = 1.0
@@ -70,7 +77,7 @@ ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 _ANSWERS = (Response, ErrorReply)
 
 
-class RequestRefused(SubvisorError):
+class RequestRefusedError(SubvisorError):
     """Raised by a request handler to answer a worker's request with an error."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -83,6 +90,13 @@ RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[Any]]
 #: Sees every frame the supervisor sends to a worker (debugging, and tests
 #: proving what never crosses the boundary).
 WireTap = Callable[[str, bytes], None]
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception inside ``exc``'s groups (``exc`` itself if it is no group)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
@@ -237,8 +251,11 @@ class WorkerHandle:
 
     async def shutdown(self, grace_s: float = 5.0) -> WorkerExit:
         """Ask the worker to exit; kill it if it has not within ``grace_s``."""
-        if self.alive:
+        if self.alive and self._connection.state is ConnectionState.OPEN:
+            # Else it was asked already (closing), or there is no one to ask (before the
+            # handshake, or after the connection ended): it ends within the grace, or is killed.
             await self._send_quietly(Shutdown(reason="supervisor asked the worker to stop"))
+        if self.alive:
             with trio.move_on_after(grace_s):
                 await self._process.reaped.wait()
             if not self._process.reaped.is_set():
@@ -306,6 +323,15 @@ class WorkerHandle:
                 with trio.move_on_after(_EOF_AFTER_EXIT_S):
                     await self._eof.wait()
                 nursery.cancel_scope.cancel()
+        except Exception as exc:
+            # A bug of ours (a LocalProtocolError, say) ends the worker, named as the
+            # cause: the worker must not outlive its supervision, nor be blamed. The
+            # error propagates to whoever logs it.
+            with trio.CancelScope(shield=True):
+                cause = _innermost(exc)
+                reason = f"killed: the supervisor failed: {type(cause).__name__}: {cause}"
+                await self.terminate(ExitKind.KILLED, reason, grace=0)
+            raise
         finally:
             with trio.CancelScope(shield=True):
                 await self._finish(release)
@@ -407,7 +433,9 @@ class WorkerHandle:
                         return
                     self.last_activity = now
                     await self._dispatch(message, nursery)
-        except ProtocolError as exc:
+        except RemoteProtocolError as exc:
+            # Only the worker's violations: a LocalProtocolError (ours, re-raised by the
+            # connection it poisoned) propagates, and ``supervise`` stops the worker for it.
             nursery.start_soon(
                 self.terminate, ExitKind.PROTOCOL_VIOLATION, f"protocol violation: {exc}"
             )
@@ -423,7 +451,7 @@ class WorkerHandle:
         if isinstance(message, Event):
             try:
                 self.budget.charge(events=1)
-            except EventBudgetExceeded:
+            except EventBudgetExceededError:
                 return  # the worker is being stopped for it; nothing more is kept
             try:
                 self._events_in.send_nowait(message)
@@ -442,11 +470,11 @@ class WorkerHandle:
         elif isinstance(message, Heartbeat):
             answered = self._heartbeats.get(message.seq)
             if answered is None:
-                raise ProtocolError(f"heartbeat {message.seq} answers no ping")
+                raise RemoteProtocolError(f"heartbeat {message.seq} answers no ping")
             answered.set()
         elif isinstance(message, Hello):
             if message.worker_id != self.worker_id or message.pid != self.pid:
-                raise ProtocolError(
+                raise RemoteProtocolError(
                     f"hello from worker {message.worker_id!r} (pid {message.pid}) on the pipe "
                     f"of {self.worker_id!r} (pid {self.pid})"
                 )
@@ -460,7 +488,7 @@ class WorkerHandle:
         try:
             result = await self._request_handler(self, request)
             reply = Response(id=request.id, result=result)
-        except RequestRefused as exc:
+        except RequestRefusedError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
         except Exception as exc:
             reply = ErrorReply(
@@ -478,9 +506,14 @@ class WorkerHandle:
         await self._pipe.send_all(frame)
 
     async def _send_quietly(self, message: Message) -> None:
-        """Send, ignoring a worker that is already gone (its exit explains it)."""
+        """Send, ignoring a worker that is already gone (its exit explains it).
+
+        Gone: its pipe broke or closed, or its connection raises a
+        ``RemoteProtocolError`` (it closed its end, or broke the protocol). A
+        ``LocalProtocolError`` is our own bug and propagates.
+        """
         with contextlib.suppress(
-            trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError
+            trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError
         ):
             await self._send(message)
 

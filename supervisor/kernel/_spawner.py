@@ -23,7 +23,7 @@ import trio
 
 from protocol import (
     MAX_CONTROL_DATAGRAM,
-    ProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     SandboxPolicy,
     SpawnFailed,
@@ -303,7 +303,7 @@ class ZygoteSpawner:
             while True:
                 try:
                     report = await self._receive_report(control)
-                except (OSError, ProtocolError):
+                except (OSError, RemoteProtocolError):
                     report = None
                 if report is None:
                     break

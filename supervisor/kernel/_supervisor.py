@@ -20,7 +20,7 @@ from worker._privileges import set_dumpable
 from ._cgroups import CgroupTree
 from ._environment import new_tree_id, worker_environment
 from ._errors import FleetCapacityError, FleetExhaustedError, SpawnError, SubvisorError
-from ._handle import RequestHandler, RequestRefused, WireTap, WorkerHandle
+from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._sandbox_support import (
     SandboxUnsupportedError,
     landlock_abi_max_from_env,
@@ -44,7 +44,7 @@ async def default_request_handler(handle: WorkerHandle, request: WorkerRequest) 
     """Answer the requests every supervisor understands."""
     if request.method == "supervisor.echo":
         return request.params.get("value")
-    raise RequestRefused("unsupported", f"this supervisor does not serve {request.method!r}")
+    raise RequestRefusedError("unsupported", f"this supervisor does not serve {request.method!r}")
 
 
 def _raise_open_files_limit() -> None:

@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..kernel import SubvisorError
+
 __all__ = [
     "MAX_COMMANDS",
     "MAX_NESTING",
@@ -63,7 +65,7 @@ MAX_TEXT: Final = 1 << 20
 MAX_COMMANDS: Final = 4096
 
 
-class CommandTooComplexError(ValueError):
+class CommandTooComplexError(SubvisorError, ValueError):
     """A command line nests or expands beyond what the lexer checks; the message says how far."""
 
 

@@ -6,6 +6,8 @@ what the gateway needs to decide on a retry (``retryable``, ``retry_after``).
 
 from __future__ import annotations
 
+from .._errors import SubvisorError
+
 __all__ = [
     "ModelAuthError",
     "ModelBadRequestError",
@@ -21,7 +23,7 @@ __all__ = [
 ]
 
 
-class ModelError(Exception):
+class ModelError(SubvisorError):
     """Base class of every error raised by ``supervisor.providers``."""
 
 

@@ -404,7 +404,7 @@ class SessionStore:
         """Append a message to a session's transcript; returns its ``seq``.
 
         With a ``budget`` (the worker it comes from) its size is charged
-        first, and an ``EventBudgetExceeded`` leaves the transcript as it was.
+        first, and an ``EventBudgetExceededError`` leaves the transcript as it was.
         """
         text = message.model_dump_json()
         if budget is not None:
@@ -429,7 +429,7 @@ class SessionStore:
         """Append an event to a session; ``data`` must be JSON-serializable. Returns its ``seq``.
 
         With a ``budget`` (the worker it comes from) its size is charged
-        first, and an ``EventBudgetExceeded`` leaves the events as they were.
+        first, and an ``EventBudgetExceededError`` leaves the events as they were.
         """
         text = json.dumps(data, separators=(",", ":"))
         if budget is not None:

@@ -34,26 +34,36 @@ from ._engine import (
     workflow,
 )
 from ._errors import (
-    ActorAnswerInvalid,
-    ActorAskFailed,
-    ActorCrashed,
-    DuplicateActorName,
+    ActorAnswerInvalidError,
+    ActorAskFailedError,
+    ActorCrashedError,
+    DuplicateActorNameError,
     WorkflowActorPinnedModelError,
     WorkflowError,
-    WorkflowFailed,
+    WorkflowFailedError,
     WorkflowScriptError,
 )
 from ._journal import ActorRecord, AskRecord, AskSource, RunRecord, RunStatus, WorkflowJournal
 from ._model import ActorModel, ModelSource, resolve_actor_model
 from ._sites import ActorSite, analyse_script
 
+# The old names, kept for scripts written before every exception's name ended in ``Error``.
+ActorAnswerInvalid = ActorAnswerInvalidError
+ActorAskFailed = ActorAskFailedError
+ActorCrashed = ActorCrashedError
+DuplicateActorName = DuplicateActorNameError
+WorkflowFailed = WorkflowFailedError
+
 __all__ = [
     "ACTOR_DISALLOWED_TOOLS",
     "ACTOR_IDENTITY",
     "Actor",
     "ActorAnswerInvalid",
+    "ActorAnswerInvalidError",
     "ActorAskFailed",
+    "ActorAskFailedError",
     "ActorCrashed",
+    "ActorCrashedError",
     "ActorDefinition",
     "ActorModel",
     "ActorRecord",
@@ -61,6 +71,7 @@ __all__ = [
     "AskRecord",
     "AskSource",
     "DuplicateActorName",
+    "DuplicateActorNameError",
     "ModelSource",
     "RunRecord",
     "RunStatus",
@@ -69,6 +80,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowError",
     "WorkflowFailed",
+    "WorkflowFailedError",
     "WorkflowJournal",
     "WorkflowOutcome",
     "WorkflowScriptError",

@@ -45,7 +45,7 @@ from worker.tools import LocalToolSet, resolve_tool_name
 
 from ..delegation._subvisor import Subvisor
 from ..kernel import (
-    RequestRefused,
+    RequestRefusedError,
     SubvisorError,
     WorkerExitedError,
     WorkerHandle,
@@ -55,7 +55,7 @@ from ..kernel import (
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._policy import ToolPolicy
 from ..providers import ModelError
-from ._errors import ActorAnswerInvalid, ActorAskFailed, ActorCrashed, WorkflowError
+from ._errors import ActorAnswerInvalidError, ActorAskFailedError, ActorCrashedError, WorkflowError
 from ._journal import AskRecord, WorkflowJournal
 from ._model import ActorModel
 from ._typed import AnswerSchema
@@ -179,9 +179,9 @@ class Actor:
     async def ask(self, prompt: str, schema: type[Any] | None = None) -> Any:
         """Ask once and return the answer: text, or with ``schema`` a validated value.
 
-        Raises ``ActorCrashed`` when the worker ends during the ask,
-        ``ActorAnswerInvalid`` when a typed answer fails validation twice,
-        and ``ActorAskFailed`` for any other ask that got no answer.
+        Raises ``ActorCrashedError`` when the worker ends during the ask,
+        ``ActorAnswerInvalidError`` when a typed answer fails validation twice,
+        and ``ActorAskFailedError`` for any other ask that got no answer.
         """
         if not isinstance(prompt, str) or not prompt.strip():
             raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
@@ -249,12 +249,12 @@ class Actor:
                     try:
                         value = schema.parse(answer)
                     except ValueError as second:
-                        raise ActorAnswerInvalid(
+                        raise ActorAnswerInvalidError(
                             self.definition.label, schema.name, str(second), answer
                         ) from None
             answered = True
             return value
-        except ActorAskFailed as exc:
+        except ActorAskFailedError as exc:
             error = str(exc)
             raise
         finally:
@@ -311,18 +311,18 @@ class Actor:
             outcome = AgentOutcome.model_validate(raw)
         except WorkerExitedError as exc:
             await self._release_worker()
-            raise ActorCrashed(definition.label, exc.exit.reason) from None
+            raise ActorCrashedError(definition.label, exc.exit.reason) from None
         except WorkerRequestError as exc:
-            raise ActorAskFailed(definition.label, f"{exc.code}: {exc.message}") from None
+            raise ActorAskFailedError(definition.label, f"{exc.code}: {exc.message}") from None
         except ValidationError as exc:
-            raise ActorAskFailed(definition.label, f"malformed outcome: {exc}") from None
+            raise ActorAskFailedError(definition.label, f"malformed outcome: {exc}") from None
         finally:
             self._round = None
             spent.calls += round_.calls
             spent.tool_calls += round_.tool_calls
             spent.usage = spent.usage + round_.usage
         if outcome.status != "completed":
-            raise ActorAskFailed(
+            raise ActorAskFailedError(
                 definition.label,
                 f"it reached its limit of {definition.max_turns} model turns without a final "
                 "answer; give it more with agent(..., max_turns=N) or ask for less at once",
@@ -332,7 +332,7 @@ class Actor:
         # The model's last request holds the conversation the worker ran; it
         # must continue this actor's, or the worker is not telling the truth.
         if result is None or list(sent[: len(conversation)]) != conversation:
-            raise ActorAskFailed(
+            raise ActorAskFailedError(
                 definition.label, "its worker's conversation does not continue the actor's"
             )
         reply = ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls)
@@ -351,7 +351,7 @@ class Actor:
         try:
             handle = await host.supervisor.spawn(host.settings.subagent_limits)
         except SubvisorError as exc:
-            raise ActorAskFailed(
+            raise ActorAskFailedError(
                 self.definition.label, f"its worker could not be started: {exc}"
             ) from None
         host.serve_worker_with(handle.worker_id, self._serve)
@@ -401,7 +401,9 @@ class Actor:
         if method == "permission.check":
             tool, tool_input = params.get("tool"), params.get("input")
             if not isinstance(tool, str) or not isinstance(tool_input, dict):
-                raise RequestRefused("bad_request", "permission.check needs a tool and its input")
+                raise RequestRefusedError(
+                    "bad_request", "permission.check needs a tool and its input"
+                )
             if (resolve_tool_name(tool) or tool) not in self.definition.tools:
                 return {"allowed": False, "reason": f"{tool} is not one of this actor's tools"}
             decision = await self._env.host.authorize_call(self, tool, tool_input, self._requester)
@@ -409,9 +411,11 @@ class Actor:
         if method == "mcp.call_tool":
             name, arguments = params.get("name"), params.get("arguments")
             if not isinstance(name, str) or not isinstance(arguments, dict):
-                raise RequestRefused("bad_request", "mcp.call_tool needs a tool name and arguments")
+                raise RequestRefusedError(
+                    "bad_request", "mcp.call_tool needs a tool name and arguments"
+                )
             if name not in self._mcp_names:
-                raise RequestRefused("not_lent", f"{name} was not lent to this actor")
+                raise RequestRefusedError("not_lent", f"{name} was not lent to this actor")
             result = await self._env.host.mcp.call(name, arguments)
             return {"text": result.text, "is_error": result.is_error}
         if method == "user.question":
@@ -420,7 +424,7 @@ class Actor:
                 "answers (S-ACT-4); decide for yourself and say what you assumed"
             }
         if method == "coordinator.message":
-            raise RequestRefused(
+            raise RequestRefusedError(
                 "not_available", "an actor has no coordinator; put everything in its answer"
             )
         return await default_request_handler(handle, request)
@@ -428,11 +432,11 @@ class Actor:
     async def _call_model(self, params: dict[str, Any]) -> dict[str, Any]:
         round_ = self._round
         if round_ is None:
-            raise RequestRefused("no_ask", "this actor is not being asked anything")
+            raise RequestRefusedError("no_ask", "this actor is not being asked anything")
         try:
             asked = ModelRequest.model_validate(params)
         except ValidationError as exc:
-            raise RequestRefused("bad_request", f"invalid model request: {exc}") from None
+            raise RequestRefusedError("bad_request", f"invalid model request: {exc}") from None
         definition = self.definition
         # The worker is untrusted: model, instructions, tools and scenario
         # position are the supervisor's, whatever the worker put there.
@@ -449,7 +453,7 @@ class Actor:
         try:
             result = await self._env.host.gateway.call(call)
         except ModelError as exc:
-            raise RequestRefused("model_error", str(exc)) from None
+            raise RequestRefusedError("model_error", str(exc)) from None
         round_.calls += 1
         round_.tool_calls += len(result.tool_calls)
         round_.usage = round_.usage + result.usage

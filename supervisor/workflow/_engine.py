@@ -2,7 +2,7 @@
 
 A run goes in this order, and stops at the first step that fails:
 
-1. read the script and find its actor sites (``DuplicateActorName`` here,
+1. read the script and find its actor sites (``DuplicateActorNameError`` here,
    before anything runs);
 2. import it and find its one ``@workflow`` function; bind the inputs;
 3. with ``amend``, read the earlier run's actors (their model pins) and
@@ -11,7 +11,7 @@ A run goes in this order, and stops at the first step that fails:
    prompt and schema match (see ``Actor``);
 4. journal the run, then call the function with a ``WorkflowContext``;
    ``agent()`` declares actors of this run (a name used twice is a
-   ``DuplicateActorName`` here too), and their asks run, replay or fail;
+   ``DuplicateActorNameError`` here too), and their asks run, replay or fail;
 5. stop every actor's worker and journal how the run ended.
 """
 
@@ -37,7 +37,12 @@ from ..files._input_files import read_regular_file
 from ..providers import ModelError
 from ._actor import Actor, ActorDefinition, ActorEnvironment
 from ._contract import actor_system_prompt, actor_tool_names
-from ._errors import DuplicateActorName, WorkflowError, WorkflowFailed, WorkflowScriptError
+from ._errors import (
+    DuplicateActorNameError,
+    WorkflowError,
+    WorkflowFailedError,
+    WorkflowScriptError,
+)
 from ._journal import ActorRecord, AskRecord, RunRecord, WorkflowJournal
 from ._model import resolve_actor_model
 from ._sites import ActorSite, analyse_script
@@ -208,7 +213,9 @@ class _Run:
         host = self.env.host
         if name is not None:
             if name in self._names:
-                raise DuplicateActorName(name, self._names[name], line, script=str(self.script))
+                raise DuplicateActorNameError(
+                    name, self._names[name], line, script=str(self.script)
+                )
             self._names[name] = line
             key = name
         else:
@@ -390,8 +397,8 @@ async def run_workflow(
     ``parent_model``: the model actors inherit when the workflow names none
     (default: the host's configured model).
     ``on_start`` is told the run id and the sites once the run is journaled.
-    Raises ``WorkflowScriptError``/``DuplicateActorName``/``WorkflowError``
-    before the run starts, and ``WorkflowFailed`` when the function raised.
+    Raises ``WorkflowScriptError``/``DuplicateActorNameError``/``WorkflowError``
+    before the run starts, and ``WorkflowFailedError`` when the function raised.
     """
     inputs = dict(inputs or {})
     path, source, sites, flow, arguments = _prepare(Path(script), inputs)
@@ -468,6 +475,6 @@ async def run_workflow(
         raise
     if failure is not None:
         journal.finish_run(run_id, "failed", error=f"{type(failure).__name__}: {failure}")
-        raise WorkflowFailed(run_id, failure) from failure
+        raise WorkflowFailedError(run_id, failure) from failure
     journal.finish_run(run_id, "completed", result=dump_value(value))
     return WorkflowOutcome(run_id=run_id, value=value, sites=tuple(sites))

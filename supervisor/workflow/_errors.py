@@ -5,13 +5,13 @@ from __future__ import annotations
 from ..kernel import SubvisorError
 
 __all__ = [
-    "ActorAnswerInvalid",
-    "ActorAskFailed",
-    "ActorCrashed",
-    "DuplicateActorName",
+    "ActorAnswerInvalidError",
+    "ActorAskFailedError",
+    "ActorCrashedError",
+    "DuplicateActorNameError",
     "WorkflowActorPinnedModelError",
     "WorkflowError",
-    "WorkflowFailed",
+    "WorkflowFailedError",
     "WorkflowScriptError",
 ]
 
@@ -24,7 +24,7 @@ class WorkflowScriptError(WorkflowError):
     """The script cannot be run: unreadable, not Python, no ``@workflow``, bad inputs."""
 
 
-class DuplicateActorName(WorkflowError):
+class DuplicateActorNameError(WorkflowError):
     """Two actors of one run have the same name (S-ACT-2).
 
     A name is the key an amended re-run matches its journal against, so it
@@ -54,7 +54,7 @@ class WorkflowActorPinnedModelError(WorkflowError):
         self.pin = pin
 
 
-class ActorAskFailed(WorkflowError):
+class ActorAskFailedError(WorkflowError):
     """An ask got no answer: the model failed, or the actor hit its turn limit."""
 
     def __init__(self, actor: str, reason: str) -> None:
@@ -63,7 +63,7 @@ class ActorAskFailed(WorkflowError):
         self.reason = reason
 
 
-class ActorCrashed(ActorAskFailed):
+class ActorCrashedError(ActorAskFailedError):
     """The actor's worker process ended during an ask (a crash, a kill, a cap).
 
     The next ask of the same actor starts a new worker on the conversation
@@ -74,7 +74,7 @@ class ActorCrashed(ActorAskFailed):
         super().__init__(actor, f"its worker process ended: {reason}")
 
 
-class ActorAnswerInvalid(ActorAskFailed):
+class ActorAnswerInvalidError(ActorAskFailedError):
     """A typed ask's answer did not validate, even after one correction."""
 
     def __init__(self, actor: str, schema: str, error: str, answer: str) -> None:
@@ -87,7 +87,7 @@ class ActorAnswerInvalid(ActorAskFailed):
         self.answer = answer
 
 
-class WorkflowFailed(WorkflowError):
+class WorkflowFailedError(WorkflowError):
     """The workflow function raised; the run is journaled as failed (see ``__cause__``)."""
 
     def __init__(self, run_id: str, error: BaseException) -> None:

@@ -12,7 +12,7 @@ first positional argument or ``name=``:
 ``agent(f"w{i}")``     dynamic site: its name is checked at run time
 =====================  ===========================================
 
-Two named sites with the same literal name are a ``DuplicateActorName``
+Two named sites with the same literal name are a ``DuplicateActorNameError``
 (S-ACT-2), naming both lines.
 """
 
@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
-from ._errors import DuplicateActorName, WorkflowScriptError
+from ._errors import DuplicateActorNameError, WorkflowScriptError
 
 __all__ = ["ActorSite", "analyse_script", "check_unique_names"]
 
@@ -47,7 +47,7 @@ def analyse_script(source: str, filename: str = "<workflow>") -> list[ActorSite]
     """The actor sites of ``source``, in line order.
 
     Raises ``WorkflowScriptError`` when it is not valid Python and
-    ``DuplicateActorName`` when two named sites share a name.
+    ``DuplicateActorNameError`` when two named sites share a name.
     """
     try:
         tree = ast.parse(source, filename=filename)
@@ -67,13 +67,15 @@ def analyse_script(source: str, filename: str = "<workflow>") -> list[ActorSite]
 
 
 def check_unique_names(sites: list[ActorSite], filename: str) -> None:
-    """Raise ``DuplicateActorName`` for the first name two named sites share."""
+    """Raise ``DuplicateActorNameError`` for the first name two named sites share."""
     first_line: dict[str, int] = {}
     for site in sites:
         if site.kind != "named" or site.name is None:
             continue
         if site.name in first_line:
-            raise DuplicateActorName(site.name, first_line[site.name], site.line, script=filename)
+            raise DuplicateActorNameError(
+                site.name, first_line[site.name], site.line, script=filename
+            )
         first_line[site.name] = site.line
 
 

@@ -5,6 +5,7 @@ S-RUN-3 (idle watchdog), DESIGN "Errors" (why a worker ended).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from protocol import ResourceLimits
+from protocol import LocalProtocolError, ResourceLimits, WorkerRequest
 from supervisor import (
     ExitKind,
     SpawnError,
@@ -21,7 +22,9 @@ from supervisor import (
     SupervisorConfig,
     WorkerExit,
     WorkerExitedError,
+    WorkerHandle,
 )
+from supervisor.kernel import find_exception
 from supervisor.kernel._spawner import ZygoteSpawner
 from tests.support.processes import processes_in_tree
 
@@ -151,6 +154,31 @@ async def test_protocol_violation_kills_the_worker_with_the_reason(
     assert exit.kind is ExitKind.PROTOCOL_VIOLATION
     assert exit.reason.startswith("protocol violation: ")
     assert detail in exit.reason
+
+
+async def test_our_own_protocol_bug_is_not_taken_for_a_dead_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An answer our own protocol forbids is the supervisor's bug (a ``LocalProtocolError``).
+
+    It is not swallowed as if the worker were gone: it is logged with its
+    traceback and ends the worker, named as the cause. The worker is neither
+    blamed with a protocol violation nor left waiting for its answer until its
+    wall timeout; the supervisor lives on.
+    """
+
+    async def unencodable(handle: WorkerHandle, request: WorkerRequest) -> Any:
+        return {"value": object()}  # msgpack cannot encode it
+
+    limits = ResourceLimits(wall_timeout_s=30)
+    with caplog.at_level(logging.ERROR, logger="subvisor"):
+        async with Supervisor(request_handler=unencodable) as sup:
+            exit = await _run_until_exit(sup, "ask_supervisor", {"value": 1}, limits)
+            assert exit.kind is ExitKind.KILLED, exit.reason
+            assert "LocalProtocolError: cannot encode frame" in exit.reason
+            assert await (await sup.spawn()).request("echo", {"value": "alive"}) == "alive"
+    logged = [r.exc_info[1] for r in caplog.records if r.exc_info and r.exc_info[1]]
+    assert any(find_exception(error, LocalProtocolError) for error in logged), caplog.text
 
 
 async def test_kill_stops_the_whole_process_group(sup: Supervisor) -> None:

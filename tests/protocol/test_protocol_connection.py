@@ -10,8 +10,9 @@ and trust": every frame from a worker is validated) and SPEC S-POL-4:
   second shutdown) but may answer or cancel what is in flight, while the worker
   may still request (a request can cross the shutdown on the full-duplex
   pipes), answer, report events and heartbeat. Everything outside the table is a
-  ``ProtocolError``, both when the peer sends it (``receive_data``) and when
-  we try to (``send``, local misuse).
+  ``RemoteProtocolError`` when the peer sends it (``receive_data``) and a
+  ``LocalProtocolError`` when we try to (``send``: our bug, never to be taken
+  for a dead peer).
 - C2 S-POL-4: no worker->supervisor message requests a spawn: a frame whose
   type belongs to the other direction or to nobody, and a ``request`` whose
   method is outside ``WORKER_REQUEST_METHODS``, are rejected.
@@ -21,9 +22,9 @@ and trust": every frame from a worker is validated) and SPEC S-POL-4:
   has not seen answered; request ids are fresh while pending; at most
   ``max_pending_requests`` are pending per sender (``.limit``).
 - C5 EOF at a frame boundary is ``ConnectionClosed``; EOF inside a frame is a
-  ``ProtocolError``; a frame body that is not a map is a ``ProtocolError``.
+  ``RemoteProtocolError``; a frame body that is not a map is one too.
 - C6 Any bytes, for either role in any state, give messages or a
-  ``ProtocolError``; after a ``ProtocolError`` every later call raises it
+  ``RemoteProtocolError``; after a ``ProtocolError`` every later call raises it
   again (the connection is poisoned, state ``ERROR``).
 """
 
@@ -51,9 +52,11 @@ from protocol import (
     FrameLimits,
     Heartbeat,
     Hello,
+    LocalProtocolError,
     Message,
     Progress,
     ProtocolError,
+    RemoteProtocolError,
     Response,
     Role,
     Shutdown,
@@ -182,11 +185,11 @@ def test_c1_who_may_send_what_when(state: ConnectionState, sender: Role, kind: s
         else f"message type {kind!r} is not part of the {sender.value}->"
         f"{sender.peer.value} protocol"
     )
-    with pytest.raises(ProtocolError, match=re.escape(expected)):
+    with pytest.raises(RemoteProtocolError, match=re.escape(expected)):
         dst.receive_data(_frame(message))
     assert dst.state is ERROR
     # We try to send it ourselves: local misuse, rejected too, and nothing is produced.
-    with pytest.raises(ProtocolError, match="may not send"):
+    with pytest.raises(LocalProtocolError, match="may not send"):
         src.send(message)
     assert src.state is ERROR
 
@@ -195,14 +198,14 @@ def test_c1_second_hello_is_rejected() -> None:
     """C1: a worker says hello once; a second one (after welcome too) is a violation."""
     for state in (AWAIT_WELCOME, OPEN):
         pair = _pair(state)
-        with pytest.raises(ProtocolError, match="may not send 'hello'"):
+        with pytest.raises(RemoteProtocolError, match="may not send 'hello'"):
             pair[S].receive_data(_frame(_hello()))
 
 
 def test_c1_nothing_before_hello_not_even_welcome() -> None:
     """C1: the worker speaks first; a welcome it did not ask for is a violation."""
     worker = Connection(W)
-    with pytest.raises(ProtocolError, match="may not send 'welcome' while the connection is"):
+    with pytest.raises(RemoteProtocolError, match="may not send 'welcome' while the connection is"):
         worker.receive_data(_frame(_welcome()))
 
 
@@ -215,7 +218,7 @@ def test_c1_after_shutdown_the_worker_still_answers_and_the_supervisor_starts_no
     assert pair[S].pending_requests(S) == frozenset()
     assert pair[S].state is CLOSING
     for message in (Heartbeat(seq=1), _request(S, 9), Shutdown()):
-        with pytest.raises(ProtocolError, match="supervisor may not send"):
+        with pytest.raises(LocalProtocolError, match="supervisor may not send"):
             _pair(CLOSING)[S].send(message)
     assert pair[S].receive_data(b"") == [ConnectionClosed()]
 
@@ -232,7 +235,7 @@ def test_c1_a_request_crossing_shutdown_is_not_a_violation() -> None:
 def test_c1_worker_cannot_send_a_request_outside_its_methods() -> None:
     """C1/S-POL-4, local misuse: a worker cannot even produce a request the schema forbids."""
     worker = _pair(OPEN)[W]
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         worker.send(SupervisorRequest(id=8, method="spawn", params={"agent": "child"}))
 
 
@@ -246,7 +249,9 @@ def test_c1_worker_cannot_send_a_request_outside_its_methods() -> None:
 def test_c2_worker_frames_of_foreign_or_unknown_type_are_rejected(tag: str) -> None:
     """S-POL-4: a worker frame typed as a spawn (or as a supervisor message) is a violation."""
     supervisor = _pair(OPEN)[S]
-    with pytest.raises(ProtocolError, match=r"is not part of the worker->supervisor protocol"):
+    with pytest.raises(
+        RemoteProtocolError, match=r"is not part of the worker->supervisor protocol"
+    ):
         supervisor.receive_data(_frame({"type": tag, "id": 9, "worker_id": "child"}))
     assert supervisor.state is ERROR
 
@@ -269,9 +274,9 @@ def test_c2_any_other_type_tag_is_rejected(tag: Any, role: Role) -> None:
     peer_types = WORKER_TYPES if role is S else SUPERVISOR_TYPES
     if tag in peer_types:
         return  # only possible for role W, where the tag is a supervisor type
-    with pytest.raises(ProtocolError, match="is not part of the"):
+    with pytest.raises(RemoteProtocolError, match="is not part of the"):
         receiver.receive_data(_frame({"type": tag}))
-    with pytest.raises(ProtocolError, match="is not part of the"):
+    with pytest.raises(RemoteProtocolError, match="is not part of the"):
         _pair(OPEN)[role].receive_data(_frame({"id": 1}))  # no tag at all
 
 
@@ -279,7 +284,9 @@ def test_c2_any_other_type_tag_is_rejected(tag: Any, role: Role) -> None:
 def test_c2_supervisor_frames_of_worker_or_unknown_type_are_rejected(tag: str) -> None:
     """C1: a supervisor cannot say hello or report events; unknown types are violations."""
     worker = _pair(OPEN)[W]
-    with pytest.raises(ProtocolError, match=r"is not part of the supervisor->worker protocol"):
+    with pytest.raises(
+        RemoteProtocolError, match=r"is not part of the supervisor->worker protocol"
+    ):
         worker.receive_data(_frame({"type": tag, "name": "x"}))
 
 
@@ -288,7 +295,7 @@ def test_c2_supervisor_frames_of_worker_or_unknown_type_are_rejected(tag: str) -
 def test_c2_worker_request_methods_outside_the_list_are_rejected(method: str) -> None:
     """S-POL-4: a worker may request only ``WORKER_REQUEST_METHODS`` of its supervisor."""
     supervisor = _pair(OPEN)[S]
-    with pytest.raises(ProtocolError, match=r"invalid 'request' message from worker: method"):
+    with pytest.raises(RemoteProtocolError, match=r"invalid 'request' message from worker: method"):
         supervisor.receive_data(_frame({"type": "request", "id": 8, "method": method}))
     assert supervisor.pending_requests(W) == frozenset({7})
 
@@ -323,11 +330,11 @@ def _names_both(text: str, sender: Role, theirs: int) -> bool:
 def test_c3_hello_version_mismatch_names_both_versions(version: int) -> None:
     """C3: the supervisor refuses a hello of another version and says which two."""
     supervisor = Connection(S)
-    with pytest.raises(ProtocolError, match="version mismatch") as exc_info:
+    with pytest.raises(RemoteProtocolError, match="version mismatch") as exc_info:
         supervisor.receive_data(_frame(_hello(version)))
     assert _names_both(str(exc_info.value), W, version), str(exc_info.value)
     assert supervisor.state is ERROR
-    with pytest.raises(ProtocolError, match="version mismatch"):
+    with pytest.raises(LocalProtocolError, match="version mismatch"):
         Connection(W).send(_hello(version))
 
 
@@ -336,11 +343,11 @@ def test_c3_hello_version_mismatch_names_both_versions(version: int) -> None:
 def test_c3_welcome_version_mismatch_names_both_versions(version: int) -> None:
     """C3: the worker refuses a welcome of another version and says which two."""
     pair = _pair(AWAIT_WELCOME)
-    with pytest.raises(ProtocolError, match="version mismatch") as exc_info:
+    with pytest.raises(RemoteProtocolError, match="version mismatch") as exc_info:
         pair[W].receive_data(_frame(_welcome(version)))
     assert _names_both(str(exc_info.value), S, version), str(exc_info.value)
     assert pair[W].state is ERROR
-    with pytest.raises(ProtocolError, match="version mismatch"):
+    with pytest.raises(LocalProtocolError, match="version mismatch"):
         pair[S].send(_welcome(version))
 
 
@@ -377,9 +384,9 @@ def test_c4_answers_to_ids_never_asked_are_rejected(
     if answered in pending:
         _deliver(pair[sender], pair[sender.peer], message)
         return
-    with pytest.raises(ProtocolError, match=rf"for request id {answered},"):
+    with pytest.raises(RemoteProtocolError, match=rf"for request id {answered},"):
         pair[sender.peer].receive_data(_frame(message))
-    with pytest.raises(ProtocolError, match=rf"for request id {answered},"):
+    with pytest.raises(LocalProtocolError, match=rf"for request id {answered},"):
         pair[sender].send(message)
 
 
@@ -393,7 +400,7 @@ def test_c4_a_request_is_answered_once_progress_only_before(final: str, sender: 
     _deliver(pair[sender], pair[sender.peer], _answer(final, 7))
     assert 7 not in pair[sender.peer].pending_requests(sender.peer)
     for late in ("response", "error", "progress"):
-        with pytest.raises(ProtocolError, match="for request id 7,"):
+        with pytest.raises(RemoteProtocolError, match="for request id 7,"):
             _pair_after_answer(sender, final)[sender.peer].receive_data(_frame(_answer(late, 7)))
 
 
@@ -410,11 +417,11 @@ def test_c4_request_ids_are_fresh_while_pending(sender: Role, request_id: int) -
     pair = _pair(OPEN)
     if request_id != 7:
         _deliver(pair[sender], pair[sender.peer], _request(sender, request_id))
-    with pytest.raises(ProtocolError, match=rf"reused request id {request_id} "):
+    with pytest.raises(RemoteProtocolError, match=rf"reused request id {request_id} "):
         _pair_with(sender, request_id)[sender.peer].receive_data(
             _frame(_request(sender, request_id))
         )
-    with pytest.raises(ProtocolError, match=rf"reused request id {request_id} "):
+    with pytest.raises(LocalProtocolError, match=rf"reused request id {request_id} "):
         _pair_with(sender, request_id)[sender].send(_request(sender, request_id))
     _deliver(pair[sender.peer], pair[sender], _answer("response", request_id))
     _deliver(pair[sender], pair[sender.peer], _request(sender, request_id))
@@ -444,11 +451,11 @@ def test_c4_max_pending_requests_is_enforced_and_named(sender: Role, limit: int)
         for request_id in range(limit):
             _deliver(pair[sender], pair[sender.peer], _request(sender, request_id))
     # The peer sends one too many ...
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         pairs[0][sender.peer].receive_data(_frame(_request(sender, limit)))
     assert exc_info.value.limit == "max_pending_requests"
     # ... or we try to (local misuse).
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(LocalProtocolError) as exc_info:
         pairs[1][sender].send(_request(sender, limit))
     assert exc_info.value.limit == "max_pending_requests"
 
@@ -458,7 +465,7 @@ def test_c4_answering_frees_a_pending_slot(sender: Role) -> None:
     """C4: the limit counts pending requests, not requests ever made."""
     pair = _pair(OPEN, max_pending_requests=2)  # request 7 already pending both ways
     _deliver(pair[sender], pair[sender.peer], _request(sender, 1))
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         _pair_full(sender)[sender.peer].receive_data(_frame(_request(sender, 2)))
     assert exc_info.value.limit == "max_pending_requests"
     _deliver(pair[sender.peer], pair[sender], _answer("error", 1))
@@ -487,15 +494,19 @@ def test_c4_next_request_id_is_fresh() -> None:
 def test_c5_eof_at_a_frame_boundary_is_connection_closed(
     role: Role, state: ConnectionState
 ) -> None:
-    """C5: ``b""`` between frames closes the connection; later calls raise ProtocolError."""
+    """C5: ``b""`` between frames closes the connection; later calls raise ProtocolError.
+
+    Sending is remote (the peer is gone); feeding more bytes is local (only our
+    own reader could do that after EOF).
+    """
     conn = _pair(state)[role]
     assert conn.receive_data(b"") == [ConnectionClosed()]
     assert conn.state is ConnectionState.CLOSED
-    with pytest.raises(ProtocolError, match="closed"):
+    with pytest.raises(LocalProtocolError, match="closed"):
         conn.receive_data(b"")
-    with pytest.raises(ProtocolError, match="closed"):
+    with pytest.raises(LocalProtocolError, match="closed"):
         conn.receive_data(_frame(Heartbeat(seq=1)))
-    with pytest.raises(ProtocolError, match="closed"):
+    with pytest.raises(RemoteProtocolError, match="closed"):
         conn.send(Heartbeat(seq=1))
 
 
@@ -507,7 +518,7 @@ def test_c5_eof_inside_a_frame_is_a_protocol_error(role: Role, data: st.DataObje
     frame = pair[role.peer].send(Heartbeat(seq=data.draw(_ids)))
     cut = data.draw(st.integers(1, len(frame) - 1))
     assert pair[role].receive_data(frame[:cut]) == []
-    with pytest.raises(ProtocolError, match="middle of a frame"):
+    with pytest.raises(RemoteProtocolError, match="middle of a frame"):
         pair[role].receive_data(b"")
     assert pair[role].state is ERROR
 
@@ -529,17 +540,17 @@ _non_maps = st.recursive(
 def test_c5_non_map_bodies_are_rejected(role: Role, body: Any) -> None:
     """C5: every message is a msgpack map; any other object is a violation."""
     conn = _pair(OPEN)[role]
-    with pytest.raises(ProtocolError, match="not a map"):
+    with pytest.raises(RemoteProtocolError, match="not a map"):
         conn.receive_data(encode_frame(body))
 
 
 def test_c5_frame_limits_apply_to_the_connection() -> None:
     """C5: the connection's FrameLimits guard its input (here ``max_frame_size``)."""
     pair = _pair(OPEN, limits=FrameLimits(max_frame_size=128))
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         pair[S].receive_data(_HEADER.pack(129))
     assert exc_info.value.limit == "max_frame_size"
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(LocalProtocolError) as exc_info:
         pair[W].send(Event(name="big", data={"blob": b"x" * 128}))
     assert exc_info.value.limit == "max_frame_size"
 
@@ -610,24 +621,30 @@ def _fuzz_pieces(role: Role) -> st.SearchStrategy[bytes]:
 def test_c6_arbitrary_bytes_give_messages_or_protocol_error_then_poison(
     role: Role, state: ConnectionState, small: bool, data: st.DataObject
 ) -> None:
-    """C6: any input in any state: messages or ProtocolError; afterwards only ProtocolError."""
+    """C6: any input in any state: messages or RemoteProtocolError; afterwards only errors."""
     limits = FrameLimits(max_frame_size=160, max_nesting=4, max_str_len=24) if small else None
     conn = _pair(state, limits=limits)[role]
     pieces = data.draw(st.lists(_fuzz_pieces(role), min_size=1, max_size=6), label="pieces")
     error: ProtocolError | None = None
     closed = False
     for piece in pieces:
-        if error is not None or closed:
-            with pytest.raises(ProtocolError) as again:
+        if error is not None:
+            with pytest.raises(RemoteProtocolError) as again:
                 conn.receive_data(piece)
-            if error is not None:
-                assert str(again.value) == str(error)
-            with pytest.raises(ProtocolError):
+            assert again.value is error
+            with pytest.raises(RemoteProtocolError) as again:
+                conn.send(Heartbeat(seq=0))
+            assert again.value is error
+            continue
+        if closed:
+            with pytest.raises(LocalProtocolError):
+                conn.receive_data(piece)
+            with pytest.raises(RemoteProtocolError):
                 conn.send(Heartbeat(seq=0))
             continue
         try:
             out = conn.receive_data(piece)
-        except ProtocolError as exc:
+        except RemoteProtocolError as exc:
             error = exc
             assert conn.state is ERROR
             continue
@@ -644,7 +661,7 @@ def test_c6_a_poisoned_connection_refuses_valid_traffic(
     """C6: after the first error even a valid frame or a legal send raises the same error."""
     pair = _pair(state)
     conn = pair[role]
-    with pytest.raises(ProtocolError) as first:
+    with pytest.raises(RemoteProtocolError) as first:
         conn.receive_data(_HEADER.pack(len(junk) + 1) + b"\xc1" + junk)  # 0xc1: never used
     assert conn.state is ERROR
     for attempt in (
@@ -652,19 +669,19 @@ def test_c6_a_poisoned_connection_refuses_valid_traffic(
         lambda: conn.receive_data(b""),
         lambda: conn.send(Heartbeat(seq=1)),
     ):
-        with pytest.raises(ProtocolError) as again:
+        with pytest.raises(RemoteProtocolError) as again:
             attempt()
-        assert str(again.value) == str(first.value)
+        assert again.value is first.value
 
 
 def test_c6_local_misuse_poisons_too() -> None:
-    """C6: a refused ``send`` also leaves the connection in ERROR."""
+    """C6: a refused ``send`` also leaves the connection in ERROR, our error kept as raised."""
     pair = _pair(OPEN)
-    with pytest.raises(ProtocolError) as first:
+    with pytest.raises(LocalProtocolError) as first:
         pair[W].send(Response(id=99))
-    with pytest.raises(ProtocolError) as again:
+    with pytest.raises(LocalProtocolError) as again:
         pair[W].receive_data(_frame(Heartbeat(seq=1)))
-    assert str(again.value) == str(first.value)
+    assert again.value is first.value
 
 
 @pytest.mark.parametrize("role", [S, W], ids=lambda r: r.value)
@@ -672,7 +689,7 @@ def test_c6_local_misuse_poisons_too() -> None:
 def test_c6_unhashable_type_tag_is_a_protocol_error(role: Role, tag: Any) -> None:
     """C6: a frame whose ``type`` is an array or a map is a violation like any other."""
     conn = _pair(OPEN)[role]
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         conn.receive_data(_frame({"type": tag}))
 
 
@@ -680,5 +697,5 @@ def test_c1_welcome_must_answer_the_hello_it_follows() -> None:
     """C1: a welcome naming another worker than the hello did is a violation."""
     supervisor, worker = Connection(S), Connection(W)
     assert supervisor.receive_data(worker.send(_hello())) == [_hello()]
-    with pytest.raises(ProtocolError, match="answers the hello of 'w-1'"):
+    with pytest.raises(RemoteProtocolError, match="answers the hello of 'w-1'"):
         worker.receive_data(_frame(Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w-2")))

@@ -9,13 +9,14 @@ state them:
 - F3 The length prefix is checked against ``max_frame_size`` before any of
   the body is buffered (``.limit == "max_frame_size"``).
 - F4 str/bin/array/map lengths and nesting over the configured limits are a
-  ``ProtocolError`` whose ``.limit`` names the limit.
+  ``RemoteProtocolError`` whose ``.limit`` names the limit.
 - F5 A body is exactly one msgpack object: empty bodies and two objects in one
   body are rejected.
 - F6 Whatever bytes arrive, ``feed`` returns objects or raises
-  ``ProtocolError``, nothing else; after the first error every call raises it
-  again (the decoder is poisoned).
-- F7 ``encode_frame`` refuses to produce a frame the peer would reject.
+  ``RemoteProtocolError``, nothing else; after the first error every call
+  raises it again (the decoder is poisoned).
+- F7 ``encode_frame`` refuses to produce a frame the peer would reject, with a
+  ``LocalProtocolError`` (ours to fix, not the peer's).
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import FrameDecoder, FrameLimits, ProtocolError, encode_frame
+from protocol import (
+    FrameDecoder,
+    FrameLimits,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    encode_frame,
+)
 
 
 def _unchecked_frame(obj: Any) -> bytes:
@@ -133,7 +141,7 @@ def test_f3_oversized_length_prefix_is_rejected_from_the_header_alone(
     header = _HEADER.pack(max_frame_size + excess)
     for byte in header[:3]:
         assert decoder.feed(bytes([byte])) == []
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         decoder.feed(header[3:])
     assert exc_info.value.limit == "max_frame_size"
     assert decoder.buffered == 0  # nothing of the announced body is held
@@ -151,7 +159,7 @@ def test_f3_length_prefix_at_the_limit_is_accepted(max_frame_size: int) -> None:
 def test_f3_default_limit_is_checked_before_the_body() -> None:
     """F3 with the default limits: a 4 GiB announcement fails on the header alone."""
     decoder = FrameDecoder()
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         decoder.feed(b"\xff\xff\xff\xff")
     assert exc_info.value.limit == "max_frame_size"
 
@@ -176,7 +184,7 @@ def test_f4_length_limits_are_enforced_and_named(limit: str, n: int) -> None:
     at_limit = [make(n)] if limit == "max_map_len" else {"v": make(n)}
     assert FrameDecoder(limits).feed(encode_frame(at_limit, limits)) == [at_limit]
     over = [make(n + 1)] if limit == "max_map_len" else {"v": make(n + 1)}
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         FrameDecoder(limits).feed(_unchecked_frame(over))
     assert exc_info.value.limit == limit
 
@@ -188,7 +196,7 @@ def test_f4_nesting_limit_counts_container_levels(max_nesting: int, kinds: list[
     limits = FrameLimits(max_nesting=max_nesting)
     deepest_allowed = _nest(kinds[:max_nesting])
     assert FrameDecoder(limits).feed(encode_frame(deepest_allowed, limits)) == [deepest_allowed]
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         FrameDecoder(limits).feed(_unchecked_frame(_nest(kinds[: max_nesting + 1])))
     assert exc_info.value.limit == "max_nesting"
 
@@ -196,14 +204,14 @@ def test_f4_nesting_limit_counts_container_levels(max_nesting: int, kinds: list[
 @pytest.mark.parametrize("depth", [33, 500, 1024])
 def test_f4_deep_nesting_is_named_with_default_limits(depth: int) -> None:
     """F4: with the default ``max_nesting`` (32) deeper frames name the limit."""
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         FrameDecoder().feed(_unchecked_frame(_nest([True] * depth)))
     assert exc_info.value.limit == "max_nesting"
 
 
 def test_f4_nesting_beyond_msgpack_stack_still_names_max_nesting() -> None:
     """F4: 1025 levels of nesting is still a nesting violation (``.limit == "max_nesting"``)."""
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         # Built by hand: msgpack itself refuses to pack this deep.
         FrameDecoder().feed(_raw_frame(b"\x91" * 1025 + b"\xc3"))
     assert exc_info.value.limit == "max_nesting"
@@ -212,7 +220,7 @@ def test_f4_nesting_beyond_msgpack_stack_still_names_max_nesting() -> None:
 def test_f4_ext_types_are_rejected() -> None:
     """F4: msgpack extension types are not part of the protocol (``max_ext_len`` is 0)."""
     body = _pack({"v": msgpack.ExtType(1, b"x")})
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(RemoteProtocolError) as exc_info:
         FrameDecoder().feed(_raw_frame(body))
     assert exc_info.value.limit == "max_ext_len"
 
@@ -223,14 +231,14 @@ def test_f4_ext_types_are_rejected() -> None:
 @settings(max_examples=50, deadline=None)
 @given(first=_values, second=_values)
 def test_f5_two_objects_in_one_body_are_rejected(first: Any, second: Any) -> None:
-    """F5: a body holding two concatenated msgpack objects is a ProtocolError."""
-    with pytest.raises(ProtocolError, match="more than one"):
+    """F5: a body holding two concatenated msgpack objects is a RemoteProtocolError."""
+    with pytest.raises(RemoteProtocolError, match="more than one"):
         FrameDecoder().feed(_raw_frame(_pack(first) + _pack(second)))
 
 
 def test_f5_empty_body_is_rejected() -> None:
     """F5: a zero-length frame holds no object at all."""
-    with pytest.raises(ProtocolError, match="empty"):
+    with pytest.raises(RemoteProtocolError, match="empty"):
         FrameDecoder().feed(_HEADER.pack(0))
 
 
@@ -242,11 +250,11 @@ def test_f5_truncated_body_inside_a_complete_frame_is_rejected(
     """F5: a frame whose length cuts its msgpack object short is undecodable, not pending."""
     body = _pack(obj)
     cut = data.draw(st.integers(1, len(body) - 1), label="cut")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         FrameDecoder().feed(_raw_frame(body[:cut]))
 
 
-# -- F6: only ProtocolError, then poisoned ---------------------------------------
+# -- F6: only RemoteProtocolError, then poisoned ---------------------------------
 
 _limits = st.builds(
     FrameLimits,
@@ -273,36 +281,36 @@ _garbage_pieces = st.one_of(
 def test_f6_arbitrary_bytes_give_objects_or_protocol_error_then_poison(
     limits: FrameLimits | None, pieces: list[bytes], data: st.DataObject
 ) -> None:
-    """F6: any byte stream, cut anywhere: objects or ProtocolError; after one, only errors."""
+    """F6: any byte stream, cut anywhere: objects or RemoteProtocolError; after one, only it."""
     decoder = FrameDecoder(limits)
     error: ProtocolError | None = None
     for chunk in _chunks(data, b"".join(pieces)):
         if error is not None:
-            with pytest.raises(ProtocolError) as again:
+            with pytest.raises(RemoteProtocolError) as again:
                 decoder.feed(chunk)
             assert str(again.value) == str(error)
             continue
         try:
             objs = decoder.feed(chunk)
-        except ProtocolError as exc:
+        except RemoteProtocolError as exc:
             error = exc
             assert decoder.buffered == 0
         else:
             assert isinstance(objs, list)
             assert decoder.buffered <= decoder.limits.max_frame_size + _HEADER.size
     if error is not None:
-        with pytest.raises(ProtocolError):
+        with pytest.raises(RemoteProtocolError):
             decoder.feed(b"")
-        with pytest.raises(ProtocolError):
+        with pytest.raises(RemoteProtocolError):
             decoder.feed(encode_frame({"type": "heartbeat", "seq": 0}))
 
 
 def test_f6_poisoned_decoder_rejects_even_valid_frames() -> None:
     """F6: after an error, a perfectly valid frame is refused with the same error."""
     decoder = FrameDecoder(FrameLimits(max_frame_size=16))
-    with pytest.raises(ProtocolError) as first:
+    with pytest.raises(RemoteProtocolError) as first:
         decoder.feed(_HEADER.pack(17))
-    with pytest.raises(ProtocolError) as second:
+    with pytest.raises(RemoteProtocolError) as second:
         decoder.feed(encode_frame({"a": 1}))
     assert str(second.value) == str(first.value)
     assert second.value.limit == "max_frame_size"
@@ -317,7 +325,7 @@ def test_f7_encode_frame_refuses_bodies_over_max_frame_size(n: int) -> None:
     """F7: a body one byte over ``max_frame_size`` is refused; exactly at it is framed."""
     obj = {"v": b"x" * n}
     size = len(_pack(obj))
-    with pytest.raises(ProtocolError) as exc_info:
+    with pytest.raises(LocalProtocolError) as exc_info:
         encode_frame(obj, FrameLimits(max_frame_size=size - 1))
     assert exc_info.value.limit == "max_frame_size"
     frame = encode_frame(obj, FrameLimits(max_frame_size=size))
@@ -331,8 +339,8 @@ def test_f7_encode_frame_refuses_bodies_over_max_frame_size(n: int) -> None:
     ids=["object", "set", "uint64-overflow", "int64-underflow", "surrogate"],
 )
 def test_f7_encode_frame_wraps_unencodable_objects(obj: Any) -> None:
-    """F7: what msgpack cannot encode is a ProtocolError, not a TypeError/ValueError."""
-    with pytest.raises(ProtocolError, match="cannot encode"):
+    """F7: what msgpack cannot encode is a LocalProtocolError, not a TypeError/ValueError."""
+    with pytest.raises(LocalProtocolError, match="cannot encode"):
         encode_frame(obj)
 
 
@@ -352,7 +360,7 @@ def test_f7_encode_frame_refuses_what_the_peer_would_reject(
 ) -> None:
     """F7: "refuse to produce a frame the peer would reject" (encode_frame's docstring)."""
     # The premise: the peer's decoder with these limits rejects this object.
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         FrameDecoder(limits).feed(_raw_frame(_pack(obj)))
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         encode_frame(obj, limits)

@@ -8,8 +8,8 @@ The invariants under test:
 - Z2 The two directions do not mix: a spawn request is not a report and a
   report is not a spawn request.
 - Z3 Garbage datagrams (empty, undecodable, not a map, wrong tag, wrong
-  fields) are a ``ProtocolError``, never another exception type
-  (``_errors.py``: the one exception type the protocol package raises).
+  fields) are a ``RemoteProtocolError``, never another exception type; what
+  we cannot encode is a ``LocalProtocolError``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pydantic import BaseModel
 
 from protocol import (
     MAX_CONTROL_DATAGRAM,
-    ProtocolError,
+    LocalProtocolError,
+    RemoteProtocolError,
     ResourceLimits,
     SpawnFailed,
     SpawnWorker,
@@ -116,9 +117,9 @@ def test_z1_a_default_spawn_request_fits_in_one_datagram() -> None:
 @given(request=spawn_requests, report=reports)
 def test_z2_requests_and_reports_do_not_mix(request: SpawnWorker, report: BaseModel) -> None:
     """Z2: a spawn request is rejected as a report, and a report as a spawn request."""
-    with pytest.raises(ProtocolError, match="invalid zygote report"):
+    with pytest.raises(RemoteProtocolError, match="invalid zygote report"):
         decode_zygote_report(encode_control(request))
-    with pytest.raises(ProtocolError, match="invalid spawn request"):
+    with pytest.raises(RemoteProtocolError, match="invalid spawn request"):
         decode_spawn_request(encode_control(report))
 
 
@@ -151,10 +152,10 @@ _datagrams = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(datagram=_datagrams)
 def test_z3_garbage_reports_are_protocol_errors(datagram: bytes) -> None:
-    """Z3: any datagram is either a valid report or a ProtocolError, nothing else."""
+    """Z3: any datagram is either a valid report or a RemoteProtocolError, nothing else."""
     try:
         report = decode_zygote_report(datagram)
-    except ProtocolError:
+    except RemoteProtocolError:
         return
     assert isinstance(report, _REPORT_TYPES)
     assert decode_zygote_report(encode_control(report)) == report
@@ -163,10 +164,10 @@ def test_z3_garbage_reports_are_protocol_errors(datagram: bytes) -> None:
 @settings(max_examples=300, deadline=None)
 @given(datagram=_datagrams)
 def test_z3_garbage_spawn_requests_are_protocol_errors(datagram: bytes) -> None:
-    """Z3: any datagram is either a valid spawn request or a ProtocolError, nothing else."""
+    """Z3: any datagram is either a valid spawn request or a RemoteProtocolError, nothing else."""
     try:
         request = decode_spawn_request(datagram)
-    except ProtocolError:
+    except RemoteProtocolError:
         return
     assert isinstance(request, SpawnWorker)
 
@@ -205,10 +206,10 @@ def test_z3_garbage_spawn_requests_are_protocol_errors(datagram: bytes) -> None:
     ],
 )
 def test_z3_specific_garbage_reports(datagram: bytes) -> None:
-    """Z3: the usual ways a datagram goes wrong, each a ProtocolError."""
-    with pytest.raises(ProtocolError):
+    """Z3: the usual ways a datagram goes wrong, each a RemoteProtocolError."""
+    with pytest.raises(RemoteProtocolError):
         decode_zygote_report(datagram)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         decode_spawn_request(datagram)
 
 
@@ -233,7 +234,7 @@ def test_z3_every_required_field_is_required_on_the_wire(
     raw = data.draw(strategy).model_dump()
     del raw[field]
     decode = decode_spawn_request if cls is SpawnWorker else decode_zygote_report
-    with pytest.raises(ProtocolError, match=r"invalid (zygote report|spawn request)"):
+    with pytest.raises(RemoteProtocolError, match=r"invalid (zygote report|spawn request)"):
         decode(msgpack.packb(raw))
 
 
@@ -268,17 +269,17 @@ def test_z3_the_required_fields_are_these() -> None:
 )
 def test_z3_invalid_spawn_requests(raw: dict[str, Any]) -> None:
     """Z3: a spawn request with bad limits or fields is refused by the zygote."""
-    with pytest.raises(ProtocolError, match="invalid spawn request"):
+    with pytest.raises(RemoteProtocolError, match="invalid spawn request"):
         decode_spawn_request(msgpack.packb(raw))
 
 
 def test_z3_unencodable_report_is_a_protocol_error() -> None:
-    """Z3: what cannot be encoded is a ProtocolError, like ``encode_frame``."""
-    with pytest.raises(ProtocolError):
+    """Z3: what cannot be encoded is a LocalProtocolError, like ``encode_frame``."""
+    with pytest.raises(LocalProtocolError):
         encode_control(SpawnFailed(worker_id="w", error="cannot open /tmp/\udcff"))
 
 
 def test_z3_encode_control_refuses_datagrams_over_the_limit() -> None:
     """Z3: a datagram the receiver cannot read whole is refused when it is built."""
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError):
         encode_control(SpawnFailed(worker_id="w", error="x" * MAX_CONTROL_DATAGRAM))

@@ -24,11 +24,11 @@ from supervisor import Subvisor, SubvisorSettings
 from supervisor.state._paths import database_path
 from supervisor.workflow import (
     ACTOR_DISALLOWED_TOOLS,
-    ActorAnswerInvalid,
+    ActorAnswerInvalidError,
     AskRecord,
-    DuplicateActorName,
+    DuplicateActorNameError,
     WorkflowActorPinnedModelError,
-    WorkflowFailed,
+    WorkflowFailedError,
     WorkflowJournal,
     WorkflowOutcome,
     run_workflow,
@@ -45,7 +45,8 @@ def write_script(path: Path, body: str) -> Path:
     header = (
         "import trio\n"
         "from pydantic import BaseModel\n"
-        "from supervisor.workflow import ActorCrashed, ActorAnswerInvalid, agent, workflow\n\n"
+        "from supervisor.workflow import "
+        "ActorAnswerInvalidError, ActorCrashedError, agent, workflow\n\n"
     )
     path.write_text(header + textwrap.dedent(body).lstrip())
     return path
@@ -275,7 +276,7 @@ async def test_duplicate_actor_names_fail_before_any_model_call(tmp_path: Path) 
         """,
     )
     async with workflow_host(home_for(tmp_path)) as (host, journal):
-        with pytest.raises(DuplicateActorName) as caught:
+        with pytest.raises(DuplicateActorNameError) as caught:
             await run_workflow(host, script, journal=journal, parent_model=model)
         assert host.supervisor.spawned_total == 0
         assert journal.latest_runs() == []
@@ -297,15 +298,15 @@ async def test_a_name_declared_twice_at_run_time_fails_the_run(tmp_path: Path) -
         """,
     )
     async with workflow_host(home_for(tmp_path)) as (host, journal):
-        with pytest.raises(WorkflowFailed) as caught:
+        with pytest.raises(WorkflowFailedError) as caught:
             await run_workflow(
                 host, script, journal=journal, parent_model=model, inputs={"a": "w", "b": "w"}
             )
         run = journal.find_run(caught.value.run_id)
-    assert isinstance(caught.value.error, DuplicateActorName)
+    assert isinstance(caught.value.error, DuplicateActorNameError)
     assert caught.value.error.lines == (7, 8)
     assert run is not None and run.status == "failed"
-    assert run.error is not None and "DuplicateActorName" in run.error
+    assert run.error is not None and "DuplicateActorNameError" in run.error
 
 
 TYPED = """
@@ -318,7 +319,7 @@ TYPED = """
         critic = agent("critic")
         try:
             verdict = await critic.ask("Review it.", schema=Verdict)
-        except ActorAnswerInvalid as exc:
+        except ActorAnswerInvalidError as exc:
             return {"failed": exc.error}
         return {"verdict": verdict.model_dump()}
 """
@@ -374,7 +375,7 @@ async def test_typed_ask_invalid_twice_fails_with_the_validation_error(tmp_path:
 
 
 async def test_an_unhandled_invalid_answer_fails_the_run(tmp_path: Path) -> None:
-    """The script decides: uncaught, ActorAnswerInvalid fails the run and is journaled."""
+    """The script decides: uncaught, ActorAnswerInvalidError fails the run and is journaled."""
     model = write_scenario(tmp_path / "s.yaml", {"critic": [{"text": "no"}, {"text": "still no"}]})
     script = write_script(
         tmp_path / "strict.py",
@@ -388,12 +389,12 @@ async def test_an_unhandled_invalid_answer_fails_the_run(tmp_path: Path) -> None
         """,
     )
     async with workflow_host(home_for(tmp_path)) as (host, journal):
-        with pytest.raises(WorkflowFailed) as caught:
+        with pytest.raises(WorkflowFailedError) as caught:
             await run_workflow(host, script, journal=journal, parent_model=model)
         run = journal.find_run(caught.value.run_id)
-    assert isinstance(caught.value.error, ActorAnswerInvalid)
+    assert isinstance(caught.value.error, ActorAnswerInvalidError)
     assert run is not None and run.status == "failed"
-    assert run.error is not None and run.error.startswith("ActorAnswerInvalid: actor 'critic'")
+    assert run.error is not None and run.error.startswith("ActorAnswerInvalidError: actor 'critic'")
 
 
 async def test_an_actor_crash_fails_its_ask_and_others_go_on(tmp_path: Path) -> None:
@@ -417,7 +418,7 @@ async def test_an_actor_crash_fails_its_ask_and_others_go_on(tmp_path: Path) -> 
             async def risky():
                 try:
                     results["victim"] = await victim.ask("Run the native extension.")
-                except ActorCrashed as exc:
+                except ActorCrashedError as exc:
                     results["victim"] = f"crashed: {exc}"
                 results["retry"] = await victim.ask("Try again.")
 
@@ -525,7 +526,7 @@ async def test_a_malformed_pin_is_a_pinned_model_error(tmp_path: Path) -> None:
     with sqlite3.connect(database_path(home_for(tmp_path))) as db:
         db.execute("UPDATE workflow_actors SET model = 'gpt-4o' WHERE run_id = ?", (first.run_id,))
     async with workflow_host(home_for(tmp_path)) as (host, journal):
-        with pytest.raises(WorkflowFailed) as caught:
+        with pytest.raises(WorkflowFailedError) as caught:
             await run_workflow(
                 host, script, journal=journal, parent_model=model, amend=first.run_id
             )

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from supervisor.workflow import (
     ACTOR_DISALLOWED_TOOLS,
     ACTOR_IDENTITY,
-    DuplicateActorName,
+    DuplicateActorNameError,
     WorkflowActorPinnedModelError,
     WorkflowError,
     WorkflowScriptError,
@@ -68,7 +68,7 @@ async def run(ctx, names):
 def test_duplicate_literal_names_name_both_lines() -> None:
     """S-ACT-2: the first repeated name is refused with its two lines."""
     source = 'from supervisor.workflow import agent\nagent("a")\nagent()\nagent()\nagent("a")\n'
-    with pytest.raises(DuplicateActorName) as caught:
+    with pytest.raises(DuplicateActorNameError) as caught:
         analyse_script(source, "flow.py")
     assert caught.value.lines == (2, 5)
     assert str(caught.value).startswith(
@@ -90,7 +90,7 @@ def test_duplicates_are_refused_exactly_when_a_name_repeats(names: list[str | No
     if len(named) == len(set(named)):
         assert len(analyse_script(source)) == len(names)
     else:
-        with pytest.raises(DuplicateActorName):
+        with pytest.raises(DuplicateActorNameError):
             analyse_script(source)
 
 
