@@ -309,8 +309,10 @@ def _stress(args: argparse.Namespace) -> int:
 
     from ..kernel import find_exception
     from ._interrupt import RunInterrupted
+    from ._run import wide_console
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
+    from ._stress_summary import stress_summary
 
     errors = Console(stderr=True)
     try:
@@ -350,9 +352,7 @@ def _stress(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
-        width = max(len(key) for key in report)
-        for key, value in report.items():
-            Console().print(f"{key:<{width}}  {value}", highlight=False)
+        wide_console().print(stress_summary(report))
     code = 1 if report["lost"] or report["duplicates"] else 0
     for report_path in report_paths:
         try:
