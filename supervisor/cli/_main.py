@@ -199,8 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stress.set_defaults(handler=_stress)
 
-    agents = commands.add_parser("agents", help="list the agent profiles this project sees")
-    agents.add_argument("--json", action="store_true")
+    agents = commands.add_parser(
+        "agents",
+        help="list the agent profiles this project sees (exit 1 if one failed to load)",
+        description="List the agent profiles this project sees: where each came from, what it "
+        "overrides, and why a broken file was skipped.",
+        epilog="Exit status: 0 when every profile loaded; 1 when any profile failed to load "
+        "(the others still work: the listing says which failed and why); 2 for bad arguments.",
+    )
+    agents.add_argument(
+        "--json", action="store_true", help="the profiles as JSON (same exit status)"
+    )
     agents.add_argument("--cwd", default=".", help="project directory")
     agents.set_defaults(handler=_agents)
 
