@@ -22,10 +22,16 @@ COMPAT = (Path(__file__).resolve().parents[2] / "shared" / "compat").resolve()
 CATEGORIES = COMPAT / "claude-code-agents" / "categories"
 OPENCODE_AGENTS = COMPAT / "opencode-agents" / ".opencode" / "agent"
 
-pytestmark = pytest.mark.skipif(
-    not CATEGORIES.is_dir() or not OPENCODE_AGENTS.is_dir(),
-    reason=f"the compatibility corpora are not at {COMPAT}",
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def _corpora_present() -> None:
+    """The corpora are part of what CI checks: missing, every test here fails saying so."""
+    if not CATEGORIES.is_dir() or not OPENCODE_AGENTS.is_dir():
+        pytest.fail(
+            f"the compatibility corpora are not at {COMPAT}: check out shared/ (with compat/) "
+            f"beside this repository"
+        )
+
 
 CLAUDE_AGENT_COUNT = 158
 CATEGORY_COUNT = 10

@@ -199,8 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stress.set_defaults(handler=_stress)
 
-    agents = commands.add_parser("agents", help="list the agent profiles this project sees")
-    agents.add_argument("--json", action="store_true")
+    agents = commands.add_parser(
+        "agents",
+        help="list the agent profiles this project sees (exit 1 if one failed to load)",
+        description="List the agent profiles this project sees: where each came from, what it "
+        "overrides, and why a broken file was skipped.",
+        epilog="Exit status: 0 when every profile loaded; 1 when any profile failed to load "
+        "(the others still work: the listing says which failed and why); 2 for bad arguments.",
+    )
+    agents.add_argument(
+        "--json", action="store_true", help="the profiles as JSON (same exit status)"
+    )
     agents.add_argument("--cwd", default=".", help="project directory")
     agents.set_defaults(handler=_agents)
 
@@ -309,8 +318,10 @@ def _stress(args: argparse.Namespace) -> int:
 
     from ..kernel import find_exception
     from ._interrupt import RunInterruptedError
+    from ._run import wide_console
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
     from ._stress_report import check_report_path, missing_report_extra, write_report
+    from ._stress_summary import stress_summary
 
     errors = Console(stderr=True)
     try:
@@ -350,9 +361,7 @@ def _stress(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
-        width = max(len(key) for key in report)
-        for key, value in report.items():
-            Console().print(f"{key:<{width}}  {value}", highlight=False)
+        wide_console().print(stress_summary(report))
     code = 1 if report["lost"] or report["duplicates"] else 0
     for report_path in report_paths:
         try:

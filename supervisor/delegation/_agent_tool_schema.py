@@ -20,11 +20,7 @@ from worker.tools._base import input_schema_of
 from ..profiles._profile import AgentProfile
 
 __all__ = [
-    "AGENT_TOOL_CONCURRENCY_SAFE",
     "AGENT_TOOL_NAME",
-    "AGENT_TOOL_NEEDS_APPROVAL",
-    "AGENT_TOOL_READ_ONLY",
-    "AGENT_TOOL_TIMEOUT_S",
     "DEFAULT_SUBAGENT_TYPE",
     "HIDDEN_ALIASES",
     "MAX_RESULT_BYTES",
@@ -46,12 +42,10 @@ HIDDEN_ALIASES: tuple[str, ...] = ("Task",)
 DEFAULT_SUBAGENT_TYPE = "general-purpose"
 
 # S-TOOL-3: launching a child changes nothing by itself, and each of the
-# child's own tool calls is checked, so the call needs no approval and may run
-# alongside others; a child runs as long as its turn limit and watchdog allow.
-AGENT_TOOL_READ_ONLY = True
-AGENT_TOOL_CONCURRENCY_SAFE = True
-AGENT_TOOL_NEEDS_APPROVAL = False
-AGENT_TOOL_TIMEOUT_S: float | None = None
+# child's own tool calls is checked, so the call is read-only (plan mode lets
+# it through) and needs no approval (``ToolPolicy.check``), and may run
+# alongside others (``AgentTool.concurrency_safe``); a child runs as long as
+# its turn limit and watchdog allow: the tool has no timeout of its own.
 
 #: The most UTF-8 bytes one Agent tool result may hand to the model (S-TOOL-3).
 MAX_RESULT_BYTES = 120_000

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ._bash_lexer import CommandTooComplexError
 from ._permissions import (
@@ -36,6 +36,13 @@ NO_APPROVER = (
 )
 
 
+#: Permissions whose calls are never put to anyone (S-TOOL-3): launching a
+#: subagent (``task``: Agent/Task) changes nothing by itself, and each of the
+#: child's own calls is checked. A rule may still deny one (S-TOOL-4); what a
+#: rule would ask about, or no rule covers, runs.
+_NEVER_ASKED: Final[frozenset[str]] = frozenset({"task"})
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     """The outcome of a check: the action and, unless allowed, why."""
@@ -56,7 +63,8 @@ class ToolPolicy:
         """Decide one tool call; explain a deny or an ask by the rule that decided it.
 
         A Bash command too complex to check in full is denied, saying why:
-        checking part of it could let a denied command through (S-SEC-9).
+        checking part of it could let a denied command through (S-SEC-9). An
+        Agent call is never asked about: what no rule denies, runs (S-TOOL-3).
         """
         try:
             checks = permission_checks(tool_name, tool_input, self.project_dir)
@@ -66,7 +74,10 @@ class ToolPolicy:
                 f"{tool_name} command too complex to check against the rules: {error}; "
                 "split it into smaller commands",
             )
-        action = decide(self.rules, checks, mode=self.mode)
+        rules = self.rules
+        if checks and all(check.permission in _NEVER_ASKED for check in checks):
+            rules = _asks_allowed(rules)
+        action = decide(rules, checks, mode=self.mode)
         if action == "allow":
             return PolicyDecision("allow")
         for check in checks:
@@ -118,6 +129,14 @@ class ToolPolicy:
             subject=asking[0].subject if asking else "*",
         )
         return PolicyDecision("deny", f"{decision.reason}; {hint}")
+
+
+def _asks_allowed(rules: Ruleset) -> Ruleset:
+    """``rules`` with every ask an allow, and an allow for what no rule covers."""
+    leading = tuple(PermissionRule(name, "*", "allow") for name in sorted(_NEVER_ASKED))
+    return leading + tuple(
+        replace(rule, action="allow") if rule.action == "ask" else rule for rule in rules
+    )
 
 
 class PolicyHolder(Protocol):

@@ -174,7 +174,14 @@ class ModelGateway:
                 if delivered_text or not exc.retryable or attempt > self.config.max_retries:
                     raise
                 delay = retry_delay(self.config, attempt, exc.retry_after, self._rng)
-                logger.warning("%s; retrying in %.2f s (attempt %d)", exc, delay, attempt + 1)
+                # ``exc.message``: ``str(exc)`` would say it was given up on.
+                logger.warning(
+                    "%s; attempt %d of %d failed, trying again %s",
+                    exc.message,
+                    attempt,
+                    self.config.max_retries + 1,
+                    f"in {delay:.2f} s" if delay >= 0.005 else "now",
+                )
             else:
                 yield result
                 return

@@ -168,6 +168,14 @@ def test_agents_lists_profiles_and_their_errors(tmp_path: Path, project: Path) -
     assert {"general-purpose", "Explore"} <= set(entries)
 
 
+def test_agents_help_documents_its_exit_status(tmp_path: Path) -> None:
+    """`subvisor agents --help` says that a profile failing to load makes it exit 1."""
+    shown = run_cli(home_for(tmp_path), "agents", "--help", cwd=tmp_path)
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    assert "Exit status: 0 when every profile loaded; 1 when any profile failed to load" in text
+
+
 def test_ctrl_c_stops_every_subagent_as_killed(tmp_path: Path, project: Path) -> None:
     """S-RUN-8: Ctrl-C stops the background agents, recorded as killed, and nothing is left."""
     home = home_for(tmp_path)

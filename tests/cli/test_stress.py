@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from supervisor.cli._stress import (
     progress_bar,
     run_stress,
 )
-from tests.support.cli import cli_env
+from tests.support.cli import cli_env, run_cli
 
 FAULT_REASONS = {
     "killed by signal SIGSEGV (segmentation fault)",
@@ -182,3 +183,22 @@ def test_stress_command_reports_json(tmp_path: Path) -> None:
     report = json.loads(run.stdout)  # no progress bar mixed in
     assert report["agents"] == 12 and report["lost"] == 0
     assert report["max_concurrent_subagents"] == 4 >= report["peak_concurrent_workers"]
+
+
+def test_stress_without_json_prints_tables_in_words(tmp_path: Path) -> None:
+    """Without --json the summary is a table like ps's, with failures by reason in a table
+    of their own: no Python reprs (dicts, None) reach the user."""
+    run = run_cli(
+        tmp_path / "home",
+        *("stress", "--agents", "6", "--concurrency", "3", "--faults", "exit"),
+        *("--max-subagents-per-session", "5", "--latency-ms", "1"),
+    )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "stress: 6 subagents" in out
+    assert re.search(r"│ lost\s+│\s+0 │", out) and re.search(r"│ duplicates\s+│\s+0 │", out)
+    assert re.search(r"│ failed\s+│\s+6 │ 6 faults planned, 1 refused", out)
+    assert "failed, by reason" in out
+    assert re.search(r"│ exited with code 1\s+│\s+5 │", out)
+    assert re.search(r"│ refused: max_subagents_per_session\s+│\s+1 │", out)
+    assert "{" not in out and "None" not in out

@@ -13,7 +13,14 @@ import trio
 
 from protocol import ToolCall
 from supervisor import RootSession
-from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
+from tests.support.delegation import (
+    READ_README,
+    agent_call,
+    home_for,
+    readme_project,
+    subvisor,
+    write_scenario,
+)
 
 
 @pytest.fixture
@@ -455,6 +462,90 @@ async def test_task_deny_hides_an_agent_type(tmp_path: Path) -> None:
     assert "- Explore:" not in description and "- general-purpose:" in description
     assert "permission denied: task 'Explore' is denied" in outcome.text
     assert launched == []
+
+
+#: A Bash barrier: each child marks itself, then waits (a bounded while, only against a
+#: hang) until all three have, and prints how many it saw.
+_BARRIER = (
+    "mkdir -p barrier && touch barrier/{name} && for i in $(seq 400); do "
+    '[ "$(ls barrier | wc -l)" -ge 3 ] && break; sleep 0.05; done; ls barrier | wc -l'
+)
+
+
+async def test_parallel_agent_calls_of_one_message_overlap_on_real_workers(
+    tmp_path: Path,
+) -> None:
+    """S-TOOL-3 (concurrency-safe): three Agent calls of one message run at once, each in
+    its own worker: each child's Bash sees all three alive before any ends, and the last
+    launch starts before the first one ends (run one after another, the first would see
+    itself alone and end before the next started)."""
+    names = ("one", "two", "three")
+    children = {
+        name: [
+            {"tool_calls": [{"name": "Bash", "input": {"command": _BARRIER.format(name=name)}}]},
+            {"text": f"{name} saw {{{{tool_result}}}}"},
+        ]
+        for name in names
+    }
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call(name, "wait for the others") for name in names]},
+                {"text": "{{tool_result}}"},
+            ],
+            **children,
+        },
+    )
+    async with subvisor(home_for(tmp_path), permission={"*": "allow"}) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        records = host.registry.list(root.session_id)
+    assert sorted(r.description for r in records) == sorted(names)
+    assert all(r.status == "completed" for r in records), [r.error for r in records]
+    assert {(r.result or "").strip() for r in records} == {f"{name} saw 3" for name in names}
+    ended = [r.ended_at for r in records]
+    assert None not in ended
+    assert max(r.created_at for r in records) < min(e for e in ended if e is not None)
+
+
+async def test_the_agent_tool_never_asks_for_approval(tmp_path: Path) -> None:
+    """S-TOOL-3 (no approval): under rules that make every tool ask, with nobody to
+    approve, each other tool is refused (the root's Read and the child's own Read) but the
+    Agent call runs: launching asks no one, the child's own calls are what is checked."""
+    project = readme_project(tmp_path)
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [READ_README]},
+                {"tool_calls": [agent_call("reader", "read the README")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "reader": [{"tool_calls": [READ_README]}, {"text": "child: {{tool_result}}"}],
+        },
+    )
+    async with subvisor(home_for(tmp_path), permission={"*": "ask"}) as host:
+        root = RootSession(host, model=model, cwd=project)
+        outcome = await root.run("go")
+        [child] = host.registry.list(root.session_id)
+        root_denied = [
+            e.data for e in host.store.events(root.session_id) if e.name == "PermissionDenied"
+        ]
+        child_denied = [
+            e.data
+            for e in host.store.events(child.child_session_id or "")
+            if e.name == "PermissionDenied"
+        ]
+    assert child.status == "completed", child.error
+    assert "child: Error: permission denied: read '" in outcome.text
+    assert "is set to ask by the rule * '*' -> ask; nobody can approve" in outcome.text
+    # The root's own Read, and the child's (mirrored to the parent: S-APR-2); no Agent.
+    assert [(d["tool"], d["origin"]) for d in root_denied] == [
+        ("Read", "root"),
+        ("Read", "subagent"),
+    ]
+    assert [d["tool"] for d in child_denied] == ["Read"]
 
 
 async def test_subagent_depth_zero_removes_the_agent_tool(tmp_path: Path) -> None:

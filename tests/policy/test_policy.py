@@ -73,3 +73,32 @@ def test_a_command_too_complex_to_check_is_denied() -> None:
     assert decision.action == "deny"
     assert "too complex" in decision.reason
     assert "split it into smaller commands" in decision.reason
+
+
+@pytest.mark.parametrize("mode", ["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"])
+@pytest.mark.parametrize(
+    ("config", "agent_type", "expected"),
+    [
+        ({"*": "ask"}, "Explore", "allow"),
+        ({}, "general-purpose", "allow"),  # no rule: asks for any other tool
+        ({"*": "allow", "task": {"*": "ask"}}, "Explore", "allow"),
+        ({"*": "ask", "task": {"Explore": "deny"}}, "Explore", "deny"),
+        ({"*": "ask", "task": {"Explore": "deny"}}, "general-purpose", "allow"),
+    ],
+)
+def test_an_agent_call_is_never_asked_about_only_denied_s_tool_3(
+    config: object, agent_type: str, mode: str, expected: str
+) -> None:
+    """S-TOOL-3: an Agent (or Task) call needs no approval in any mode, even with nobody
+    to approve; S-TOOL-4: a task deny still refuses it."""
+    policy = _policy(config, mode)
+    for tool in ("Agent", "Task"):
+        decision = policy.authorize_headless(tool, {"subagent_type": agent_type})
+        assert decision.action == expected, decision.reason
+
+
+def test_rules_that_let_an_agent_call_run_still_ask_about_other_tools() -> None:
+    """The control of the test above: ``* -> ask`` asks about a Read, not about an Agent."""
+    policy = _policy({"*": "ask"})
+    assert policy.check("Read", {"file_path": "/project/a"}).action == "ask"
+    assert policy.check("Agent", {"subagent_type": "Explore"}).action == "allow"

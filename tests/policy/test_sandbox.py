@@ -48,8 +48,8 @@ from tests.support.filesystem import can_mark_top_directories, is_top_directory
 from worker._sandbox import landlock_abi
 
 KERNEL_ABI = landlock_abi()
-needs_landlock = pytest.mark.skipif(
-    KERNEL_ABI < 4, reason=f"needs Landlock ABI >= 4 (network rules); this kernel has {KERNEL_ABI}"
+needs_landlock = pytest.mark.machine_may_lack(
+    f"Landlock ABI >= 4 (network rules); this kernel has {KERNEL_ABI}", when=KERNEL_ABI < 4
 )
 PY = sys.executable
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
@@ -150,16 +151,28 @@ async def test_400_is_not_retried_and_surfaces_the_message(
     assert "messages: field required" in str(error)
 
 
-async def test_rate_limit_gives_up_after_max_retries(server: ProviderServer) -> None:
+async def test_rate_limit_gives_up_after_max_retries(
+    server: ProviderServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each retry is announced as what happens (which attempt failed, when the next one
+    goes); only the final error says that the gateway gave up."""
     server.enqueue(
-        *[CannedResponse.json(error_body("busy"), status=429, headers={"retry-after": "0"})] * 3
+        CannedResponse.json(error_body("busy"), status=429, headers={"retry-after": "0"}),
+        CannedResponse.json(error_body("busy"), status=429, headers={"retry-after": "0.25"}),
+        CannedResponse.json(error_body("busy"), status=429, headers={"retry-after": "0"}),
     )
-    async with gateway_for(server.base_url, max_retries=2) as gateway:
-        with pytest.raises(ModelRateLimitError) as caught:
-            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    with caplog.at_level(logging.WARNING, logger="supervisor.providers"):
+        async with gateway_for(server.base_url, max_retries=2) as gateway:
+            with pytest.raises(ModelRateLimitError) as caught:
+                await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
     assert len(server.requests) == 3
     assert caught.value.attempts == 3
     assert "gave up after 3 attempts" in str(caught.value)
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2
+    assert warnings[0].endswith("; attempt 1 of 3 failed, trying again now")
+    assert warnings[1].endswith("; attempt 2 of 3 failed, trying again in 0.25 s")
+    assert all("busy" in w and "gave up" not in w for w in warnings)
 
 
 async def test_connection_refused_is_a_clear_error_after_retries() -> None:

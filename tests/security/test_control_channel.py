@@ -280,7 +280,7 @@ def test_s_sec_2_a_subagent_cannot_reach_its_own_or_another_sessions_control_cha
     assert victim["status"] == "completed", victim
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another uid needs root")
+@pytest.mark.machine_may_lack("root, to run a client as another uid", when=os.geteuid() != 0)
 def test_s_sec_2_another_uid_is_refused(tmp_path: Path) -> None:
     """S-SEC-2: an abstract socket has no file permissions, so the channel checks the peer's
     uid: the same client run as uid 65534 is refused; run as the session's owner it is

@@ -113,7 +113,7 @@ def test_update_validates_and_persists(registry: TaskRegistry, store: SessionSto
     assert registry.get("agent_1") == updated
 
 
-@pytest.mark.skipif(_atomic_write._renameat2 is None, reason="no renameat2 in this libc")
+@pytest.mark.machine_may_lack("renameat2 in its libc", when=_atomic_write._renameat2 is None)
 def test_metadata_rewrites_swap_two_inodes_and_free_none_s_run_1(
     registry: TaskRegistry,
 ) -> None:
@@ -134,6 +134,7 @@ def test_metadata_rewrites_swap_two_inodes_and_free_none_s_run_1(
     assert len(inodes) == 2
 
 
+@pytest.mark.machine_may_lack("a filesystem with ext4's top-directory flag under its tmp dir")
 def test_the_agents_dir_is_marked_as_a_top_directory_where_the_filesystem_can(
     registry: TaskRegistry, home: Path, tmp_path: Path
 ) -> None:

@@ -1,4 +1,10 @@
-"""The real MCP server for tests (npm server-everything), installed on first use."""
+"""The real MCP server for tests (npm server-everything), installed on first use.
+
+It comes from ``tests/mcp_servers/package.json`` at its pinned lockfile
+(``.ci/run`` installs it up front). Without node and npm the tests that need
+it fail, naming what to install: a machine that lacks them can have them, so
+they are no reason to skip.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,10 @@ def everything_server() -> Path:
     if not EVERYTHING.exists():
         npm = shutil.which("npm")
         if npm is None or shutil.which("node") is None:
-            pytest.skip("node and npm are needed for the real MCP server tests")
+            pytest.fail(
+                "node and npm are needed for the real MCP server tests: install Node.js "
+                f"(>= 20, with npm), then run `npm ci` in {MCP_DIR}"
+            )
         subprocess.run(
             [npm, "ci", "--silent", "--no-audit", "--no-fund"],
             cwd=MCP_DIR,

@@ -19,8 +19,8 @@ import trio
 from worker.tools import ToolContext, ToolOutput, run_tool
 from worker.tools._bash import shell_argv
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self/stat").exists(), reason="process checks read /proc (Linux)"
+pytestmark = pytest.mark.machine_may_lack(
+    "/proc (Linux), which the process checks read", when=not Path("/proc/self/stat").exists()
 )
 
 # Only a guard against a hung test, never a claim about speed.

@@ -4,6 +4,13 @@ Tests and stress runs inject crashes into real processes this way: the
 scripted provider marks a turn with ``fault`` and the worker that receives it
 segfaults, exits, eats memory, hangs or floods the supervisor with valid
 events, and the supervisor must cope.
+
+Each fault shows exactly the symptom it names, so the supervisor's reason is
+determined by the fault and not by which of its watchers looks first. A
+worker that eats memory keeps talking (one event per chunk it holds), as a
+leaking agent that is still at work would: were it silent, the idle watchdog
+would race the memory cap under CPU load, since the allocation loop is what
+starves. Only ``hang`` is silent, and only the idle watchdog can end it.
 """
 
 from __future__ import annotations
@@ -16,37 +23,70 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NoReturn
 
-__all__ = ["EXIT_FAULT_CODE", "FLOOD_TEXT_SIZE", "commit_fault", "flood_events"]
+__all__ = [
+    "EXIT_FAULT_CODE",
+    "FLOOD_TEXT_SIZE",
+    "MEMORY_CHUNK_SIZE",
+    "Fault",
+    "commit_fault",
+    "eat_memory",
+    "flood_events",
+]
+
+#: What a scripted turn may order (``ModelResult.fault``).
+Fault = Literal["segfault", "exit", "oom", "hang", "flood"]
+
+#: An ``emit`` of the worker's link: send one event frame.
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 #: Characters of model text and tool output in each event of a flood.
 FLOOD_TEXT_SIZE = 16 * 1024
 
+#: Bytes the oom fault takes between two of its events: small enough that even
+#: a CPU-starved worker sends one well within any idle timeout.
+MEMORY_CHUNK_SIZE = 16 * 1024 * 1024
+
 EXIT_FAULT_CODE = 1
-_OOM_CHUNK = 64 * 1024 * 1024
 
 
-def commit_fault(kind: Literal["segfault", "exit", "oom", "hang"]) -> NoReturn:
-    """Crash this process the way ``kind`` says; never returns."""
+async def commit_fault(kind: Fault, emit: Emit) -> NoReturn:
+    """Crash this process, or turn it hostile, the way ``kind`` says; never returns."""
+    if kind == "flood":
+        await flood_events(emit)
+    if kind == "oom":
+        await eat_memory(emit)
     if kind == "segfault":
         ctypes.string_at(0)
     elif kind == "exit":
         os._exit(EXIT_FAULT_CODE)
-    elif kind == "oom":
-        held = []
-        try:
-            while True:
-                # Non-zero bytes: the pages really become resident.
-                held.append(b"\x01" * _OOM_CHUNK)
-                time.sleep(0.005)
-        except MemoryError:
-            # An address-space cap stopped us first; die as the OOM killer would.
-            os.kill(os.getpid(), signal.SIGKILL)
-    # "hang": block the whole process, event loop included, like a wedged call.
+    _hang()
+
+
+def _hang() -> NoReturn:
+    # Block the whole process, event loop included, like a wedged call.
     while True:
         time.sleep(3600)
 
 
-async def flood_events(emit: Callable[[str, dict[str, Any]], Awaitable[None]]) -> NoReturn:
+async def eat_memory(emit: Emit) -> NoReturn:
+    """Hold ever more memory, reporting each chunk, until a memory cap ends this process.
+
+    The kernel's OOM killer ends it inside its cgroup, or the supervisor's
+    sampler does; an address-space cap raises ``MemoryError`` first, and the
+    process then dies as the OOM killer would have it die.
+    """
+    held: list[bytes] = []
+    try:
+        while True:
+            # Non-zero bytes: the pages really become resident.
+            held.append(b"\x01" * MEMORY_CHUNK_SIZE)
+            await emit("fault.memory", {"held_bytes": len(held) * MEMORY_CHUNK_SIZE})
+    except MemoryError:
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL does not return")
+
+
+async def flood_events(emit: Emit) -> NoReturn:
     """Send valid events as fast as the pipe takes them, forever (S-SEC-8).
 
     What a hostile worker would: transcript messages (model text) and tool

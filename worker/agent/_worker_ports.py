@@ -8,7 +8,7 @@ from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
 
 from .._channel import SupervisorLink
 from ..tools import ToolOutput, resolve_tool_name
-from ._faults import commit_fault, flood_events
+from ._faults import commit_fault
 
 __all__ = [
     "ASK_USER_QUESTION_SPEC",
@@ -35,10 +35,8 @@ class PipeModelPort:
         slim = request.model_copy(update={"tools": ()})
         raw = await self._link.request("model.call", slim.model_dump(mode="python"))
         result = ModelResult.model_validate(raw)
-        if result.fault == "flood":
-            await flood_events(self._link.emit)
         if result.fault is not None:
-            commit_fault(result.fault)
+            await commit_fault(result.fault, self._link.emit)
         return result
 
 
