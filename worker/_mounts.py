@@ -36,6 +36,8 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ._privileges import status_caps
+
 __all__ = ["CURRENT", "VCS_NAMES", "MountNamespace", "vcs_dirs"]
 
 _CLONE_NEWNS = 0x00020000
@@ -115,11 +117,7 @@ def _probe(step: Callable[[], None]) -> None:
 
 
 def _has_sys_admin() -> bool:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) & (1 << _CAP_SYS_ADMIN))
-    return False
+    return bool(status_caps().get("CapEff", 0) & (1 << _CAP_SYS_ADMIN))
 
 
 def _locked_flags(path: str) -> int:

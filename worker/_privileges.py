@@ -32,6 +32,7 @@ __all__ = [
     "drop_privileges",
     "set_child_subreaper",
     "set_dumpable",
+    "status_caps",
 ]
 
 _PR_SET_DUMPABLE = 4
@@ -85,7 +86,8 @@ def _last_cap() -> int:
         return 63
 
 
-def _status_caps() -> dict[str, int]:
+def status_caps() -> dict[str, int]:
+    """This process's capability sets and ``NoNewPrivs``, as ``/proc/self/status`` has them."""
     caps: dict[str, int] = {}
     with open("/proc/self/status") as f:
         for line in f:
@@ -118,7 +120,7 @@ def drop_privileges() -> PrivilegeReport:
     Returns what the kernel then reports, so the caller states what is in
     force rather than what was asked for.
     """
-    status = _status_caps()
+    status = status_caps()
     if status.get("CapEff", 0) & (1 << _CAP_SETPCAP):
         # Best effort: a container may already lock some bits differently.
         with contextlib.suppress(OSError):
@@ -133,4 +135,4 @@ def drop_privileges() -> PrivilegeReport:
         err = ctypes.get_errno()
         raise OSError(err, f"capset failed: {os.strerror(err)}")
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
-    return PrivilegeReport(_status_caps())
+    return PrivilegeReport(status_caps())
