@@ -30,6 +30,7 @@ from ..kernel import (
 __all__ = ["Check", "run_checks"]
 
 _PR_GET_PDEATHSIG = 2
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +64,8 @@ def _platform_checks() -> list[Check]:
         checks.append(Check("pidfd", True, "pidfd_open works (exact, race-free reaping)"))
     except (AttributeError, OSError) as exc:
         checks.append(Check("pidfd", False, f"pidfd_open failed: {exc} (needs Linux >= 5.3)"))
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     value = ctypes.c_int(0)
-    ok = libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0
+    ok = _LIBC.prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0
     checks.append(
         Check(
             "prctl", ok, "parent-death signal available" if ok else "prctl(PR_GET_PDEATHSIG) failed"
@@ -205,8 +205,7 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
                 else f"NOT enforced: {write.reason}",
             )
         )
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    dumpable = libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    dumpable = _LIBC.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
     checks.append(
         Check(
             "not dumpable",
