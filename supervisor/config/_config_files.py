@@ -40,7 +40,7 @@ from protocol import ResourceLimits
 from ..delegation._mcp import McpServerConfig, parse_mcp_json
 from ..delegation._settings import SubvisorSettings
 from ..kernel import validation_problems
-from ..policy._permissions import PermissionConfigError, parse_permission_mode
+from ..policy._rules import PermissionConfigError, parse_permission_mode
 from ..state._paths import subvisor_home
 from ._errors import ConfigError
 from ._project_trust import (

@@ -23,8 +23,9 @@ from ..policy._permission_derivation import (
     derive_child_rules,
     launchable_agents,
 )
-from ..policy._permissions import Ruleset, apply_mode, rules_from_config, tools_map_to_rules
 from ..policy._policy import ToolPolicy
+from ..policy._rule_config import rules_from_config, tools_map_to_rules
+from ..policy._rules import Ruleset, apply_mode
 from ..policy._sandbox import choose_sandbox
 from ..profiles._agent_memory import apply_memory, memory_dir
 from ..profiles._profile import AgentProfile

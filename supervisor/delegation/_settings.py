@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from protocol import ResourceLimits
 
 from ..kernel import EventBudgetLimits
-from ..policy._permissions import PermissionMode, Ruleset, parse_permission_mode, rules_from_config
+from ..policy._rule_config import rules_from_config
+from ..policy._rules import PermissionMode, Ruleset, parse_permission_mode
 from ..policy._sandbox import SandboxSettings
 from ..providers import GatewayConfig
 from ..state._paths import subvisor_home

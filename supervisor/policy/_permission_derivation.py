@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from ._permissions import PermissionMode, PermissionRule, Ruleset, evaluate, parse_permission_mode
+from ._rules import PermissionMode, PermissionRule, Ruleset, evaluate, parse_permission_mode
 
 __all__ = [
     "DEFAULT_SUBAGENT_DEPTH",
@@ -53,7 +53,7 @@ def derive_child_rules(
     """The ruleset a child runs under (S-POL-2); see the module docstring for the order.
 
     ``parent`` is the ruleset the parent runs under, with its mode's denies
-    (:func:`~supervisor.policy._permissions.apply_mode`), so a ``plan`` parent's
+    (:func:`~supervisor.policy._rules.apply_mode`), so a ``plan`` parent's
     denies reach the child. A parent ``allow`` is not inherited. ``todowrite``
     and ``task`` are denied unless ``child_profile_rules`` has a rule whose
     permission is exactly that name, whatever its action (as opencode checks),

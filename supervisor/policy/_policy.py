@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 from ._bash_lexer import CommandTooComplexError
-from ._permissions import (
+from ._rules import (
     Action,
     PermissionMode,
     PermissionRule,
@@ -23,10 +23,9 @@ from ._permissions import (
     decide,
     evaluate,
     last_matching_rule,
-    permission_checks,
-    permission_name,
     wildcard_match,
 )
+from ._tool_permissions import permission_checks, permission_name
 
 __all__ = ["PolicyDecision", "PolicyHolder", "ToolPolicy"]
 

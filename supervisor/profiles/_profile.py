@@ -41,7 +41,7 @@ MemoryScope = Literal["user", "project", "local"]
 PermissionAction = Literal["allow", "ask", "deny"]
 #: opencode permission rules as written: one action for everything, or a
 #: permission (``bash``, ``edit``, ...) mapped to one action or to
-#: ``{pattern: action}`` in order (S-POL-2); ``_permissions.rules_from_config``
+#: ``{pattern: action}`` in order (S-POL-2); ``_rule_config.rules_from_config``
 #: reads them.
 PermissionRules = PermissionAction | dict[str, PermissionAction | dict[str, PermissionAction]]
 
@@ -102,7 +102,7 @@ class AgentProfile(BaseModel):
     model_temperature: float | None = Field(default=None, allow_inf_nan=False)
     permission: PermissionRules | None = None
     # opencode's ``tools: {write: false}`` map as written, for the permission
-    # engine (``_permissions.tools_map_to_rules``); its false entries are
+    # engine (``_rule_config.tools_map_to_rules``); its false entries are
     # also in ``disallowed_tools``.
     tool_switches: dict[str, bool] | None = None
     disabled: bool = False

@@ -23,7 +23,9 @@ from supervisor.policy._bash_lexer import (
     unquote,
     word_value,
 )
-from supervisor.policy._permissions import decide, permission_checks, rules_from_config
+from supervisor.policy._rule_config import rules_from_config
+from supervisor.policy._rules import decide
+from supervisor.policy._tool_permissions import permission_checks
 
 PROJECT = "/work/proj"
 

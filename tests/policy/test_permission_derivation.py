@@ -16,7 +16,8 @@ from supervisor.policy._permission_derivation import (
     inherited_rules,
     launchable_agents,
 )
-from supervisor.policy._permissions import (
+from supervisor.policy._rule_config import rules_from_config
+from supervisor.policy._rules import (
     ACTIONS,
     Action,
     PermissionMode,
@@ -24,7 +25,6 @@ from supervisor.policy._permissions import (
     apply_mode,
     evaluate,
     last_matching_rule,
-    rules_from_config,
 )
 
 

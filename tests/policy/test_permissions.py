@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor.policy._permissions import (
+from supervisor.policy._bash_lexer import bash_commands
+from supervisor.policy._rule_config import rules_from_config, tools_map_to_rules
+from supervisor.policy._rules import (
     ACTIONS,
     PERMISSION_MODES,
     PLAN_MODE_PERMISSIONS,
@@ -18,20 +20,19 @@ from supervisor.policy._permissions import (
     PermissionMode,
     PermissionRule,
     apply_mode,
-    bash_commands,
     decide,
-    disabled_tools,
     evaluate,
-    expand_home,
     last_matching_rule,
     merge,
     parse_permission_mode,
+    wildcard_match,
+)
+from supervisor.policy._tool_permissions import (
+    disabled_tools,
+    expand_home,
     permission_checks,
     permission_for_tool,
     permission_name,
-    rules_from_config,
-    tools_map_to_rules,
-    wildcard_match,
 )
 
 PROJECT = "/work/proj"

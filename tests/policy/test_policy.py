@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.policy._permissions import rules_from_config
 from supervisor.policy._policy import ToolPolicy
+from supervisor.policy._rule_config import rules_from_config
 
 
 def _policy(config: object, mode: str = "default") -> ToolPolicy:

@@ -1,0 +1,284 @@
+"""Which permissions a tool call needs, on which subjects (S-POL-2, S-SEC-9).
+
+A tool call needs one or more checks (:func:`permission_checks`): the tool's
+own permission, and ``external_directory`` when it touches a path outside the
+project, as opencode asks both. A Bash command needs a ``bash`` check for each
+command it runs, in every spelling :mod:`~supervisor.policy._bash_lexer` sees
+(``sudo /bin/rm x`` is also ``rm x``), and an ``edit`` check for each file it
+writes; the most restrictive answer wins (``decide``), so no wrapper or
+spelling turns a deny into an allow, and a rule allows a wrapped command only
+if it allows the wrapper too.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from worker.tools import resolve_tool_name
+
+from ._bash_lexer import bash_commands, run_commands, unquote, word_value
+from ._rules import PermissionCheck, PermissionRule, wildcard_match
+
+__all__ = [
+    "disabled_tools",
+    "expand_home",
+    "permission_checks",
+    "permission_for_tool",
+    "permission_name",
+]
+
+_PERMISSION_BY_TOOL: Final[Mapping[str, str]] = {
+    "Read": "read",
+    "Write": "edit",
+    "Edit": "edit",
+    "Glob": "glob",
+    "Grep": "grep",
+    "Bash": "bash",
+    "LS": "list",
+}
+# Other names in either product's spelling, keyed lower-case.
+_PERMISSION_BY_NAME: Final[Mapping[str, str]] = {
+    "multiedit": "edit",
+    "patch": "edit",
+    "apply_patch": "edit",
+    "notebookedit": "edit",
+    "agent": "task",
+    "task": "task",
+    "webfetch": "webfetch",
+    "websearch": "websearch",
+    "codesearch": "codesearch",
+    "todowrite": "todowrite",
+    "todoread": "todoread",
+    "skill": "skill",
+    "lsp": "lsp",
+    "external_directory": "external_directory",
+    "doom_loop": "doom_loop",
+}
+
+
+def permission_name(name: str) -> str:
+    """The permission a tool or rule key names: ``Write`` -> ``edit``, ``Agent`` -> ``task``.
+
+    Claude Code's tool names and opencode's lower-case names both work
+    (S-LOCAL-1); every file-changing tool is ``edit``. Other names (MCP
+    tools, wildcards such as ``*`` or ``mcp__github__*``) are kept as they are.
+    """
+    local = resolve_tool_name(name)
+    if local is not None:
+        return _PERMISSION_BY_TOOL.get(local, name)
+    return _PERMISSION_BY_NAME.get(name.lower(), name)
+
+
+def expand_home(pattern: str, home: str | None = None) -> str:
+    """``pattern`` with a leading ``~`` or ``$HOME`` replaced by the home directory (opencode)."""
+    if not (pattern == "~" or pattern.startswith(("~/", "$HOME"))):
+        return pattern
+    home_dir = os.path.expanduser("~") if home is None else home
+    if pattern.startswith("$HOME"):
+        return home_dir + pattern[len("$HOME") :]
+    return home_dir + pattern[1:]
+
+
+def disabled_tools(tool_names: Iterable[str], rules: Sequence[PermissionRule]) -> frozenset[str]:
+    """The tools to hide from the model entirely, as opencode's ``Permission.disabled``.
+
+    A tool is hidden when the last rule naming its permission (whatever the
+    pattern) is a deny for every subject (pattern ``*``): then no call can
+    succeed, so offering the tool would only waste a turn.
+    """
+    hidden: set[str] = set()
+    for name in tool_names:
+        permission = permission_name(name)
+        for rule in reversed(rules):
+            if wildcard_match(rule.permission, permission):
+                if rule.pattern == "*" and rule.action == "deny":
+                    hidden.add(name)
+                break
+    return frozenset(hidden)
+
+
+# --- tool calls to checks ------------------------------------------------------------------
+
+
+def _resolve(raw: str, project_dir: str | None) -> str:
+    path = os.path.expanduser(raw) if raw.startswith("~") else raw
+    if raw.startswith("$HOME"):
+        path = expand_home(raw)
+    if project_dir is not None and not posixpath.isabs(path):
+        path = posixpath.join(project_dir, path)
+    return posixpath.normpath(path) if posixpath.isabs(path) else path
+
+
+def _inside(path: str, project_dir: str) -> bool:
+    root = posixpath.normpath(project_dir)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _external_check(
+    path: str, project_dir: str | None, *, directory: bool
+) -> PermissionCheck | None:
+    # opencode asks on "<dir>/*": the directory itself, or the file's parent.
+    if project_dir is None or not posixpath.isabs(path) or _inside(path, project_dir):
+        return None
+    folder = path if directory else posixpath.dirname(path)
+    return PermissionCheck("external_directory", posixpath.join(folder, "*"))
+
+
+def _text(tool_input: Mapping[str, object], *keys: str) -> str | None:
+    for key in keys:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _path_tool(
+    permission: str, raw: str | None, project_dir: str | None, *, directory: bool
+) -> tuple[PermissionCheck | None, PermissionCheck]:
+    resolved = _resolve(raw or ".", project_dir)
+    subject = resolved
+    if permission == "edit" and project_dir is not None and posixpath.isabs(resolved):
+        # opencode matches edit rules against the path relative to the project.
+        subject = posixpath.relpath(resolved, posixpath.normpath(project_dir))
+    check = PermissionCheck(permission, subject)
+    return _external_check(resolved, project_dir, directory=directory), check
+
+
+def _tool_checks(
+    tool_name: str, tool_input: Mapping[str, object], project_dir: str | None
+) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+    """The external_directory checks and the tool's own checks of one call."""
+    if project_dir is not None and not posixpath.isabs(project_dir):
+        raise ValueError(f"project_dir must be an absolute path, got {project_dir!r}")
+    permission = permission_name(tool_name)
+    if permission in ("read", "edit"):
+        raw = _text(tool_input, "file_path", "filePath", "notebook_path", "path")
+        external, own = _path_tool(permission, raw, project_dir, directory=False)
+        return [external] if external else [], [own]
+    if permission == "list":
+        external, own = _path_tool("list", _text(tool_input, "path"), project_dir, directory=True)
+        return [external] if external else [], [own]
+    if permission in ("glob", "grep"):
+        base = _resolve(_text(tool_input, "path") or ".", project_dir)
+        external = _external_check(base, project_dir, directory=True)
+        own = PermissionCheck(permission, _text(tool_input, "pattern") or "*")
+        return [external] if external else [], [own]
+    if permission == "bash":
+        return _bash_checks(_text(tool_input, "command") or "", project_dir)
+    subject_keys: Mapping[str, tuple[str, ...]] = {
+        "task": ("subagent_type",),
+        "webfetch": ("url",),
+        "websearch": ("query",),
+        "codesearch": ("query",),
+        "skill": ("skill", "name", "command"),
+    }
+    keys = subject_keys.get(permission, ())
+    default = "general-purpose" if permission == "task" else "*"  # S-TOOL-1 default type
+    return [], [PermissionCheck(permission, _text(tool_input, *keys) or default)]
+
+
+def permission_for_tool(
+    tool_name: str, tool_input: Mapping[str, object], project_dir: str | None = None
+) -> tuple[str, str]:
+    """The permission a tool call is checked under and its subject.
+
+    ``Read``: ``read`` on the absolute path. ``Write``/``Edit`` (and
+    ``MultiEdit``, ``NotebookEdit``, ``patch``): ``edit`` on the path relative
+    to ``project_dir``. ``Glob``/``Grep``: the search pattern. ``LS``:
+    ``list`` on the absolute directory. ``Bash``: ``bash`` on the command.
+    ``Agent``/``Task``: ``task`` on the ``subagent_type``. ``WebFetch``: the
+    URL. MCP tools (``mcp__server__tool``) and anything else: the tool's own
+    name on ``*``. Relative paths start at ``project_dir``. A path outside
+    the project also needs ``external_directory``, which
+    :func:`permission_checks` adds, and a Bash command is really checked per
+    simple command (:func:`bash_commands`).
+    """
+    if permission_name(tool_name) == "bash":
+        return "bash", (_text(tool_input, "command") or "").strip()
+    _external, own = _tool_checks(tool_name, tool_input, project_dir)
+    return own[0].permission, own[0].subject
+
+
+def permission_checks(
+    tool_name: str, tool_input: Mapping[str, object], project_dir: str | None = None
+) -> tuple[PermissionCheck, ...]:
+    """Every check a tool call needs, as opencode asks them: external directories first.
+
+    A path outside ``project_dir`` adds ``external_directory`` on its folder
+    followed by ``/*`` (the folder itself for ``LS``, ``Glob`` and ``Grep``,
+    the parent for a file). ``Bash`` gets one ``bash`` check per command it
+    runs (:func:`bash_commands`), ``external_directory`` for path arguments
+    of ``cd``, ``rm``, ``cp``, ``mv``, ``mkdir``, ``touch``, ``chmod``,
+    ``chown`` and ``cat`` and for files redirected from (``< f``) that leave
+    the project, and, for each file it writes (``>``, ``>>``, ``&>``, ``2>``,
+    ``>|``, ``<>``, ``tee FILE``), an ``edit`` check on the path as a
+    ``Write`` of it gets, with its ``external_directory``. Device sinks
+    (``/dev/null``, ``/dev/stderr``, ``/dev/fd/N``...) are not files.
+    Without ``project_dir`` no external checks are made.
+    """
+    external, own = _tool_checks(tool_name, tool_input, project_dir)
+    return tuple(dict.fromkeys([*external, *own]))
+
+
+# --- bash commands -------------------------------------------------------------------------
+
+_PATH_COMMANDS: Final[frozenset[str]] = frozenset(
+    {"cd", "rm", "cp", "mv", "mkdir", "touch", "chmod", "chown", "cat"}
+)
+# Files a redirection opens without reading or editing anything.
+_DEVICE_SINKS: Final[frozenset[str]] = frozenset(
+    {"/dev/null", "/dev/zero", "/dev/full", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty"}
+)
+_FD_PATH: Final = re.compile(r"/(?:dev/fd|proc/self/fd)/[0-9]+")
+
+
+def _opened_file_checks(
+    target: str, project_dir: str | None, *, writes: bool
+) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+    """The external_directory and edit checks of a file a command opens (S-SEC-9).
+
+    A target an expansion decides (``> "$OUT"``) is checked as written, as
+    both an edit and an external directory: no rule can tell where it goes.
+    """
+    if target.startswith(("<(", ">(")):
+        return [], []  # a pipe to a command that is checked on its own
+    value = word_value(target, {"HOME": expand_home("~")})
+    if value is None:
+        external = [PermissionCheck("external_directory", target)] if project_dir else []
+        return external, [PermissionCheck("edit", target)] if writes else []
+    resolved = _resolve(value, project_dir)
+    if resolved in _DEVICE_SINKS or _FD_PATH.fullmatch(resolved):
+        return [], []
+    outside, edit = _path_tool("edit", value, project_dir, directory=False)
+    return [outside] if outside else [], [edit] if writes else []
+
+
+def _bash_checks(
+    command: str, project_dir: str | None
+) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+    external: list[PermissionCheck] = []
+    edits: list[PermissionCheck] = []
+    commands = run_commands(command)
+    for simple in commands:
+        program = simple.program
+        if program in _PATH_COMMANDS:
+            for arg in simple.words[1:]:
+                value = unquote(arg)
+                if value.startswith("-") or (program == "chmod" and value.startswith("+")):
+                    continue
+                path = _resolve(value, project_dir)
+                check = _external_check(path, project_dir, directory=program in ("cd", "mkdir"))
+                if check is not None:
+                    external.append(check)
+        for target in simple.read_files():
+            external += _opened_file_checks(target, project_dir, writes=False)[0]
+        for target in simple.written_files():
+            outside, edit = _opened_file_checks(target, project_dir, writes=True)
+            external += outside
+            edits += edit
+    own = [PermissionCheck("bash", subject) for subject in bash_commands(command, commands)]
+    return external, own + edits
