@@ -5,25 +5,24 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from protocol._chat import ChatMessage, ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
+from protocol import ChatMessage, ModelRequest, ModelResult, ToolCall, Usage
 
 from ._base import ModelEvent
-from ._errors import ModelConnectionError, ModelProviderError, ModelResponseError
+from ._errors import ModelProviderError, ModelResponseError
 from ._http import (
     CallOrigin,
     complete_once,
     error_from_status,
     malformed_as_response_error,
     parse_json_object,
-    post_json,
+    stream_sse_answer,
 )
-from ._sse import aiter_sse_events, drain_sse_events
+from ._sse import SseEvent
 
 __all__ = [
     "ANTHROPIC_API_VERSION",
@@ -93,7 +92,14 @@ class AnthropicProvider:
         )
         body = anthropic_request_body(request, model, stream=self._streaming)
         if self._streaming:
-            return self._stream_sse(origin, body)
+            return stream_sse_answer(
+                self._client,
+                origin,
+                body,
+                headers=self._headers(),
+                timeouts=self._timeout,
+                assembler=_StreamState(model=model),
+            )
         return complete_once(
             self._client,
             origin,
@@ -108,36 +114,6 @@ class AnthropicProvider:
         if self._api_key is not None:
             headers["x-api-key"] = self._api_key
         return headers
-
-    async def _stream_sse(
-        self, origin: CallOrigin, body: dict[str, Any]
-    ) -> AsyncIterator[ModelEvent]:
-        state = _StreamState(model=origin.model)
-        async with (
-            post_json(
-                self._client, origin, body, headers=self._headers(), timeouts=self._timeout
-            ) as response,
-            aclosing(aiter_sse_events(response.aiter_lines())) as events,
-        ):
-            async for event in events:
-                data = parse_json_object(event.data, f"a {event.event!r} event", origin)
-                with malformed_as_response_error(origin, f"a {event.event!r} event"):
-                    text = state.apply(data, origin)
-                if text:
-                    yield ModelStreamDelta(text=text)
-                if state.stopped:
-                    break
-            if state.stopped:
-                await drain_sse_events(events)
-        if not state.stopped:
-            raise ModelConnectionError(
-                f"{origin.label}: the stream from {origin.url} ended before message_stop",
-                provider=origin.provider,
-                model=origin.model,
-            )
-        with malformed_as_response_error(origin, "the streamed answer"):
-            result = state.result(origin)
-        yield result
 
 
 def anthropic_request_body(request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
@@ -219,6 +195,22 @@ class _StreamState:
     stop_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     stopped: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """``message_stop`` arrived."""
+        return self.stopped
+
+    @property
+    def unfinished(self) -> str | None:
+        """What is missing if the stream ends now."""
+        return None if self.stopped else "message_stop"
+
+    def feed(self, event: SseEvent, origin: CallOrigin) -> str:
+        """Fold one SSE event into the state; return its text delta."""
+        data = parse_json_object(event.data, f"a {event.event!r} event", origin)
+        with malformed_as_response_error(origin, f"a {event.event!r} event"):
+            return self.apply(data, origin)
 
     def apply(self, data: dict[str, Any], origin: CallOrigin) -> str:
         """Fold one event's data into the state; return its text delta."""

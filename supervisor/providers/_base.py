@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from protocol._chat import ModelRequest, ModelResult, ModelStreamDelta
+from protocol import ModelRequest, ModelResult, ModelStreamDelta
 
 __all__ = ["ModelEvent", "ModelProvider"]
 

@@ -17,7 +17,7 @@ from typing import Self
 import httpx
 import trio
 
-from protocol._chat import ModelRequest, ModelResult
+from protocol import ModelRequest, ModelResult
 
 from ._anthropic import ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
 from ._base import ModelEvent, ModelProvider

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from protocol._chat import ModelResult, ModelStreamDelta
+from protocol import ModelResult, ModelStreamDelta
 
 from ._base import ModelEvent
 from ._errors import (
@@ -33,15 +33,19 @@ from ._errors import (
     ModelResponseError,
     ModelServerError,
 )
+from ._sse import SseEvent, aiter_sse_events, drain_sse_events
 
 __all__ = [
     "CallOrigin",
+    "StreamAssembler",
+    "complete_once",
     "error_from_status",
     "malformed_as_response_error",
     "parse_json_object",
     "parse_retry_after",
     "post_json",
     "provider_message_from_body",
+    "stream_sse_answer",
 ]
 
 _MAX_MESSAGE_CHARS = 500
@@ -259,4 +263,65 @@ async def complete_once(
         result = parse(document, origin)
     if result.text:
         yield ModelStreamDelta(text=result.text)
+    yield result
+
+
+class StreamAssembler(Protocol):
+    """A provider's reading of its SSE stream: events in, one ``ModelResult`` out."""
+
+    @property
+    def finished(self) -> bool:
+        """The provider said its last word (``[DONE]``, ``message_stop``): stop reading."""
+        ...
+
+    @property
+    def unfinished(self) -> str | None:
+        """Why the stream, ended now, would be incomplete; None when it is whole."""
+        ...
+
+    def feed(self, event: SseEvent, origin: CallOrigin) -> str:
+        """Fold one event in; return its text delta ("" for none)."""
+        ...
+
+    def result(self, origin: CallOrigin) -> ModelResult:
+        """The complete answer, once the stream is whole."""
+        ...
+
+
+async def stream_sse_answer(
+    client: httpx.AsyncClient,
+    origin: CallOrigin,
+    body: dict[str, Any],
+    *,
+    headers: Mapping[str, str],
+    timeouts: httpx.Timeout,
+    assembler: StreamAssembler,
+) -> AsyncIterator[ModelEvent]:
+    """A streaming call: text deltas as they arrive, then the ``ModelResult``.
+
+    Reading stops at the provider's last word; what follows it is drained
+    (so the connection can be reused). A stream that ends before the answer
+    is whole is a ``ModelConnectionError`` that says what was missing.
+    """
+    async with (
+        post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
+        aclosing(aiter_sse_events(response.aiter_lines())) as events,
+    ):
+        async for event in events:
+            text = assembler.feed(event, origin)
+            if text:
+                yield ModelStreamDelta(text=text)
+            if assembler.finished:
+                break
+        if assembler.finished:
+            await drain_sse_events(events)
+    missing = assembler.unfinished
+    if missing is not None:
+        raise ModelConnectionError(
+            f"{origin.label}: the stream from {origin.url} ended before {missing}",
+            provider=origin.provider,
+            model=origin.model,
+        )
+    with malformed_as_response_error(origin, "the streamed answer"):
+        result = assembler.result(origin)
     yield result

@@ -5,25 +5,24 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
-from protocol._chat import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
+from protocol import ModelRequest, ModelResult, ToolCall, Usage
 
 from ._base import ModelEvent
-from ._errors import ModelConnectionError, ModelResponseError
+from ._errors import ModelResponseError
 from ._http import (
     CallOrigin,
     complete_once,
     error_from_status,
     malformed_as_response_error,
     parse_json_object,
-    post_json,
+    stream_sse_answer,
 )
-from ._sse import aiter_sse_events, drain_sse_events
+from ._sse import SseEvent
 
 __all__ = [
     "OPENAI_DEFAULT_BASE_URL",
@@ -97,7 +96,14 @@ class OpenAIProvider:
             request, model, stream=self._streaming, max_tokens_param=self._max_tokens_param
         )
         if self._streaming:
-            return self._stream_sse(origin, body)
+            return stream_sse_answer(
+                self._client,
+                origin,
+                body,
+                headers=self._headers(),
+                timeouts=self._timeout,
+                assembler=_StreamState(model=model),
+            )
         return complete_once(
             self._client,
             origin,
@@ -112,38 +118,6 @@ class OpenAIProvider:
         if self._api_key is not None:
             headers["authorization"] = f"Bearer {self._api_key}"
         return headers
-
-    async def _stream_sse(
-        self, origin: CallOrigin, body: dict[str, Any]
-    ) -> AsyncIterator[ModelEvent]:
-        state = _StreamState(model=origin.model)
-        async with (
-            post_json(
-                self._client, origin, body, headers=self._headers(), timeouts=self._timeout
-            ) as response,
-            aclosing(aiter_sse_events(response.aiter_lines())) as events,
-        ):
-            async for event in events:
-                if event.data.strip() == "[DONE]":
-                    state.done = True
-                    break
-                chunk = parse_json_object(event.data, "a stream chunk", origin)
-                with malformed_as_response_error(origin, "a stream chunk"):
-                    text = state.apply(chunk, origin)
-                if text:
-                    yield ModelStreamDelta(text=text)
-            if state.done:
-                await drain_sse_events(events)
-        if not state.done and state.finish_reason is None:
-            raise ModelConnectionError(
-                f"{origin.label}: the stream from {origin.url} ended before the answer was "
-                "complete (no finish_reason and no [DONE])",
-                provider=origin.provider,
-                model=origin.model,
-            )
-        with malformed_as_response_error(origin, "the streamed answer"):
-            result = state.result(origin)
-        yield result
 
 
 def openai_request_body(
@@ -222,6 +196,27 @@ class _StreamState:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     done: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """``[DONE]`` arrived."""
+        return self.done
+
+    @property
+    def unfinished(self) -> str | None:
+        """What is missing if the stream ends now."""
+        if self.done or self.finish_reason is not None:
+            return None
+        return "the answer was complete (no finish_reason and no [DONE])"
+
+    def feed(self, event: SseEvent, origin: CallOrigin) -> str:
+        """Fold one SSE event into the state; return its text delta."""
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return ""
+        chunk = parse_json_object(event.data, "a stream chunk", origin)
+        with malformed_as_response_error(origin, "a stream chunk"):
+            return self.apply(chunk, origin)
 
     def apply(self, chunk: dict[str, Any], origin: CallOrigin) -> str:
         """Fold one chunk into the state; return its text delta."""

@@ -25,7 +25,7 @@ import trio
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from protocol._chat import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
+from protocol import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
 
 from ..files._input_files import read_regular_file
 from ..files._untrusted_yaml import describe_yaml_error, load_untrusted_yaml

@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from protocol._chat import ToolSpec
+from protocol import ToolSpec
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",

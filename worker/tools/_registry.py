@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from protocol._chat import ToolSpec
+from protocol import ToolSpec
 
 from ._base import LocalTool, ToolContext, ToolOutput
 from ._bash import BASH_TOOL
