@@ -56,32 +56,38 @@ from ..delegation._lifecycle import LIFECYCLE_EVENTS
 from ..delegation._root import RootSession, root_usage
 from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
-from ..kernel import SubvisorError
-from ..state._store import MAX_PAGE_SIZE, SessionRow
+from ..state._store import SessionRow
 from ..state._task_record import TaskRecord, TaskUsage
 from ..state._tasks import TaskError
 from ..state._usage import UsageRollup, sum_usage
 from ._control_channel import (
-    CONTROL_OPS,
     LiveSession,
     address_file,
     new_address,
     socket_address,
     write_address_file,
 )
+from ._control_ops import (
+    BackgroundOp,
+    ControlRequest,
+    ControlRequestError,
+    ListOp,
+    SessionOp,
+    StopOp,
+    SubscribeOp,
+    TaskOp,
+    TasksOp,
+    TranscriptOp,
+    parse_request,
+)
 from ._control_peer import peer_credentials, refusal
 
 __all__ = [
-    "DEFAULT_PAGE_SIZE",
     "MAX_REQUEST_BYTES",
-    "ControlRequestError",
     "serve_control",
 ]
 
 log = logging.getLogger("subvisor")
-
-#: Subagents per ``list`` page unless the client asks otherwise (S-OBS-1).
-DEFAULT_PAGE_SIZE = 20
 
 #: The longest request line the server reads; longer ones end the connection.
 MAX_REQUEST_BYTES = 64 * 1024
@@ -91,19 +97,6 @@ _LOGGED_REFUSALS = 20
 
 #: A ``transcript`` reply stops adding messages past this many bytes (one at least).
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
-
-
-class ControlRequestError(SubvisorError, ValueError):
-    """A request the channel cannot answer; the message says what to send instead.
-
-    ``code`` tells clients the kind: ``bad_request``, ``unknown_op``,
-    ``unknown_task``, ``ambiguous_task``, ``not_running`` (or ``refused``,
-    sent before a refused connection is closed).
-    """
-
-    def __init__(self, message: str, code: str = "bad_request") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _LineStream:
@@ -138,21 +131,6 @@ class _LineStream:
         await self.stream.send_all(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
-def _int_param(request: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = request.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        bounds = f"from {low} to {high}" if high < 2**62 else f">= {low}"
-        raise ControlRequestError(f"{name} must be an integer {bounds}, not {value!r}")
-    return value
-
-
-def _str_param(request: dict[str, Any], name: str) -> str:
-    value = request.get(name)
-    if not isinstance(value, str) or not value:
-        raise ControlRequestError(f"{request.get('op')} needs {name!r} (a string)")
-    return value
-
-
 class _ControlServer:
     """Answers the requests of one session's control connections."""
 
@@ -180,15 +158,15 @@ class _ControlServer:
                         return
                     if not line.strip():
                         continue
-                    request, reply = self._parse(line), None
-                    if isinstance(request, dict) and request.get("op") == "subscribe":
+                    try:
+                        request = parse_request(line)
+                    except ControlRequestError as exc:
+                        await conn.send({"ok": False, "error": str(exc), "code": exc.code})
+                        continue
+                    if isinstance(request, SubscribeOp):
                         await self._subscribe(conn)
                         return
-                    if isinstance(request, dict):
-                        reply = await self._answer(request)
-                    else:
-                        reply = {"ok": False, "error": request, "code": "bad_request"}
-                    await conn.send(reply)
+                    await conn.send(await self._answer(request))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away
 
@@ -219,60 +197,34 @@ class _ControlServer:
         await conn.send({"ok": False, "error": f"refused: {why}", "code": "refused"})
         return False
 
-    @staticmethod
-    def _parse(line: bytes) -> dict[str, Any] | str:
-        """The request object, or the error to reply with."""
+    async def _answer(self, request: ControlRequest) -> dict[str, Any]:
         try:
-            request = json.loads(line)
-        except ValueError as exc:
-            return (
-                f"malformed request ({exc}): send one JSON object per line,"
-                ' such as {"op": "list"}'
-            )
-        if not isinstance(request, dict):
-            return (
-                f'a request is a JSON object such as {{"op": "list"}}, not {type(request).__name__}'
-            )
-        return request
-
-    async def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        try:
-            if op == "session":
-                return self._session()
-            if op == "list":
-                return self._list(request)
-            if op == "tasks":
-                return self._tasks()
-            if op == "task":
-                return {
-                    "ok": True,
-                    "task": self._find(_str_param(request, "task_id")).model_dump(mode="json"),
-                }
-            if op == "transcript":
-                return self._transcript(request)
-            if op == "stop":
-                record = await self.host.registry.stop(
-                    self._find(_str_param(request, "task_id")).task_id
-                )
-                return {"ok": True, "task_id": record.task_id, "status": record.status}
-            if op == "background":
-                record = self._find(_str_param(request, "task_id"))
-                # S-RUN-5: an explicit request to move a foreground agent.
-                if not self.host.move_to_background(record.task_id):
-                    raise ControlRequestError(
-                        f"task {record.task_id} is not a running foreground agent"
-                        f" ({record.status}{', background' if record.background else ''})",
-                        "not_running",
-                    )
-                return {"ok": True, "task_id": record.task_id, "status": "running"}
-            if op is None:
-                raise ControlRequestError(
-                    f"request has no 'op'; known ops: {', '.join(CONTROL_OPS)}", "unknown_op"
-                )
-            raise ControlRequestError(
-                f"unknown op {op!r}; known ops: {', '.join(CONTROL_OPS)}", "unknown_op"
-            )
+            match request:
+                case SessionOp():
+                    return self._session()
+                case ListOp():
+                    return self._list(request)
+                case TasksOp():
+                    return self._tasks()
+                case TaskOp():
+                    return {"ok": True, "task": self._find(request.task_id).model_dump(mode="json")}
+                case TranscriptOp():
+                    return self._transcript(request)
+                case StopOp():
+                    record = await self.host.registry.stop(self._find(request.task_id).task_id)
+                    return {"ok": True, "task_id": record.task_id, "status": record.status}
+                case BackgroundOp():
+                    record = self._find(request.task_id)
+                    # S-RUN-5: an explicit request to move a foreground agent.
+                    if not self.host.move_to_background(record.task_id):
+                        raise ControlRequestError(
+                            f"task {record.task_id} is not a running foreground agent"
+                            f" ({record.status}{', background' if record.background else ''})",
+                            "not_running",
+                        )
+                    return {"ok": True, "task_id": record.task_id, "status": "running"}
+                case SubscribeOp():  # answered by ``serve``: it takes over the connection
+                    raise ControlRequestError("subscribe is a connection's last request")
         except ControlRequestError as exc:
             return {"ok": False, "error": str(exc), "code": exc.code}
         except TaskError as exc:
@@ -299,9 +251,8 @@ class _ControlServer:
             "usage": self.rollup().summary(),
         }
 
-    def _list(self, request: dict[str, Any]) -> dict[str, Any]:
-        page = _int_param(request, "page", 1, 1, 2**62)
-        page_size = _int_param(request, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+    def _list(self, request: ListOp) -> dict[str, Any]:
+        page, page_size = request.page, request.page_size
         store = self.host.store
         total = store.count_child_sessions(self.session_id)
         rows = store.list_child_sessions(
@@ -446,10 +397,9 @@ class _ControlServer:
             "ambiguous_task",
         )
 
-    def _transcript(self, request: dict[str, Any]) -> dict[str, Any]:
-        record = self._find(_str_param(request, "task_id"))
-        after = _int_param(request, "after_seq", 0, 0, 2**62)
-        limit = _int_param(request, "limit", 200, 1, 1000)
+    def _transcript(self, request: TranscriptOp) -> dict[str, Any]:
+        record = self._find(request.task_id)
+        after, limit = request.after_seq, request.limit
         if record.child_session_id is None:
             raise ControlRequestError(
                 f"task {record.task_id} is not a subagent: it has no transcript"

@@ -23,13 +23,10 @@ import json
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
 
 from ..files._atomic_write import write_atomically
 
 __all__ = [
-    "CONTROL_OPS",
-    "ControlOp",
     "LiveSession",
     "address_file",
     "new_address",
@@ -37,12 +34,6 @@ __all__ = [
     "socket_address",
     "write_address_file",
 ]
-
-#: Every op the channel answers (see ``supervisor.cli._control`` for their replies).
-ControlOp = Literal[
-    "session", "list", "tasks", "task", "transcript", "subscribe", "stop", "background"
-]
-CONTROL_OPS: tuple[ControlOp, ...] = get_args(ControlOp)
 
 _ADDRESS_PREFIX = "@subvisor-"
 _ADDRESS_SUFFIX = ".addr"

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..kernel import SubvisorError
-from ._control_channel import ControlOp, LiveSession, read_address_file, socket_address
+from ._control_channel import LiveSession, read_address_file, socket_address
+from ._control_ops import ControlRequest, ListOp, SubscribeOp
 
 __all__ = [
     "AgentPage",
@@ -94,8 +95,8 @@ def live_sessions(home: Path) -> list[LiveSession]:
     return sorted(found, key=lambda s: s.started_at, reverse=True)
 
 
-def _request_line(op: ControlOp, params: dict[str, Any]) -> bytes:
-    return json.dumps({"op": op, **params}).encode() + b"\n"
+def _request_line(request: ControlRequest) -> bytes:
+    return request.model_dump_json().encode() + b"\n"
 
 
 def _reply(line: bytes, address: str) -> dict[str, Any]:
@@ -116,9 +117,9 @@ def _reply(line: bytes, address: str) -> dict[str, Any]:
 
 
 def control_request(
-    address: str, op: ControlOp, *, timeout: float = 30.0, **params: Any
+    address: str, request: ControlRequest, *, timeout: float = 30.0
 ) -> dict[str, Any]:
-    """Send one ``op`` request with ``params`` to the channel at ``address``; its ``ok`` reply.
+    """Send ``request`` to the channel at ``address``; its ``ok`` reply.
 
     Raises ``ControlError`` for an error reply (a refusal included), ``OSError``
     when nobody serves ``address`` or no reply comes within ``timeout`` seconds.
@@ -127,7 +128,7 @@ def control_request(
         # A refused client may find the connection closed before its request is
         # sent; the refusal line is still there to read.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            conn.sendall(_request_line(op, params))
+            conn.sendall(_request_line(request))
         with conn.makefile("rb") as lines:
             line = lines.readline(_MAX_REPLY_BYTES)
     return _reply(line, address)
@@ -207,23 +208,23 @@ class ControlClient:
     def __init__(self, address: str) -> None:
         self.address = address
 
-    async def request(self, op: ControlOp, **params: Any) -> dict[str, Any]:
+    async def request(self, request: ControlRequest) -> dict[str, Any]:
         """One request, on a thread so the event loop runs on; its ``ok`` reply.
 
         Raises ``ControlError`` for an error reply, ``OSError`` when the session has ended.
         """
-        return await asyncio.to_thread(control_request, self.address, op, **params)
+        return await asyncio.to_thread(control_request, self.address, request)
 
     async def page(self, page: int, page_size: int) -> AgentPage:
         """One page of the session's subagents."""
-        return AgentPage.from_reply(await self.request("list", page=page, page_size=page_size))
+        return AgentPage.from_reply(await self.request(ListOp(page=page, page_size=page_size)))
 
     async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
         """The session's lifecycle events as they happen; ends when the session does."""
         conn = await asyncio.to_thread(_connect, self.address, 30.0)
         reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_MAX_REPLY_BYTES)
         try:
-            writer.write(_request_line("subscribe", {}))
+            writer.write(_request_line(SubscribeOp()))
             await writer.drain()
             _reply(await reader.readline(), self.address)
             while line := await reader.readline():

@@ -25,6 +25,7 @@ from ..state._task_record import TaskRecord
 from ..state._usage import UsageRollup
 from ._control_channel import LiveSession
 from ._control_client import ControlError, control_request, live_sessions
+from ._control_ops import BackgroundOp, StopOp, TaskOp, TasksOp, TranscriptOp
 from ._run import tasks_table, wide_console
 
 __all__ = ["background_command", "logs_command", "ps_command", "stop_command"]
@@ -55,7 +56,7 @@ class _SessionTasks:
 
 def _live_tasks(session: LiveSession) -> _SessionTasks | None:
     try:
-        reply = control_request(session.address, "tasks")
+        reply = control_request(session.address, TasksOp())
     except (OSError, ControlError):
         return None  # it ended meanwhile: the store has the final state
     return _SessionTasks(
@@ -162,7 +163,7 @@ def _find_live(task_id: str) -> _LiveTask | None:
     """
     for session in live_sessions(subvisor_home()):
         try:
-            reply = control_request(session.address, "task", task_id=task_id)
+            reply = control_request(session.address, TaskOp(task_id=task_id))
         except OSError:
             continue
         except ControlError as exc:
@@ -178,7 +179,7 @@ def _live_transcript(live: _LiveTask) -> list[ChatMessage]:
     after = 0
     while True:
         reply = control_request(
-            live.session.address, "transcript", task_id=live.record.task_id, after_seq=after
+            live.session.address, TranscriptOp(task_id=live.record.task_id, after_seq=after)
         )
         for item in reply["messages"]:
             item.pop("seq", None)
@@ -283,7 +284,10 @@ def _control_command(task_id: str, op: Literal["stop", "background"]) -> int:
         console.print(f"task {record.task_id} already ended: {record.status}")
         return 0 if op == "stop" else 1
     try:
-        reply = control_request(live.session.address, op, task_id=record.task_id)
+        request = (
+            StopOp(task_id=record.task_id) if op == "stop" else BackgroundOp(task_id=record.task_id)
+        )
+        reply = control_request(live.session.address, request)
     except (OSError, ControlError) as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 1

@@ -33,6 +33,7 @@ from ..state._recovery import open_recovered_store
 from ..state._store import MAX_PAGE_SIZE, SessionStore
 from ..state._usage import UsageRollup, format_bytes
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
+from ._control_ops import BackgroundOp, StopOp, TranscriptOp
 
 __all__ = ["COLUMNS", "TopApp", "top_command"]
 
@@ -273,7 +274,7 @@ class TopApp(App[None]):
         while agent == self.transcript_agent:
             try:
                 reply = await self.client.request(
-                    "transcript", task_id=agent, after_seq=self.transcript_seq
+                    TranscriptOp(task_id=agent, after_seq=self.transcript_seq)
                 )
             except (OSError, ControlError) as exc:
                 pane.write(Text(f"[transcript unavailable: {exc}]", style="yellow"))
@@ -354,7 +355,8 @@ class TopApp(App[None]):
 
         async def act() -> None:
             try:
-                reply = await self.client.request(op, task_id=agent)
+                request = StopOp(task_id=agent) if op == "stop" else BackgroundOp(task_id=agent)
+                reply = await self.client.request(request)
             except (OSError, ControlError) as exc:
                 self.say(f"{op} {agent}: {exc}")
                 return

@@ -23,13 +23,13 @@ import trio
 from supervisor import RootSession, Subvisor
 from supervisor.cli._control import MAX_REQUEST_BYTES, serve_control
 from supervisor.cli._control_channel import (
-    CONTROL_OPS,
     LiveSession,
     address_file,
     read_address_file,
     socket_address,
 )
 from supervisor.cli._control_client import control_request
+from supervisor.cli._control_ops import CONTROL_OPS, SessionOp
 from supervisor.delegation._lifecycle import LIFECYCLE_EVENTS
 from tests.support.delegation import (
     READ_README,
@@ -251,7 +251,7 @@ async def test_bad_requests_get_clear_errors_and_the_server_lives_on(
             assert reply is not None and "longer than" in reply["error"]
             assert await conn.receive() is None  # that connection is closed ...
         reply = await trio.to_thread.run_sync(
-            functools.partial(control_request, session.address, "session")
+            functools.partial(control_request, session.address, SessionOp())
         )
         assert reply["ok"]  # ... and the server lives on
 

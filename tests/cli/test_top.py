@@ -24,6 +24,7 @@ from textual.widgets import DataTable, RichLog, Static
 
 from supervisor.cli._control_channel import LiveSession, address_file, write_address_file
 from supervisor.cli._control_client import control_request, live_sessions
+from supervisor.cli._control_ops import ListOp
 from supervisor.cli._top import TopApp
 from tests.support.cli import cli_env
 from tests.support.delegation import (
@@ -189,7 +190,7 @@ async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> Non
         sleeper = _select(app, "sleeper")
         pid = next(
             a["pid"]
-            for a in control_request(session.address, "list", page_size=100)["agents"]
+            for a in control_request(session.address, ListOp(page_size=100))["agents"]
             if a["agentId"] == sleeper
         )
         worker = psutil.Process(pid)

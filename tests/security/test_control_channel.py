@@ -30,6 +30,7 @@ import pytest
 
 from supervisor.cli._control_channel import LiveSession
 from supervisor.cli._control_client import control_request, live_sessions
+from supervisor.cli._control_ops import TasksOp
 from supervisor.cli._control_peer import peer_credentials, refusal
 from tests.support.cli import cli_env
 from tests.support.delegation import agent_call, home_for, readme_project, write_scenario
@@ -162,7 +163,7 @@ def _wait_running(
         for session in live_sessions(home):
             if session.session_id in known:
                 continue
-            tasks = control_request(session.address, "tasks")["tasks"]
+            tasks = control_request(session.address, TasksOp())["tasks"]
             running = {t["description"] for t in tasks if t["status"] == "running"}
             if descriptions <= running:
                 return session
@@ -254,7 +255,7 @@ def test_s_sec_2_a_subagent_cannot_reach_its_own_or_another_sessions_control_cha
             ids = {
                 t["task_id"]: (address, t["description"])
                 for address in (session.address, other_session.address)
-                for t in control_request(address, "tasks")["tasks"]
+                for t in control_request(address, TasksOp())["tasks"]
             }
             leaked.write_text(json.dumps({task: about[1] for task, about in ids.items()}))
             go.touch()
@@ -303,8 +304,9 @@ def test_s_sec_2_another_uid_is_refused(tmp_path: Path) -> None:
         client = (
             "import json, sys\n"
             "from supervisor.cli._control_client import ControlError, control_request\n"
+            "from supervisor.cli._control_ops import TasksOp\n"
             "try:\n"
-            "    reply = control_request(sys.argv[1], 'tasks')\n"
+            "    reply = control_request(sys.argv[1], TasksOp())\n"
             "    print(json.dumps({'ok': True, 'tasks': len(reply['tasks'])}))\n"
             "except ControlError as exc:\n"
             "    print(json.dumps({'ok': False, 'code': exc.code, 'error': str(exc)}))\n"
