@@ -26,10 +26,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 import msgpack
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._frame import FrameDecoder, FrameLimits, encode_frame, frame_body
@@ -44,10 +44,10 @@ from ._messages import (
     SupervisorRequest,
     Welcome,
     WorkerMessage,
-    WorkerRequest,
     supervisor_message_adapter,
     worker_message_adapter,
 )
+from ._methods import WorkerRequest
 
 __all__ = ["Connection", "ConnectionClosed", "ConnectionState", "Role"]
 
@@ -117,10 +117,22 @@ def _known_types(adapter: TypeAdapter[Any]) -> frozenset[str]:
 
 
 _KNOWN_TYPES: dict[Role, frozenset[str]] = {role: _known_types(a) for role, a in _ADAPTERS.items()}
+
+
+def _classes(union: Any) -> tuple[type, ...]:
+    """The message classes of a (nested, ``Annotated``) discriminated union."""
+    args = get_args(union)
+    if not args:
+        return (union,)
+    if get_origin(union) is Annotated:
+        return _classes(args[0])
+    return tuple(cls for arg in args for cls in _classes(arg))
+
+
 #: The message classes each role may send (its direction's union).
 _SENDABLE: dict[Role, tuple[type, ...]] = {
-    _W: get_args(get_args(WorkerMessage)[0]),
-    _S: get_args(get_args(SupervisorMessage)[0]),
+    _W: _classes(WorkerMessage),
+    _S: _classes(SupervisorMessage),
 }
 # Tuples, not ``A | B``: that would build a union object on every check.
 _ANSWERS = (Response, ErrorReply)
@@ -142,8 +154,18 @@ _MOVES: dict[tuple[ConnectionState, Role], dict[str, ConnectionState]] = {
 _PACKER_KEEP = 64 * 1024
 
 
+def _model_fields(value: object) -> dict[str, Any]:
+    # A nested model (a request's params) packs as its fields, as
+    # ``model_dump`` would; anything else is left to the slow path.
+    if isinstance(value, BaseModel):
+        fields: dict[str, Any] = value.__dict__
+        return fields
+    raise TypeError(f"cannot pack {type(value).__name__}")
+
+
 def _new_packer() -> Callable[[Any], bytes]:
-    pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+    packer = msgpack.Packer(use_bin_type=True, buf_size=4096, default=_model_fields)
+    pack: Callable[[Any], bytes] = packer.pack
     return pack
 
 
@@ -274,7 +296,12 @@ class Connection:
             message: Message = self._validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+            loc = first["loc"][1:]
+            if loc and loc[0] == raw.get("method"):
+                loc = loc[1:]  # the request's method tag: its params are what failed
+            if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc = (str(first.get("ctx", {}).get("discriminator", "")).strip("'"),)
+            where = ".".join(str(p) for p in loc) or "message"
             raise RemoteProtocolError(
                 f"invalid {kind!r} message from {self._peer.value}: {where}: {first['msg']}"
             ) from None

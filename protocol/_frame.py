@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+from pydantic import BaseModel
 
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
@@ -115,6 +116,9 @@ def _check_object(
     stack: list[tuple[Any, int]] = [(obj, 0)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, BaseModel):
+            # A nested model (a request's params) is packed as its fields.
+            item = item.__dict__
         if isinstance(item, dict):
             if check_map and len(item) > limits.max_map_len:
                 raise _length_error(error, "map", len(item), limits.max_map_len)
@@ -136,7 +140,7 @@ def _check_object(
         if depth > max_nesting:
             raise error(f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting")
         for child in children:
-            if check_scalars or isinstance(child, dict | list | tuple):
+            if check_scalars or isinstance(child, dict | list | tuple | BaseModel):
                 stack.append((child, depth))
 
 

@@ -10,15 +10,23 @@ for a worker to send a ``welcome`` or ``shutdown``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ._methods import (
+    CoordinatorMessageRequest,
+    EchoRequest,
+    McpToolCallRequest,
+    ModelCallRequest,
+    PermissionCheckRequest,
+    UserQuestionRequest,
+    WorkerRequest,
+)
 from ._sandbox import SandboxReport
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "WORKER_REQUEST_METHODS",
     "Cancel",
     "ErrorReply",
     "Event",
@@ -33,25 +41,11 @@ __all__ = [
     "SupervisorRequest",
     "Welcome",
     "WorkerMessage",
-    "WorkerMethod",
-    "WorkerRequest",
     "supervisor_message_adapter",
     "worker_message_adapter",
 ]
 
 PROTOCOL_VERSION = 1
-
-#: The only requests a worker can make of its supervisor. Everything a worker
-#: may ask the parent for is listed here; anything else fails validation.
-WorkerMethod = Literal[
-    "supervisor.echo",
-    "model.call",
-    "permission.check",
-    "coordinator.message",
-    "mcp.call_tool",
-    "user.question",
-]
-WORKER_REQUEST_METHODS: tuple[str, ...] = get_args(WorkerMethod)
 
 
 class _Frozen(BaseModel):
@@ -101,15 +95,6 @@ class Hello(_Frozen):
     )
     #: The sandbox in force (S-SBX-1); never claims more than is (S-SBX-2).
     sandbox: SandboxReport | None = None
-
-
-class WorkerRequest(_Frozen):
-    """A request from a worker to its supervisor (model calls, MCP, approvals)."""
-
-    type: Literal["request"] = "request"
-    id: int = Field(ge=0)
-    method: WorkerMethod
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class Event(_Frozen):
@@ -189,8 +174,18 @@ class Heartbeat(_Frozen):
     seq: int = Field(ge=0)
 
 
+#: A worker's request, by method (``protocol._methods`` holds the table).
+_AnyWorkerRequest = Annotated[
+    EchoRequest
+    | ModelCallRequest
+    | PermissionCheckRequest
+    | CoordinatorMessageRequest
+    | McpToolCallRequest
+    | UserQuestionRequest,
+    Field(discriminator="method"),
+]
 WorkerMessage = Annotated[
-    Hello | WorkerRequest | Response | ErrorReply | Progress | Event | Heartbeat,
+    Hello | _AnyWorkerRequest | Response | ErrorReply | Progress | Event | Heartbeat,
     Field(discriminator="type"),
 ]
 SupervisorMessage = Annotated[

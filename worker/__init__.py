@@ -4,6 +4,7 @@ Nothing here imports ``supervisor``: a worker is an untrusted peer that only
 speaks the protocol over its own pipes.
 """
 
+from ._agent_ports import BorrowedMcpTool, McpLifecycleError
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._outcome import Outcome
 from ._pipe import PipeStream
@@ -12,9 +13,11 @@ from ._sandbox import apply_sandbox, landlock_abi
 
 __all__ = [
     "KERNEL_COMMANDS",
+    "BorrowedMcpTool",
     "CommandContext",
     "CommandError",
     "CommandHandler",
+    "McpLifecycleError",
     "Outcome",
     "PipeStream",
     "apply_sandbox",

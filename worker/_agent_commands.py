@@ -11,12 +11,7 @@ from pydantic import ValidationError
 
 from protocol import AgentRunSpec
 
-from .._channel import SupervisorError
-from .._commands import CommandContext, CommandError, CommandHandler
-from ..tools import LocalToolSet, ToolContext
-from ._loop import AgentLoop
-from ._toolbox import Toolbox
-from ._worker_ports import (
+from ._agent_ports import (
     AskUserQuestionTool,
     BorrowedMcpTool,
     CoordinatorReplyTool,
@@ -24,6 +19,10 @@ from ._worker_ports import (
     PipeEventSink,
     PipeModelPort,
 )
+from ._channel import SupervisorError
+from ._commands import CommandContext, CommandError, CommandHandler
+from .agent import AgentLoop, Toolbox
+from .tools import LocalToolSet, ToolContext
 
 __all__ = ["AGENT_COMMANDS"]
 

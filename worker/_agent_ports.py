@@ -1,17 +1,40 @@
-"""The ports of an agent running inside a worker: everything crosses the pipe."""
+"""The ports of an agent running in a worker: each one a method of the protocol's table.
+
+The agent runtime (``worker.agent``) knows nothing of pipes; these adapters
+give it a model, approvals, events and host tools that all cross to the
+supervisor. Input the model wrote is validated here against the method's
+params model first: a bad input is the model's mistake, answered as a tool
+error it can fix, never a malformed request (which would be a protocol
+violation and end this worker).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
+from pydantic import ValidationError
 
-from .._channel import SupervisorLink
-from ..tools import ToolOutput, resolve_tool_name
-from ._faults import commit_fault
+from protocol import (
+    COORDINATOR_MESSAGE,
+    MCP_CALL_TOOL,
+    MODEL_CALL,
+    PERMISSION_CHECK,
+    USER_QUESTION,
+    CoordinatorMessage,
+    McpToolCall,
+    ModelRequest,
+    ModelResult,
+    PermissionCheck,
+    ToolCall,
+    ToolSpec,
+    UserQuestion,
+)
+
+from ._channel import SupervisorLink
+from .agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC, commit_fault
+from .tools import ToolOutput, resolve_tool_name
 
 __all__ = [
-    "ASK_USER_QUESTION_SPEC",
     "AskUserQuestionTool",
     "BorrowedMcpTool",
     "CoordinatorReplyTool",
@@ -20,6 +43,12 @@ __all__ = [
     "PipeEventSink",
     "PipeModelPort",
 ]
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "input"
+    return f"{where}: {error['msg']}"
 
 
 class PipeModelPort:
@@ -32,9 +61,7 @@ class PipeModelPort:
         """Ask the supervisor's gateway; commit the fault a scripted turn orders."""
         # The supervisor offers the model the tools it gave this agent; the
         # specs need not cross the pipe on every call.
-        slim = request.model_copy(update={"tools": ()})
-        raw = await self._link.request("model.call", slim.model_dump(mode="python"))
-        result = ModelResult.model_validate(raw)
+        result = await self._link.call(MODEL_CALL, request.model_copy(update={"tools": ()}))
         if result.fault is not None:
             await commit_fault(result.fault, self._link.emit)
         return result
@@ -66,13 +93,14 @@ class PipeApprovalPort:
         """Ask the supervisor; ``None`` when the call may run."""
         if (resolve_tool_name(call.name) or call.name) in self._preapproved:
             return None
-        answer = await self._link.request(
-            "permission.check", {"tool": call.name, "input": call.input}
-        )
-        if isinstance(answer, dict) and answer.get("allowed") is True:
+        try:
+            check = PermissionCheck(tool=call.name, input=call.input)
+        except ValidationError as exc:
+            return f"this tool call cannot be checked ({_first_error(exc)})"
+        verdict = await self._link.call(PERMISSION_CHECK, check)
+        if verdict.allowed:
             return None
-        reason = answer.get("reason") if isinstance(answer, dict) else None
-        return str(reason or "the supervisor refused this tool call")
+        return verdict.reason or "the supervisor refused this tool call"
 
 
 class CoordinatorReplyTool:
@@ -80,20 +108,7 @@ class CoordinatorReplyTool:
 
     aliases: tuple[str, ...] = ()
     concurrency_safe = True
-    spec = ToolSpec(
-        name="RespondToCoordinator",
-        description=(
-            "Send a message to the agent that launched you (your coordinator) while you keep "
-            "working: progress, a question, or an early finding. Your final answer still goes "
-            "in your last message."
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {"message": {"type": "string", "description": "What to tell it."}},
-            "required": ["message"],
-            "additionalProperties": False,
-        },
-    )
+    spec = RESPOND_TO_COORDINATOR_SPEC
 
     def __init__(self, link: SupervisorLink) -> None:
         self._link = link
@@ -103,7 +118,7 @@ class CoordinatorReplyTool:
         message = call.input.get("message")
         if not isinstance(message, str) or not message.strip():
             return ToolOutput("Error: RespondToCoordinator needs a non-empty 'message'.", True)
-        await self._link.request("coordinator.message", {"text": message})
+        await self._link.call(COORDINATOR_MESSAGE, CoordinatorMessage(text=message))
         return ToolOutput("Sent to your coordinator.")
 
 
@@ -127,12 +142,12 @@ class BorrowedMcpTool:
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Run the tool on the parent's session."""
-        answer = await self._link.request(
-            "mcp.call_tool", {"name": self.spec.name, "arguments": dict(call.input)}
-        )
-        if not isinstance(answer, dict):
-            return ToolOutput("Error: malformed answer from the supervisor.", True)
-        return ToolOutput(str(answer.get("text", "")), bool(answer.get("is_error")))
+        try:
+            params = McpToolCall(name=self.spec.name, arguments=call.input)
+        except ValidationError as exc:
+            return ToolOutput(f"Error: invalid arguments ({_first_error(exc)}).", True)
+        result = await self._link.call(MCP_CALL_TOOL, params)
+        return ToolOutput(result.text, result.is_error)
 
     async def connect(self) -> None:
         """Refused: the connection belongs to the parent."""
@@ -144,24 +159,6 @@ class BorrowedMcpTool:
 
     async def close(self) -> None:
         """Nothing to do: the parent closes its own sessions."""
-
-
-ASK_USER_QUESTION_SPEC = ToolSpec(
-    name="AskUserQuestion",
-    description=(
-        "Ask the user a question and wait for the answer: for a choice only they can make. "
-        "Offer options when the answer is one of a few."
-    ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "question": {"type": "string"},
-            "options": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
-        },
-        "required": ["question"],
-        "additionalProperties": False,
-    },
-)
 
 
 class AskUserQuestionTool:
@@ -176,8 +173,15 @@ class AskUserQuestionTool:
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Ask through the supervisor and wait."""
-        answer = await self._link.request("user.question", dict(call.input))
-        if isinstance(answer, dict) and isinstance(answer.get("answer"), str):
-            return ToolOutput(f"The user answered: {answer['answer']}")
-        reason = answer.get("reason") if isinstance(answer, dict) else None
-        return ToolOutput(f"Error: {reason or 'the question could not be asked'}", True)
+        try:
+            question = UserQuestion.model_validate(call.input)
+        except ValidationError as exc:
+            return ToolOutput(
+                f"Error: AskUserQuestion needs a non-empty 'question' and string 'options' "
+                f"({_first_error(exc)}).",
+                True,
+            )
+        answer = await self._link.call(USER_QUESTION, question)
+        if answer.answer is not None:
+            return ToolOutput(f"The user answered: {answer.answer}")
+        return ToolOutput(f"Error: {answer.reason or 'the question could not be asked'}", True)

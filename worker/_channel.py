@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
+from pydantic import BaseModel, ValidationError
 
 from protocol import (
     Connection,
@@ -12,11 +13,10 @@ from protocol import (
     ErrorReply,
     Event,
     Message,
+    MethodSpec,
     Progress,
     Response,
     Role,
-    WorkerMethod,
-    WorkerRequest,
 )
 
 from ._outcome import Outcome
@@ -25,6 +25,9 @@ from ._pipe import PipeStream
 __all__ = ["SupervisorError", "SupervisorLink"]
 
 _READ_SIZE = 256 * 1024
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 
 class SupervisorError(Exception):
@@ -75,13 +78,18 @@ class SupervisorLink:
             if items or not data:
                 return items or [ConnectionClosed()]
 
-    async def request(self, method: WorkerMethod, params: dict[str, Any]) -> Any:
-        """Ask the supervisor something and wait for its answer."""
+    async def call(self, method: MethodSpec[P, R], params: P) -> R:
+        """Ask the supervisor ``method`` and wait for its answer, validated by the table.
+
+        An answer that does not fit the method's result model is the
+        supervisor's protocol error: it raises ``SupervisorError``
+        (``bad_result``) like an error answer, for the caller to report.
+        """
         request_id = self.connection.next_request_id()
         pending: Outcome[Response | ErrorReply] = Outcome()
         self._pending[request_id] = pending
         try:
-            await self.send(WorkerRequest(id=request_id, method=method, params=params))
+            await self.send(method.request_for(request_id, params))
             await pending.wait()
         finally:
             self._pending.pop(request_id, None)
@@ -89,7 +97,12 @@ class SupervisorLink:
         if isinstance(outcome, ErrorReply):
             raise SupervisorError(outcome.code, outcome.message)
         assert outcome is not None
-        return outcome.result
+        try:
+            return method.parse_result(outcome.result)
+        except ValidationError as exc:
+            raise SupervisorError(
+                "bad_result", f"the answer to {method.name} does not fit its result: {exc}"
+            ) from None
 
     def deliver(self, message: Response | ErrorReply | Progress) -> None:
         """Hand an answer from the supervisor to the task waiting for it."""

@@ -21,6 +21,8 @@ from typing import Any
 import msgpack
 import trio
 
+from protocol import ECHO, EchoParams
+
 from ._channel import SupervisorLink
 
 __all__ = ["KERNEL_COMMANDS", "CommandContext", "CommandError", "CommandHandler"]
@@ -199,7 +201,8 @@ async def _info(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
 
 
 async def _ask_supervisor(params: dict[str, Any], ctx: CommandContext) -> Any:
-    return await ctx.link.request("supervisor.echo", {"value": params.get("value")})
+    answer = await ctx.link.call(ECHO, EchoParams(value=params.get("value")))
+    return answer.value
 
 
 KERNEL_COMMANDS: dict[str, CommandHandler] = {

@@ -38,6 +38,7 @@ from protocol import (
     decode_spawn_request,
 )
 
+from ._agent_commands import AGENT_COMMANDS
 from ._channel import SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._fdpass import FD_SIZE, received_fds
@@ -45,7 +46,6 @@ from ._privileges import set_child_subreaper, set_dumpable
 from ._process import apply_resource_limits
 from ._sandbox import apply_sandbox
 from ._subtree import kill_descendants, reap_adopted
-from .agent import AGENT_COMMANDS
 from .tools import command_pids
 
 __all__ = ["run_standby", "run_worker", "serve"]

@@ -19,14 +19,13 @@ import shlex
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from protocol import ToolCall, ToolSpec
+from protocol import McpToolResult, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
 from ..kernel import validation_problems
@@ -35,7 +34,6 @@ __all__ = [
     "McpHub",
     "McpHubTool",
     "McpServerConfig",
-    "McpToolResult",
     "mcp_tool_name",
     "parse_mcp_json",
     "split_mcp_tool_name",
@@ -125,14 +123,6 @@ def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
     return names.get(type(value), "a number")
-
-
-@dataclass(frozen=True, slots=True)
-class McpToolResult:
-    """What a tool call produced, as text for the model."""
-
-    text: str
-    is_error: bool
 
 
 class _Connection:
@@ -383,10 +373,12 @@ class McpHub:
         parts = split_mcp_tool_name(name)
         connection = self._connections.get(parts[0]) if parts else None
         if parts is None or connection is None:
-            return McpToolResult(f"Error: no MCP tool {name!r}.", True)
+            return McpToolResult(text=f"Error: no MCP tool {name!r}.", is_error=True)
         if connection.session is None:
             why = connection.error or "it closed"
-            return McpToolResult(f"Error: MCP server {parts[0]!r} is not connected ({why}).", True)
+            return McpToolResult(
+                text=f"Error: MCP server {parts[0]!r} is not connected ({why}).", is_error=True
+            )
         try:
             with trio.fail_after(connection.config.call_timeout_s):
                 result = await connection.session.call_tool(
@@ -394,18 +386,19 @@ class McpHub:
                 )
         except trio.TooSlowError:
             return McpToolResult(
-                f"Error: {name} took longer than {connection.config.call_timeout_s:g} s.", True
+                text=f"Error: {name} took longer than {connection.config.call_timeout_s:g} s.",
+                is_error=True,
             )
         except Exception as exc:
             return McpToolResult(
-                f"Error: MCP server {parts[0]!r} failed during {parts[1]}: "
+                text=f"Error: MCP server {parts[0]!r} failed during {parts[1]}: "
                 f"{type(exc).__name__}: {exc}",
-                True,
+                is_error=True,
             )
         texts = [
             getattr(block, "text", None) or f"[{block.type} content]" for block in result.content
         ]
-        return McpToolResult("\n".join(texts), bool(result.is_error))
+        return McpToolResult(text="\n".join(texts), is_error=bool(result.is_error))
 
 
 class McpHubTool:

@@ -10,15 +10,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
+from pydantic import ValidationError
 
-from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall
+from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall, UserQuestion
 from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
 from ..kernel import SubvisorError
+from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._permission_derivation import agent_tool_enabled
-from ..policy._policy import PolicyDecision, PolicyHolder, ToolPolicy
+from ..policy._policy import ToolPolicy
 from ..profiles._profile_catalog import ProfileCatalog
 from ..providers import ModelGateway
 from ..state._store import SessionStore
@@ -45,22 +47,11 @@ EventObserver = Callable[[str, str, dict[str, Any]], None]
 class RootHost(AgentToolHost, MessagingHost, ShellHost, Protocol):
     """What a root session uses of its ``Subvisor``: its tools' needs, plus approvals."""
 
+    #: Decides the root's tool calls and puts its asks and questions to a person.
+    desk: ApprovalDesk
+
     def running_background(self, parent_session_id: str) -> list[SubagentRun]:
         """Background runs of a session that have not ended."""
-        ...
-
-    async def authorize_call(
-        self,
-        agent: PolicyHolder,
-        tool: str,
-        tool_input: dict[str, Any],
-        requester: Requester,
-    ) -> PolicyDecision:
-        """Decide one tool call by the agent's rules, asking on ``ask``."""
-        ...
-
-    async def ask_question(self, params: dict[str, Any], requester: Requester) -> dict[str, Any]:
-        """Put an agent's AskUserQuestion to the question handler."""
         ...
 
 
@@ -90,7 +81,7 @@ class PolicyApprovals:
     async def authorize(self, call: ToolCall) -> str | None:
         """``None`` when the call may run, else why not."""
         root = self._root
-        decision = await root.host.authorize_call(root, call.name, dict(call.input), root.requester)
+        decision = await root.host.desk.authorize(root, call.name, call.input, root.requester)
         return None if decision.action == "allow" else decision.reason
 
 
@@ -107,10 +98,17 @@ class RootQuestionTool:
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Ask and wait for the answer."""
         root = self._root
-        answer = await root.host.ask_question(dict(call.input), root.requester)
-        if "answer" in answer:
-            return ToolOutput(f"The user answered: {answer['answer']}")
-        return ToolOutput(f"Error: {answer['reason']}", is_error=True)
+        try:
+            question = UserQuestion.model_validate(call.input)
+        except ValidationError:
+            return ToolOutput(
+                "Error: AskUserQuestion needs a non-empty 'question' and string 'options'.",
+                is_error=True,
+            )
+        answer = await root.host.desk.ask(question, root.requester)
+        if answer.answer is not None:
+            return ToolOutput(f"The user answered: {answer.answer}")
+        return ToolOutput(f"Error: {answer.reason}", is_error=True)
 
 
 class StoreEventSink:

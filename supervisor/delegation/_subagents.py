@@ -21,9 +21,10 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import trio
 
@@ -32,12 +33,14 @@ from protocol import (
     AgentRunSpec,
     ChatMessage,
     Event,
+    ModelRequest,
+    ModelResult,
     ResourceLimits,
     SandboxPolicy,
     ToolSpec,
     Usage,
 )
-from worker.agent import ASK_USER_QUESTION_SPEC, CoordinatorReplyTool
+from worker.agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC
 from worker.tools import LocalToolSet
 
 from ..kernel import (
@@ -54,11 +57,17 @@ from ..policy._policy import ToolPolicy
 from ..state._store import SessionStore
 from ..state._task_record import TaskRecord, TaskUsage
 from ..state._tasks import TaskRegistry
+from ._agent_requests import AgentRequestPolicy, AgentRequestServer
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
-from ._notifications import Command, CommandQueue, build_task_notification
+from ._notifications import (
+    Command,
+    CommandQueue,
+    build_task_notification,
+    subagent_message_command,
+)
 
-__all__ = ["RunHost", "SubagentLaunch", "SubagentRun", "new_agent_id"]
+__all__ = ["RunServices", "SubagentLaunch", "SubagentRun", "new_agent_id"]
 
 log = logging.getLogger("subvisor")
 
@@ -106,47 +115,48 @@ class SubagentLaunch:
         return (self.description, self.subagent_type, "default")
 
 
-class RunHost(Protocol):
-    """What a run uses of the ``Subvisor`` that starts it: its services, no more."""
+@dataclass(frozen=True, slots=True)
+class RunServices:
+    """What every subagent run of one ``Subvisor`` uses, each part by name."""
 
     store: SessionStore
     registry: TaskRegistry
-    supervisor: Supervisor
+    fleet: Supervisor
+    requests: AgentRequestServer
     lifecycle: LifecycleFeed
-    #: Why every task is being stopped, once ``stop_all`` began; a stop records it.
-    stopping_reason: str | None
-
-    def output_dir(self, parent_session_id: str, agent_id: str) -> Path:
-        """Where a subagent's output files go."""
-        ...
-
-    def launch_order(self, parent_session_id: str) -> LaunchOrder:
-        """The line of a session's launches for worker slots."""
-        ...
-
-    def command_queue(self, session_id: str) -> CommandQueue:
-        """A parent session's command queue."""
-        ...
-
-    def bind_worker(self, worker_id: str, run: SubagentRun) -> None:
-        """Route a worker's requests to ``run``."""
-        ...
-
-    def unbind_worker(self, worker_id: str) -> None:
-        """Forget a worker that has ended."""
-        ...
+    #: Why every task is being stopped, once ``stop_all`` began (None before);
+    #: a stop records it over its own reason.
+    stopping_reason: Callable[[], str | None]
 
 
 class SubagentRun:
-    """A launched subagent; the host drives ``run`` in its nursery."""
+    """A launched subagent; its ``Subvisor`` drives ``run`` in its nursery.
 
-    def __init__(self, host: RunHost, launch: SubagentLaunch, ticket: int | None = None) -> None:
-        self.host = host
+    ``launch_order`` is its parent session's line for worker slots (``ticket``
+    its place in it, default: last); ``parent_queue`` the parent's command
+    queue, for its messages and its notification; ``output_dir`` where its
+    output files go.
+    """
+
+    def __init__(
+        self,
+        launch: SubagentLaunch,
+        services: RunServices,
+        *,
+        launch_order: LaunchOrder,
+        parent_queue: CommandQueue,
+        output_dir: Path,
+        ticket: int | None = None,
+    ) -> None:
         self.launch = launch
         self.task_id = launch.agent_id
-        #: Its session's line for worker slots, and its place in it.
-        self.launch_order = host.launch_order(launch.parent_session_id)
-        self.ticket = ticket if ticket is not None else self.launch_order.ticket()
+        self._services = services
+        self._store = services.store
+        self._registry = services.registry
+        self._parent_queue = parent_queue
+        self._output_dir = output_dir
+        self.launch_order = launch_order
+        self.ticket = ticket if ticket is not None else launch_order.ticket()
         self.handle: WorkerHandle | None = None
         self.ready = trio.Event()
         self.done = trio.Event()
@@ -162,7 +172,7 @@ class SubagentRun:
         #: What the model is offered: exactly the tools this run was given.
         self.tool_specs = (
             *LocalToolSet(launch.tools).specs,
-            CoordinatorReplyTool.spec,
+            RESPOND_TO_COORDINATOR_SPEC,
             ASK_USER_QUESTION_SPEC,
             *launch.mcp_tools,
         )
@@ -183,7 +193,7 @@ class SubagentRun:
 
     def register(self) -> TaskRecord:
         """Persist the child session, announce it, register the task (steps 1-2)."""
-        launch, store = self.launch, self.host.store
+        launch, store = self.launch, self._store
         # One transaction: the child session, SubagentSpawned and the task are
         # visible together or not at all (S-RUN-2), for one commit instead of several.
         with store.batch():
@@ -210,8 +220,8 @@ class SubagentRun:
             )
             for message in launch.history:
                 store.append_message(launch.child_session_id, message)
-            output_dir = self.host.output_dir(launch.parent_session_id, self.task_id)
-            self.record = self.host.registry.register(
+            output_dir = self._output_dir
+            self.record = self._registry.register(
                 TaskRecord(
                     task_id=self.task_id,
                     kind="local_agent",
@@ -234,12 +244,12 @@ class SubagentRun:
                     ended_at=None,
                 )
             )
-        self.host.registry.set_stopper(self.task_id, self.stop)
+        self._registry.set_stopper(self.task_id, self.stop)
         self._publish("task.registered", status="pending")
         return self.record
 
     async def run(self) -> None:
-        """Spawn, run the agent, record the end. Never raises (the host's nursery must live)."""
+        """Spawn, run the agent, record the end. Never raises (its Subvisor's nursery must live)."""
         status: Literal["completed", "failed", "killed"] = "failed"
         result: str | None = None
         error: str | None = None
@@ -248,14 +258,14 @@ class SubagentRun:
             with self._cancel_scope:
                 # Launches queue for worker slots in launch order.
                 await self.launch_order.wait_turn(self.ticket)
-                self.handle = await self.host.supervisor.spawn(
+                self.handle = await self._services.fleet.spawn(
                     self.launch.limits,
                     sandbox=self.launch.sandbox,
+                    handler=self._services.requests.handler(self._request_policy()),
                     on_queue=self._pass_turn,
                 )
-                self.host.bind_worker(self.handle.worker_id, self)
                 # S-SBX-1: the record states the sandbox the worker reported.
-                self.host.registry.update(
+                self._registry.update(
                     self.task_id,
                     status="running",
                     sandbox=self.handle.sandbox,
@@ -276,7 +286,7 @@ class SubagentRun:
         except SubvisorError as exc:
             error = str(exc)
             self.launch_error = error
-        except Exception as exc:  # a bug here must not kill the host
+        except Exception as exc:  # a bug here must not kill the Subvisor
             log.exception("subagent %s failed unexpectedly", self.task_id)
             error = f"internal error: {type(exc).__name__}: {exc}"
         finally:
@@ -297,6 +307,41 @@ class SubagentRun:
 
     def _pass_turn(self) -> None:
         self.launch_order.pass_turn(self.ticket)
+
+    def _request_policy(self) -> AgentRequestPolicy:
+        """How its worker's requests are answered: its rules, its MCP loans, its parent."""
+        launch = self.launch
+        return AgentRequestPolicy(
+            holder=self,
+            requester=self.requester,
+            prepare_model_call=self._prepare_model_call,
+            record_model_result=self._record_model_result,
+            mcp_tools=frozenset(spec.name for spec in launch.mcp_tools),
+            mcp_progress_session=launch.child_session_id,
+            coordinator=self._message_parent,
+        )
+
+    def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
+        # The worker is untrusted: the model, tools, scenario keys and call
+        # index are the launch's, whatever the worker put there.
+        return asked.model_copy(
+            update={
+                "model": self.launch.model,
+                "tools": self.tool_specs,
+                "agent_keys": self.launch.agent_keys,
+                "call_index": self.next_call_index,
+            }
+        )
+
+    def _record_model_result(self, asked: ModelRequest, result: ModelResult) -> None:
+        self.count_model_call(result.usage)
+
+    def _message_parent(self, text: str) -> None:
+        # S-MSG-2: into the parent's command queue with priority `next`:
+        # between steps of its running turn, or a new turn when it is idle.
+        self._parent_queue.enqueue(
+            subagent_message_command(self.task_id, text, generation=self.launch.generation)
+        )
 
     @property
     def requester(self) -> Requester:
@@ -333,8 +378,8 @@ class SubagentRun:
         """
         if self.background or self.done.is_set():
             return False
-        self.host.registry.update(self.task_id, background=True)
-        self.host.store.append_event(
+        self._registry.update(self.task_id, background=True)
+        self._store.append_event(
             self.launch.parent_session_id, "SubagentBackgrounded", {"agentId": self.task_id}
         )
         self.backgrounded.set()
@@ -362,7 +407,7 @@ class SubagentRun:
             except SubvisorError:
                 break
             if isinstance(answer, dict) and answer.get("delivered") is True:
-                self.host.store.append_event(
+                self._store.append_event(
                     self.launch.child_session_id, "SteerDelivered", {"text": text}
                 )
                 return "delivered"
@@ -373,11 +418,11 @@ class SubagentRun:
     async def stop(self, reason: str = "stopped by request") -> None:
         """Stop the run (S-RUN-6 stop); returns once it has ended.
 
-        The first reason given wins, and the host's ``stopping_reason``
+        The first reason given wins, and ``RunServices.stopping_reason``
         (everything is being stopped) over any.
         """
         if self._stop_reason is None:
-            self._stop_reason = self.host.stopping_reason or reason
+            self._stop_reason = self._services.stopping_reason() or reason
         self._cancel_scope.cancel()
         await self.done.wait()
 
@@ -412,7 +457,7 @@ class SubagentRun:
         return AgentOutcome.model_validate(raw)
 
     async def _record_events(self, handle: WorkerHandle) -> None:
-        store = self.host.store
+        store = self._store
         while True:
             try:
                 batch = await handle.receive_event_batch()
@@ -429,7 +474,7 @@ class SubagentRun:
                         break  # what was recorded before it stays
 
     def _record_event(self, event: Event, budget: EventBudget) -> None:
-        store, registry = self.host.store, self.host.registry
+        store, registry = self._store, self._registry
         session = self.launch.child_session_id
         data = event.data
         if event.name == "message":
@@ -491,7 +536,7 @@ class SubagentRun:
         )
 
     def _publish(self, event: str, **data: Any) -> None:
-        self.host.lifecycle.publish(event, self.launch.parent_session_id, self.task_id, **data)
+        self._services.lifecycle.publish(event, self.launch.parent_session_id, self.task_id, **data)
 
     @property
     def next_call_index(self) -> int:
@@ -510,7 +555,6 @@ class SubagentRun:
         for pgid in self._process_groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-        self.host.unbind_worker(handle.worker_id)
         return exit
 
     def _finish(
@@ -525,9 +569,9 @@ class SubagentRun:
             cpu_seconds=exit.cpu_seconds if exit is not None else 0.0,
             peak_rss_bytes=exit.peak_rss_bytes if exit is not None else 0,
         )
-        host, launch = self.host, self.launch
-        with host.store.batch():
-            self.record = host.registry.finish(
+        store, launch = self._store, self.launch
+        with store.batch():
+            self.record = self._registry.finish(
                 self.task_id,
                 status,
                 result=result,
@@ -535,16 +579,16 @@ class SubagentRun:
                 usage=usage,
                 worker_exit=worker_exit,
             )
-            host.store.set_session_status(launch.child_session_id, status)
-            host.store.record_usage(launch.child_session_id, self.record.usage)
-            host.store.append_event(
+            store.set_session_status(launch.child_session_id, status)
+            store.record_usage(launch.child_session_id, self.record.usage)
+            store.append_event(
                 launch.parent_session_id,
                 "SubagentStopped",
                 {"agentId": self.task_id, "status": status, "error": error},
             )
         self._publish("task.ended", status=status)
-        if self.record.background and host.registry.mark_notified(self.task_id):
-            host.command_queue(launch.parent_session_id).enqueue(
+        if self.record.background and self._registry.mark_notified(self.task_id):
+            self._parent_queue.enqueue(
                 Command(
                     kind="task-notification",
                     priority="next",

@@ -1,11 +1,13 @@
-"""``Subvisor``: the library entry point that delegation runs on.
+"""``Subvisor``: the library entry point that delegation runs on, a composition root.
 
-It owns one ``Supervisor`` (worker processes), one ``ModelGateway`` (every
-model call of every agent, with the API keys), the SQLite ``SessionStore``,
-the ``TaskRegistry`` and one ``CommandQueue`` per parent session. Subagent
-runs live in its nursery, not in the tool call that launched them, so a
-background run outlives the parent's turn and a foreground one can later be
-moved to the background without restarting it.
+It builds one kernel ``Supervisor`` (the fleet of worker processes), one
+``ModelGateway`` (every model call of every agent, with the API keys), the
+SQLite ``SessionStore``, the ``TaskRegistry``, the ``ApprovalDesk``, the MCP
+hub, the ``AgentRequestServer`` that answers every agent worker, and one
+``CommandQueue`` per parent session, and hands each part to whatever uses
+it. Subagent runs live in its nursery, not in the tool call that launched
+them, so a background run outlives the parent's turn and a foreground one
+can later be moved to the background without restarting it.
 """
 
 from __future__ import annotations
@@ -18,49 +20,24 @@ from typing import Any, Self
 
 import httpx
 import trio
-from pydantic import ValidationError
 
-from protocol import ModelRequest, WorkerRequest
-
-from ..kernel import (
-    EventBudget,
-    EventBudgetExceededError,
-    RequestHandler,
-    RequestRefusedError,
-    Supervisor,
-    SupervisorConfig,
-    WireTap,
-    WorkerHandle,
-    default_request_handler,
-    text_size,
-)
-from ..policy._approvals import (
-    ApprovalHandler,
-    ApprovalRequest,
-    QuestionHandler,
-    QuestionRequest,
-    Requester,
-)
-from ..policy._policy import PolicyDecision, PolicyHolder
-from ..providers import ModelError, ModelGateway
+from ..kernel import Supervisor, SupervisorConfig, WireTap
+from ..policy._approval_desk import ApprovalDesk
+from ..policy._approvals import ApprovalHandler, QuestionHandler
+from ..providers import ModelGateway
 from ..state._paths import agent_output_dir, database_path
 from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
 from ..state._tasks import TaskError, TaskRegistry
+from ._agent_requests import AgentRequestServer
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
-from ._notifications import CommandQueue, subagent_message_command
+from ._notifications import CommandQueue
 from ._settings import SubvisorSettings
-from ._subagents import SubagentLaunch, SubagentRun
+from ._subagents import RunServices, SubagentLaunch, SubagentRun
 
 __all__ = ["Subvisor"]
-
-#: Worker requests that make the supervisor record or queue something; each
-#: is one event of the worker's budget (S-SEC-8).
-_RECORDING_METHODS = frozenset(
-    {"permission.check", "coordinator.message", "mcp.call_tool", "user.question"}
-)
 
 
 class Subvisor:
@@ -95,24 +72,31 @@ class Subvisor:
                 hidden_paths=(str(self.home),),
                 event_budget=self.settings.event_budget,
             ),
-            request_handler=self._serve_worker,
             wire_tap=wire_tap,
         )
-        #: Answers every ``ask`` of the root and its subagents (S-APR-1); None:
-        #: nobody can approve, so an ask is refused with the rule that would allow it.
-        self.approval_handler = approval_handler
-        #: Answers AskUserQuestion from any agent; None: nobody can answer.
-        self.question_handler = question_handler
+        #: Every agent's tool calls and questions are decided or put to a person here.
+        self.desk = ApprovalDesk(
+            self.store, approval_handler=approval_handler, question_handler=question_handler
+        )
         self.mcp = McpHub(self.settings.mcp_servers)
+        #: Answers every request of every agent worker (subagents and actors).
+        self.requests = AgentRequestServer(
+            gateway=self.gateway, desk=self.desk, mcp=self.mcp, store=self.store
+        )
         self.runs: dict[str, SubagentRun] = {}
         #: Subagent lifecycle events for live watchers (the control channel, S-OBS-1).
         self.lifecycle = LifecycleFeed()
+        self._run_services = RunServices(
+            store=self.store,
+            registry=self.registry,
+            fleet=self.supervisor,
+            requests=self.requests,
+            lifecycle=self.lifecycle,
+            stopping_reason=lambda: self.stopping_reason,
+        )
         # Per parent session: one session's launch held back (by an approval,
         # say) must not hold back another session's.
         self._launch_orders: dict[str, LaunchOrder] = {}
-        self._by_worker: dict[str, SubagentRun] = {}
-        #: Workers that no SubagentRun drives (a workflow's actors) answer here.
-        self._worker_servers: dict[str, RequestHandler] = {}
         self._queues: dict[str, CommandQueue] = {}
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -185,7 +169,15 @@ class Subvisor:
         """
         if self._nursery is None:
             raise RuntimeError("Subvisor is not running: use `async with Subvisor()`")
-        run = SubagentRun(self, launch, ticket)
+        parent = launch.parent_session_id
+        run = SubagentRun(
+            launch,
+            self._run_services,
+            launch_order=self.launch_order(parent),
+            parent_queue=self.command_queue(parent),
+            output_dir=self.output_dir(parent, launch.agent_id),
+            ticket=ticket,
+        )
         try:
             run.register()
             self.runs[run.task_id] = run
@@ -234,203 +226,3 @@ class Subvisor:
         """Move a running foreground subagent to the background (S-RUN-5)."""
         run = self.runs.get(task_id)
         return run is not None and run.move_to_background()
-
-    def bind_worker(self, worker_id: str, run: SubagentRun) -> None:
-        """Route a worker's requests to the run it serves."""
-        self._by_worker[worker_id] = run
-
-    def unbind_worker(self, worker_id: str) -> None:
-        """Forget a worker that has ended."""
-        self._by_worker.pop(worker_id, None)
-
-    def serve_worker_with(self, worker_id: str, server: RequestHandler | None) -> None:
-        """Route every request of a worker that runs no subagent to ``server`` (None: stop)."""
-        if server is None:
-            self._worker_servers.pop(worker_id, None)
-        else:
-            self._worker_servers[worker_id] = server
-
-    async def _serve_worker(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        try:
-            if request.method in _RECORDING_METHODS:
-                # S-SEC-8: each of these records or queues something for the worker.
-                handle.budget.charge(events=1)
-            return await self._route_worker_request(handle, request)
-        except EventBudgetExceededError as exc:
-            # The worker's handle stops it; until then it is told why.
-            raise RequestRefusedError("event_budget", str(exc)) from None
-
-    async def _route_worker_request(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        server = self._worker_servers.get(handle.worker_id)
-        if server is not None:
-            return await server(handle, request)
-        if request.method not in (
-            "model.call",
-            "permission.check",
-            "coordinator.message",
-            "mcp.call_tool",
-            "user.question",
-        ):
-            return await default_request_handler(handle, request)
-        run = self._by_worker.get(handle.worker_id)
-        if run is None:
-            raise RequestRefusedError(
-                "no_task", f"this worker runs no subagent; {request.method} refused"
-            )
-        if request.method == "permission.check":
-            return await self._check_permission(run, request.params)
-        if request.method == "coordinator.message":
-            return self._queue_coordinator_message(run, handle.budget, request.params)
-        if request.method == "mcp.call_tool":
-            return await self._call_mcp(run, request.params)
-        if request.method == "user.question":
-            return await self.ask_question(request.params, run.requester)
-        try:
-            asked = ModelRequest.model_validate(request.params)
-        except ValidationError as exc:
-            raise RequestRefusedError("bad_request", f"invalid model request: {exc}") from None
-        # The worker is untrusted: the model, the scenario keys and the call
-        # index are the supervisor's, whatever the worker put there.
-        call = asked.model_copy(
-            update={
-                "model": run.launch.model,
-                "tools": run.tool_specs,
-                "agent_keys": run.launch.agent_keys,
-                "call_index": run.next_call_index,
-            }
-        )
-        try:
-            result = await self.gateway.call(call)
-        except ModelError as exc:
-            raise RequestRefusedError("model_error", str(exc)) from None
-        run.count_model_call(result.usage)
-        return result.model_dump(mode="python")
-
-    async def _call_mcp(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
-        name, arguments = params.get("name"), params.get("arguments")
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            raise RequestRefusedError(
-                "bad_request", "mcp.call_tool needs a tool name and arguments"
-            )
-        if name not in {spec.name for spec in run.launch.mcp_tools}:
-            raise RequestRefusedError("not_lent", f"{name} was not lent to this subagent")
-        session = run.launch.child_session_id
-        budget = run.handle.budget if run.handle is not None else None
-
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            # Progress notifications of the parent's session become the child's events.
-            with contextlib.suppress(EventBudgetExceededError):  # its worker is being stopped
-                self.store.append_event(
-                    session,
-                    "mcp.progress",
-                    {"tool": name, "progress": done, "total": total},
-                    budget=budget,
-                )
-
-        result = await self.mcp.call(name, arguments, on_progress=progress)
-        return {"text": result.text, "is_error": result.is_error}
-
-    def _queue_coordinator_message(
-        self, run: SubagentRun, budget: EventBudget, params: dict[str, Any]
-    ) -> bool:
-        # S-MSG-2: into the parent's command queue with priority `next`:
-        # between steps of its running turn, or a new turn when it is idle.
-        text = params.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise RequestRefusedError("bad_request", "coordinator.message needs a non-empty text")
-        # The text waits in memory, then joins the parent's transcript (S-SEC-8).
-        budget.charge(size=text_size(text))
-        queue = self.command_queue(run.launch.parent_session_id)
-        queue.enqueue(subagent_message_command(run.task_id, text, generation=run.launch.generation))
-        return True
-
-    async def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
-        tool, tool_input = params.get("tool"), params.get("input")
-        if not isinstance(tool, str) or not isinstance(tool_input, dict):
-            raise RequestRefusedError(
-                "bad_request", "permission.check needs a tool name and its input"
-            )
-        decision = await self.authorize_call(run, tool, tool_input, run.requester)
-        return {"allowed": decision.action == "allow", "reason": decision.reason}
-
-    async def authorize_call(
-        self,
-        agent: PolicyHolder,
-        tool: str,
-        tool_input: dict[str, Any],
-        requester: Requester,
-    ) -> PolicyDecision:
-        """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``.
-
-        Permission events go to the requester's event sessions (the child's
-        and, mirrored, its parent's: S-APR-2), each naming the origin.
-        """
-        decision = agent.policy.check(tool, tool_input)
-        if decision.action == "ask" and self.approval_handler is None:
-            decision = agent.policy.authorize_headless(tool, tool_input)
-        event: dict[str, Any] = {
-            "tool": tool,
-            "agentId": requester.origin.agent_id,
-            "origin": requester.origin.kind,
-        }
-        if decision.action == "ask":
-            assert self.approval_handler is not None
-            self._record(
-                requester,
-                "PermissionRequested",
-                {**event, "reason": decision.reason},
-            )
-            answer = await self.approval_handler(
-                ApprovalRequest(
-                    session_id=requester.root_session_id,
-                    origin=requester.origin,
-                    tool=tool,
-                    tool_input=tool_input,
-                    reason=decision.reason,
-                    description=requester.description,
-                )
-            )
-            if answer == "deny":
-                decision = PolicyDecision("deny", f"{tool} was not approved ({decision.reason})")
-            else:
-                if answer == "allow_always":
-                    agent.policy = agent.policy.remembering(tool, tool_input)
-                self._record(requester, "PermissionResolved", {**event, "decision": answer})
-                return PolicyDecision("allow")
-        if decision.action == "deny":
-            self._record(requester, "PermissionDenied", {**event, "reason": decision.reason})
-        return decision
-
-    async def ask_question(self, params: dict[str, Any], requester: Requester) -> dict[str, Any]:
-        """Put an agent's AskUserQuestion to the question handler (S-APR-1)."""
-        question, options = params.get("question"), params.get("options") or []
-        if not isinstance(question, str) or not question.strip():
-            return {"reason": "AskUserQuestion needs a non-empty 'question'"}
-        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-            return {"reason": "'options' must be a list of strings"}
-        if self.question_handler is None:
-            return {
-                "reason": "nobody can answer questions in this session; decide for yourself "
-                "and say in your answer what you assumed"
-            }
-        event = {
-            "agentId": requester.origin.agent_id,
-            "origin": requester.origin.kind,
-            "question": question,
-        }
-        self._record(requester, "QuestionAsked", event)
-        answer = await self.question_handler(
-            QuestionRequest(
-                session_id=requester.root_session_id,
-                origin=requester.origin,
-                question=question,
-                options=tuple(options),
-                description=requester.description,
-            )
-        )
-        self._record(requester, "QuestionAnswered", {**event, "answer": answer})
-        return {"answer": answer}
-
-    def _record(self, requester: Requester, name: str, data: dict[str, Any]) -> None:
-        for session in requester.event_sessions:
-            self.store.append_event(session, name, data, budget=requester.budget)

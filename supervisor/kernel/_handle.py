@@ -35,9 +35,11 @@ from typing import Any
 
 import psutil
 import trio
+from pydantic import BaseModel
 
 from protocol import (
     PROTOCOL_VERSION,
+    WORKER_METHODS,
     Cancel,
     Connection,
     ConnectionClosed,
@@ -85,7 +87,9 @@ class RequestRefusedError(SubvisorError):
         self.code = code
 
 
-RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[Any]]
+#: Answers one worker's requests with the result model of the request's
+#: method (``protocol.WORKER_METHODS``); raises ``RequestRefusedError`` to refuse.
+RequestHandler = Callable[["WorkerHandle", WorkerRequest], Awaitable[BaseModel]]
 
 #: Sees every frame the supervisor sends to a worker (debugging, and tests
 #: proving what never crosses the boundary).
@@ -487,6 +491,11 @@ class WorkerHandle:
         reply: Response | ErrorReply
         try:
             result = await self._request_handler(self, request)
+            expected = WORKER_METHODS[request.method].result
+            if not isinstance(result, expected):
+                raise TypeError(
+                    f"the handler answered {type(result).__name__}, not {expected.__name__}"
+                )
             reply = Response(id=request.id, result=result)
         except RequestRefusedError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))

@@ -10,11 +10,18 @@ import resource
 import uuid
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import trio
 
-from protocol import FrameLimits, ResourceLimits, SandboxPolicy, WorkerRequest
+from protocol import (
+    EchoRequest,
+    EchoResult,
+    FrameLimits,
+    ResourceLimits,
+    SandboxPolicy,
+    WorkerRequest,
+)
 from worker._privileges import set_dumpable
 
 from ._cgroups import CgroupTree
@@ -40,11 +47,17 @@ log = logging.getLogger("subvisor")
 _REAP_WAIT_S = 2.0
 
 
-async def default_request_handler(handle: WorkerHandle, request: WorkerRequest) -> Any:
-    """Answer the requests every supervisor understands."""
-    if request.method == "supervisor.echo":
-        return request.params.get("value")
-    raise RequestRefusedError("unsupported", f"this supervisor does not serve {request.method!r}")
+async def default_request_handler(handle: WorkerHandle, request: WorkerRequest) -> EchoResult:
+    """Answer what every worker may ask (``supervisor.echo``); refuse the rest.
+
+    A worker spawned without a handler of its own is served by this one: it
+    runs commands, not an agent, so it has no model, rules or MCP to ask for.
+    """
+    if isinstance(request, EchoRequest):
+        return EchoResult(value=request.params.value)
+    raise RequestRefusedError(
+        "unsupported", f"this worker runs no agent; {request.method} is not served to it"
+    )
 
 
 def _raise_open_files_limit() -> None:
@@ -69,7 +82,6 @@ class Supervisor:
         self,
         config: SupervisorConfig | None = None,
         *,
-        request_handler: RequestHandler | None = None,
         frame_limits: FrameLimits | None = None,
         wire_tap: WireTap | None = None,
     ) -> None:
@@ -78,7 +90,6 @@ class Supervisor:
         self.tree_id = new_tree_id()
         self.workers: dict[str, WorkerHandle] = {}
         self.spawned_total = 0
-        self._request_handler = request_handler or default_request_handler
         self._frame_limits = frame_limits or FrameLimits()
         self._slots = trio.Semaphore(self.config.max_workers)
         self._stack = contextlib.AsyncExitStack()
@@ -179,6 +190,7 @@ class Supervisor:
         mode: SpawnMode | None = None,
         worker_id: str | None = None,
         sandbox: SandboxPolicy | None = None,
+        handler: RequestHandler | None = None,
         on_queue: Callable[[], None] | None = None,
     ) -> WorkerHandle:
         """Start a worker and return its handle once the handshake is done.
@@ -189,6 +201,8 @@ class Supervisor:
         sandbox gets a private temp dir, removed when the worker ends. A
         sandbox the worker could not enforce fails the spawn with
         ``SandboxUnsupportedError``, unless the policy says ``warn`` (S-SBX-2).
+        ``handler`` answers the worker's requests (``default_request_handler``
+        when None): each worker is served by whoever drives it.
         ``on_queue`` is called just before the spawn joins the FIFO queue for
         a slot, with no checkpoint in between (see ``LaunchOrder``).
         """
@@ -231,7 +245,7 @@ class Supervisor:
             frame_limits=self._frame_limits,
             event_buffer=self.config.event_buffer,
             kill_grace_s=self.config.kill_grace_s,
-            request_handler=self._request_handler,
+            request_handler=handler or default_request_handler,
             wire_tap=self._wire_tap,
             event_budget=self.config.event_budget,
         )

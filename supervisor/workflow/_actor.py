@@ -39,10 +39,10 @@ from protocol import (
     ModelResult,
     ToolSpec,
     Usage,
-    WorkerRequest,
 )
-from worker.tools import LocalToolSet, resolve_tool_name
+from worker.tools import LocalToolSet
 
+from ..delegation._agent_requests import AgentRequestPolicy
 from ..delegation._subvisor import Subvisor
 from ..kernel import (
     RequestRefusedError,
@@ -50,11 +50,9 @@ from ..kernel import (
     WorkerExitedError,
     WorkerHandle,
     WorkerRequestError,
-    default_request_handler,
 )
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._policy import ToolPolicy
-from ..providers import ModelError
 from ._errors import ActorAnswerInvalidError, ActorAskFailedError, ActorCrashedError, WorkflowError
 from ._journal import AskRecord, WorkflowJournal
 from ._model import ActorModel
@@ -349,12 +347,14 @@ class Actor:
             return self._handle
         host = self._env.host
         try:
-            handle = await host.supervisor.spawn(host.settings.subagent_limits)
+            handle = await host.supervisor.spawn(
+                host.settings.subagent_limits,
+                handler=host.requests.handler(self._request_policy()),
+            )
         except SubvisorError as exc:
             raise ActorAskFailedError(
                 self.definition.label, f"its worker could not be started: {exc}"
             ) from None
-        host.serve_worker_with(handle.worker_id, self._serve)
         self._handle = handle
         self._env.nursery.start_soon(self._drain_events, handle)
         return handle
@@ -386,7 +386,6 @@ class Actor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
         self._process_groups.clear()
-        self._env.host.serve_worker_with(handle.worker_id, None)
 
     async def close(self) -> None:
         """Stop the worker (if any); the run calls this when it ends."""
@@ -394,54 +393,30 @@ class Actor:
 
     # -- what the worker asks of the supervisor -------------------------------------
 
-    async def _serve(self, handle: WorkerHandle, request: WorkerRequest) -> Any:
-        method, params = request.method, request.params
-        if method == "model.call":
-            return await self._call_model(params)
-        if method == "permission.check":
-            tool, tool_input = params.get("tool"), params.get("input")
-            if not isinstance(tool, str) or not isinstance(tool_input, dict):
-                raise RequestRefusedError(
-                    "bad_request", "permission.check needs a tool and its input"
-                )
-            if (resolve_tool_name(tool) or tool) not in self.definition.tools:
-                return {"allowed": False, "reason": f"{tool} is not one of this actor's tools"}
-            decision = await self._env.host.authorize_call(self, tool, tool_input, self._requester)
-            return {"allowed": decision.action == "allow", "reason": decision.reason}
-        if method == "mcp.call_tool":
-            name, arguments = params.get("name"), params.get("arguments")
-            if not isinstance(name, str) or not isinstance(arguments, dict):
-                raise RequestRefusedError(
-                    "bad_request", "mcp.call_tool needs a tool name and arguments"
-                )
-            if name not in self._mcp_names:
-                raise RequestRefusedError("not_lent", f"{name} was not lent to this actor")
-            result = await self._env.host.mcp.call(name, arguments)
-            return {"text": result.text, "is_error": result.is_error}
-        if method == "user.question":
-            return {
-                "reason": "an actor cannot ask questions: a script, not a person, reads its "
+    def _request_policy(self) -> AgentRequestPolicy:
+        """How its worker is answered: its own tools and loans, no coordinator, no person."""
+        return AgentRequestPolicy(
+            holder=self,
+            requester=self._requester,
+            prepare_model_call=self._prepare_model_call,
+            record_model_result=self._record_model_result,
+            tools=frozenset(self.definition.tools),
+            mcp_tools=self._mcp_names,
+            no_coordinator="an actor has no coordinator; put everything in its answer",
+            no_questions=(
+                "an actor cannot ask questions: a script, not a person, reads its "
                 "answers (S-ACT-4); decide for yourself and say what you assumed"
-            }
-        if method == "coordinator.message":
-            raise RequestRefusedError(
-                "not_available", "an actor has no coordinator; put everything in its answer"
-            )
-        return await default_request_handler(handle, request)
+            ),
+        )
 
-    async def _call_model(self, params: dict[str, Any]) -> dict[str, Any]:
-        round_ = self._round
-        if round_ is None:
+    def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
+        if self._round is None:
             raise RequestRefusedError("no_ask", "this actor is not being asked anything")
-        try:
-            asked = ModelRequest.model_validate(params)
-        except ValidationError as exc:
-            raise RequestRefusedError("bad_request", f"invalid model request: {exc}") from None
         definition = self.definition
         # The worker is untrusted: model, instructions, tools and scenario
         # position are the supervisor's, whatever the worker put there.
         earlier = sum(1 for m in asked.messages if m.role == "assistant")
-        call = asked.model_copy(
+        return asked.model_copy(
             update={
                 "model": definition.model.model,
                 "system": definition.system,
@@ -450,13 +425,13 @@ class Actor:
                 "call_index": earlier + self._lost_calls,
             }
         )
-        try:
-            result = await self._env.host.gateway.call(call)
-        except ModelError as exc:
-            raise RequestRefusedError("model_error", str(exc)) from None
+
+    def _record_model_result(self, asked: ModelRequest, result: ModelResult) -> None:
+        round_ = self._round
+        if round_ is None:  # the ask ended while the model answered
+            return
         round_.calls += 1
         round_.tool_calls += len(result.tool_calls)
         round_.usage = round_.usage + result.usage
         round_.last_request = asked.messages
         round_.last_result = result
-        return result.model_dump(mode="python")

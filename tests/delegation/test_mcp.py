@@ -15,7 +15,7 @@ from supervisor import RootSession, Subvisor, SubvisorSettings
 from supervisor.delegation._mcp import McpServerConfig
 from tests.support.delegation import agent_call, home_for, write_scenario
 from tests.support.mcp import everything_server
-from worker.agent import BorrowedMcpTool, McpLifecycleError
+from worker import BorrowedMcpTool, McpLifecycleError
 
 
 @pytest.fixture(scope="module")

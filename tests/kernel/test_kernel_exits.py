@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from protocol import LocalProtocolError, ResourceLimits, WorkerRequest
+from protocol import EchoResult, LocalProtocolError, ResourceLimits, WorkerRequest
 from supervisor import (
     ExitKind,
     SpawnError,
@@ -24,7 +24,7 @@ from supervisor import (
     WorkerExitedError,
     WorkerHandle,
 )
-from supervisor.kernel import find_exception
+from supervisor.kernel import RequestHandler, find_exception
 from supervisor.kernel._spawner import ZygoteSpawner
 from tests.support.processes import processes_in_tree
 
@@ -35,8 +35,9 @@ async def _run_until_exit(
     params: dict[str, Any],
     limits: ResourceLimits | None = None,
     mode: str = "zygote",
+    handler: RequestHandler | None = None,
 ) -> WorkerExit:
-    handle = await sup.spawn(limits, mode=mode)  # type: ignore[arg-type]
+    handle = await sup.spawn(limits, mode=mode, handler=handler)  # type: ignore[arg-type]
     with pytest.raises(WorkerExitedError) as raised:
         await handle.request(method, params)
     exit = await handle.wait()
@@ -112,12 +113,12 @@ async def test_idle_worker_with_nothing_pending_is_not_killed(sup: Supervisor) -
 async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
     """A worker waiting on its own request to the parent (approval, model call) is not hung."""
 
-    async def slow_handler(handle: Any, request: Any) -> Any:
+    async def slow_handler(handle: Any, request: Any) -> EchoResult:
         await trio.sleep(0.6)
-        return request.params["value"]
+        return EchoResult(value=request.params.value)
 
-    async with Supervisor(request_handler=slow_handler) as sup:
-        handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2))
+    async with Supervisor() as sup:
+        handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2), handler=slow_handler)
         assert await handle.request("ask_supervisor", {"value": "ok"}) == "ok"
         assert handle.alive
 
@@ -167,13 +168,15 @@ async def test_our_own_protocol_bug_is_not_taken_for_a_dead_worker(
     wall timeout; the supervisor lives on.
     """
 
-    async def unencodable(handle: WorkerHandle, request: WorkerRequest) -> Any:
-        return {"value": object()}  # msgpack cannot encode it
+    async def unencodable(handle: WorkerHandle, request: WorkerRequest) -> EchoResult:
+        return EchoResult(value=2**70)  # a valid model that msgpack cannot encode
 
     limits = ResourceLimits(wall_timeout_s=30)
     with caplog.at_level(logging.ERROR, logger="subvisor"):
-        async with Supervisor(request_handler=unencodable) as sup:
-            exit = await _run_until_exit(sup, "ask_supervisor", {"value": 1}, limits)
+        async with Supervisor() as sup:
+            exit = await _run_until_exit(
+                sup, "ask_supervisor", {"value": 1}, limits, handler=unencodable
+            )
             assert exit.kind is ExitKind.KILLED, exit.reason
             assert "LocalProtocolError: cannot encode frame" in exit.reason
             assert await (await sup.spawn()).request("echo", {"value": "alive"}) == "alive"

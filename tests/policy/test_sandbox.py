@@ -28,7 +28,7 @@ from protocol import (
     AgentOutcome,
     AgentRunSpec,
     ChatMessage,
-    ModelRequest,
+    ModelCallRequest,
     ModelResult,
     SandboxPolicy,
     ToolCall,
@@ -369,15 +369,14 @@ async def test_model_and_mcp_calls_cross_the_pipe_from_a_sandboxed_worker(
 def _scripted_model(target: Path) -> Any:
     """A request handler playing the model: Bash ``touch target``, then report the result."""
 
-    async def handle(_: WorkerHandle, request: WorkerRequest) -> Any:
-        assert request.method == "model.call"
-        asked = ModelRequest.model_validate(request.params)
-        tools = [m for m in asked.messages if m.role == "tool"]
+    async def handle(_: WorkerHandle, request: WorkerRequest) -> ModelResult:
+        assert isinstance(request, ModelCallRequest), request
+        tools = [m for m in request.params.messages if m.role == "tool"]
         if not tools:
             call = ToolCall(id="t1", name="Bash", input={"command": f"touch {target}"})
-            return ModelResult(tool_calls=(call,)).model_dump(mode="python")
+            return ModelResult(tool_calls=(call,))
         marker = "ERROR " if tools[0].is_error else "OK "
-        return ModelResult(text=marker + tools[0].content).model_dump(mode="python")
+        return ModelResult(text=marker + tools[0].content)
 
     return handle
 
@@ -406,10 +405,10 @@ async def test_every_spawn_path_applies_the_sandbox_before_hello(
     target = tmp_path / "touched"
     config = SupervisorConfig(spawn_mode=spawn_mode, zygote_standby=standby)  # type: ignore[arg-type]
     policy = SandboxPolicy(mode="read-only", network="deny")
-    async with Supervisor(config, request_handler=_scripted_model(target)) as sup:
+    async with Supervisor(config) as sup:
         outcomes = []
         for sandbox in (policy, SandboxPolicy(mode="full", network="allow")):
-            handle = await sup.spawn(sandbox=sandbox)
+            handle = await sup.spawn(sandbox=sandbox, handler=_scripted_model(target))
             outcomes.append((handle.sandbox, await _run_bash_agent(handle, tmp_path)))
             await handle.shutdown()
     (sandboxed, denied), (unsandboxed, allowed) = outcomes
@@ -460,8 +459,8 @@ async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_nev
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     policy = SandboxPolicy(mode="read-only", network="deny")
     model = _scripted_model(Path("$TMPDIR/scratch.txt"))
-    async with Supervisor(SupervisorConfig(), request_handler=model) as sup:
-        used = await sup.spawn(sandbox=policy)
+    async with Supervisor(SupervisorConfig()) as sup:
+        used = await sup.spawn(sandbox=policy, handler=model)
         assert (await _run_bash_agent(used, tmp_path)).startswith("OK ")
         idle = await sup.spawn(sandbox=policy)
         used_dir, idle_dir = (h.sandbox.temp_dir for h in (used, idle) if h.sandbox)

@@ -42,18 +42,25 @@ from pydantic import BaseModel
 
 from protocol import (
     PROTOCOL_VERSION,
+    WORKER_METHODS,
     WORKER_REQUEST_METHODS,
     Cancel,
     Connection,
     ConnectionClosed,
     ConnectionState,
+    CoordinatorMessage,
+    EchoParams,
+    EchoRequest,
     ErrorReply,
     Event,
     FrameLimits,
     Heartbeat,
     Hello,
     LocalProtocolError,
+    McpToolCall,
     Message,
+    ModelRequest,
+    PermissionCheck,
     Progress,
     ProtocolError,
     RemoteProtocolError,
@@ -61,6 +68,7 @@ from protocol import (
     Role,
     Shutdown,
     SupervisorRequest,
+    UserQuestion,
     Welcome,
     WorkerRequest,
     encode_frame,
@@ -113,7 +121,7 @@ def _welcome(version: int = PROTOCOL_VERSION) -> Welcome:
 
 def _request(sender: Role, request_id: int) -> Message:
     if sender is W:
-        return WorkerRequest(id=request_id, method=WORKER_REQUEST_METHODS[0], params={"x": 1})
+        return EchoRequest(id=request_id, params=EchoParams(value={"x": 1}))
     return SupervisorRequest(id=request_id, method="run", params={"prompt": "hi"})
 
 
@@ -300,11 +308,33 @@ def test_c2_worker_request_methods_outside_the_list_are_rejected(method: str) ->
     assert supervisor.pending_requests(W) == frozenset({7})
 
 
+#: One valid params value of each method of the table.
+_EXAMPLE_PARAMS: dict[str, BaseModel] = {
+    "supervisor.echo": EchoParams(value=[1, "two", None]),
+    "model.call": ModelRequest(model="scripted:x"),
+    "permission.check": PermissionCheck(tool="Bash", input={"command": "ls"}),
+    "coordinator.message": CoordinatorMessage(text="halfway there"),
+    "mcp.call_tool": McpToolCall(name="mcp__s__t", arguments={"a": 1}),
+    "user.question": UserQuestion(question="which?", options=("a", "b")),
+}
+
+
 @pytest.mark.parametrize("method", WORKER_REQUEST_METHODS)
 def test_c2_worker_request_methods_in_the_list_are_accepted(method: str) -> None:
-    """S-POL-4: the listed methods are exactly what goes through."""
+    """S-POL-4: the listed methods are exactly what goes through, each with typed params."""
     pair = _pair(OPEN)
-    _deliver(pair[W], pair[S], WorkerRequest(id=8, method=method))  # type: ignore[arg-type]
+    spec = WORKER_METHODS[method]
+    _deliver(pair[W], pair[S], spec.request_for(8, _EXAMPLE_PARAMS[method]))
+
+
+@pytest.mark.parametrize("method", WORKER_REQUEST_METHODS)
+def test_c2_worker_request_params_of_the_wrong_shape_are_rejected(method: str) -> None:
+    """S-POL-4: a listed method with params that do not fit its model is a protocol
+    violation, named by the field, exactly like an unknown method."""
+    supervisor = _pair(OPEN)[S]
+    raw = {"type": "request", "id": 8, "method": method, "params": {"unexpected": 1}}
+    with pytest.raises(RemoteProtocolError, match=r"invalid 'request' message from worker: params"):
+        supervisor.receive_data(_frame(raw))
 
 
 def test_c2_supervisor_request_methods_are_free_form() -> None:

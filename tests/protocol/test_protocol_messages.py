@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import re
 import string
-from typing import Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 import pytest
 from hypothesis import given, settings
@@ -30,16 +30,28 @@ from pydantic import BaseModel
 
 from protocol import (
     PROTOCOL_VERSION,
+    WORKER_METHODS,
     WORKER_REQUEST_METHODS,
     Cancel,
+    ChatMessage,
     Connection,
     ConnectionClosed,
     ConnectionState,
+    CoordinatorMessage,
+    CoordinatorMessageRequest,
+    EchoParams,
+    EchoRequest,
     ErrorReply,
     Event,
     Heartbeat,
     Hello,
+    McpToolCall,
+    McpToolCallRequest,
     Message,
+    ModelCallRequest,
+    ModelRequest,
+    PermissionCheck,
+    PermissionCheckRequest,
     Progress,
     ProtocolError,
     Response,
@@ -47,6 +59,8 @@ from protocol import (
     Shutdown,
     SupervisorMessage,
     SupervisorRequest,
+    UserQuestion,
+    UserQuestionRequest,
     Welcome,
     WorkerMessage,
     WorkerRequest,
@@ -80,6 +94,32 @@ _values = st.recursive(
 )
 _params = st.dictionaries(st.text(_chars, max_size=12), _values, max_size=4)
 _names = st.text(_chars, min_size=1, max_size=128)
+#: JSON values (what a model writes): no bytes.
+_json = st.recursive(
+    st.none() | st.booleans() | _ints | st.floats(allow_nan=False) | _texts,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(_chars, max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+_json_objects = st.dictionaries(st.text(_chars, max_size=12), _json, max_size=4)
+_non_blank = st.text(_chars, min_size=1, max_size=24).filter(lambda t: not t.isspace())
+_messages = st.builds(ChatMessage, role=st.sampled_from(["user", "assistant"]), content=_texts)
+
+#: Params of each worker method (S-POL-4: the table is everything a worker may ask).
+WORKER_PARAMS: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
+    EchoRequest: st.builds(EchoParams, value=_json),
+    ModelCallRequest: st.builds(
+        ModelRequest, model=_texts, messages=st.lists(_messages, max_size=3).map(tuple)
+    ),
+    PermissionCheckRequest: st.builds(PermissionCheck, tool=_non_blank, input=_json_objects),
+    CoordinatorMessageRequest: st.builds(CoordinatorMessage, text=_non_blank),
+    McpToolCallRequest: st.builds(McpToolCall, name=_non_blank, arguments=_json_objects),
+    UserQuestionRequest: st.builds(
+        UserQuestion, question=_non_blank, options=st.lists(_texts, max_size=3).map(tuple)
+    ),
+}
 
 hellos = st.builds(
     Hello,
@@ -100,11 +140,11 @@ heartbeats = st.builds(Heartbeat, seq=_ids)
 def requests(sender: Role, request_id: int) -> st.SearchStrategy[Message]:
     """A request ``sender`` may make, with the given id."""
     if sender is W:
-        return st.builds(
-            WorkerRequest,
-            id=st.just(request_id),
-            method=st.sampled_from(WORKER_REQUEST_METHODS),
-            params=_params,
+        return st.one_of(
+            *(
+                st.builds(cls, id=st.just(request_id), params=params)
+                for cls, params in WORKER_PARAMS.items()
+            )
         )
     return st.builds(SupervisorRequest, id=st.just(request_id), method=_names, params=_params)
 
@@ -118,9 +158,18 @@ def answers(kind: str, request_id: int) -> st.SearchStrategy[Message]:
     return st.builds(Progress, id=st.just(request_id), data=_params)
 
 
+def _members(union: Any) -> list[type[BaseModel]]:
+    """The message classes of a discriminated union (requests nest one of their own)."""
+    args = get_args(union)
+    if not args:
+        return [union]
+    if get_origin(union) is Annotated:
+        return _members(args[0])
+    return [cls for arg in args for cls in _members(arg)]
+
+
 def _tags(union: Any) -> set[str]:
-    members = get_args(get_args(union)[0])
-    return {member.model_fields["type"].default for member in members}
+    return {member.model_fields["type"].default for member in _members(union)}
 
 
 WORKER_TAGS = _tags(WorkerMessage)
@@ -412,7 +461,7 @@ def _receiver_for(cls: type[BaseModel], sender: Role) -> Connection:
     request: Message = (
         SupervisorRequest(id=1, method="run")
         if receiver is sup
-        else WorkerRequest(id=1, method=WORKER_REQUEST_METHODS[0])
+        else EchoRequest(id=1, params=EchoParams())
     )
     other.receive_data(receiver.send(request))
     return receiver
@@ -442,7 +491,7 @@ def test_m3_the_valid_baseline_is_accepted() -> None:
         elif cls is Event:
             message = Event(name="e")
         elif cls is WorkerRequest:
-            message = WorkerRequest(id=2, method=WORKER_REQUEST_METHODS[0])
+            message = EchoRequest(id=2, params=EchoParams())
         elif cls is SupervisorRequest:
             message = SupervisorRequest(id=2, method="run")
         elif cls is ErrorReply:
@@ -553,6 +602,19 @@ def test_m4_worker_message_types_are_exactly_these() -> None:
         "heartbeat",
         "shutdown",
     } == SUPERVISOR_TAGS
+
+
+def test_m4_the_method_table_is_the_schema() -> None:
+    """S-POL-4/M4: every method a worker may send has one request class in its union,
+    and one params and one result model in ``WORKER_METHODS``."""
+    requests = [cls for cls in _members(WorkerMessage) if issubclass(cls, WorkerRequest)]
+    assert {cls.model_fields["method"].default for cls in requests} == set(WORKER_REQUEST_METHODS)
+    assert tuple(WORKER_METHODS) == WORKER_REQUEST_METHODS
+    for name, spec in WORKER_METHODS.items():
+        assert spec.name == name
+        assert spec.request in requests
+        assert spec.request.model_fields["params"].annotation is spec.params
+    assert set(WORKER_PARAMS) == set(requests)
 
 
 def test_m4_no_worker_request_method_asks_for_a_spawn() -> None:

@@ -51,8 +51,8 @@ async def _broken(
     tmp_path: Path, mechanism: str, command: str, limits: ResourceLimits, *, ends: bool = True
 ) -> tuple:
     config = SupervisorConfig(tree_caps=mechanism, sample_interval_s=0.05, kill_grace_s=0.5)  # type: ignore[arg-type]
-    async with Supervisor(config, request_handler=bash_model(command)) as sup:
-        handle = await sup.spawn(limits=limits)
+    async with Supervisor(config) as sup:
+        handle = await sup.spawn(limits=limits, handler=bash_model(command))
         answer = await run_bash(handle, tmp_path)
         if not ends:
             return answer, await handle.shutdown(), handle.tree_caps, sup.tree_caps

@@ -15,7 +15,7 @@ import trio
 from protocol import (
     AgentOutcome,
     AgentRunSpec,
-    ModelRequest,
+    ModelCallRequest,
     ModelResult,
     ToolCall,
     WorkerRequest,
@@ -29,14 +29,13 @@ __all__ = ["bash_model", "run_bash"]
 def bash_model(command: str, timeout_ms: int = 600_000) -> Any:
     """A request handler that plays a model asking for one Bash ``command``."""
 
-    async def handle(_: WorkerHandle, request: WorkerRequest) -> Any:
-        assert request.method == "model.call"
-        asked = ModelRequest.model_validate(request.params)
-        results = [m for m in asked.messages if m.role == "tool"]
+    async def handle(_: WorkerHandle, request: WorkerRequest) -> ModelResult:
+        assert isinstance(request, ModelCallRequest), request
+        results = [m for m in request.params.messages if m.role == "tool"]
         if not results:
             call = ToolCall(id="t1", name="Bash", input={"command": command, "timeout": timeout_ms})
-            return ModelResult(tool_calls=(call,)).model_dump(mode="python")
-        return ModelResult(text=results[0].content).model_dump(mode="python")
+            return ModelResult(tool_calls=(call,))
+        return ModelResult(text=results[0].content)
 
     return handle
 

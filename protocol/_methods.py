@@ -1,0 +1,255 @@
+"""What a worker may ask of its supervisor: one table, typed both ways.
+
+Each ``MethodSpec`` of ``WORKER_METHODS`` names a method, the model of its
+params and the model of its result. A worker sends the method's own
+``WorkerRequest`` subclass; the supervisor's decoder picks that subclass by
+``method`` and validates ``params`` against it, so a request whose params do
+not fit is a protocol violation exactly like an unknown method. The
+supervisor answers with an instance of the result model; the worker
+validates the ``Response.result`` it receives against the same model
+(``MethodSpec.parse_result``). Neither side reads an untyped dict.
+
+Invariants:
+
+- ``WorkerMethod`` is closed: this table is everything a worker can ask for.
+  There is no method to spawn a process (S-POL-4).
+- Every method has exactly one request class, one params model and one
+  result model, and ``WORKER_METHODS`` lists them all.
+- Params and results are frozen and forbid unknown fields. JSON objects the
+  model writes (a tool's input, an MCP call's arguments) are ``JsonObject``,
+  never ``Any``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from ._chat import ModelRequest, ModelResult
+
+__all__ = [
+    "COORDINATOR_MESSAGE",
+    "ECHO",
+    "MCP_CALL_TOOL",
+    "MODEL_CALL",
+    "PERMISSION_CHECK",
+    "USER_QUESTION",
+    "WORKER_METHODS",
+    "WORKER_REQUEST_METHODS",
+    "CoordinatorMessage",
+    "CoordinatorMessageRequest",
+    "CoordinatorReceipt",
+    "EchoParams",
+    "EchoRequest",
+    "EchoResult",
+    "JsonObject",
+    "McpToolCall",
+    "McpToolCallRequest",
+    "McpToolResult",
+    "MethodSpec",
+    "ModelCallRequest",
+    "PermissionCheck",
+    "PermissionCheckRequest",
+    "PermissionVerdict",
+    "QuestionAnswer",
+    "UserQuestion",
+    "UserQuestionRequest",
+    "WorkerMethod",
+    "WorkerRequest",
+]
+
+#: A JSON object as the model wrote it: a tool's input, an MCP call's arguments.
+JsonObject = dict[str, JsonValue]
+
+#: The only requests a worker can make of its supervisor.
+WorkerMethod = Literal[
+    "supervisor.echo",
+    "model.call",
+    "permission.check",
+    "coordinator.message",
+    "mcp.call_tool",
+    "user.question",
+]
+WORKER_REQUEST_METHODS: tuple[WorkerMethod, ...] = get_args(WorkerMethod)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- params and results -----------------------------------------------------------
+
+
+class EchoParams(_Body):
+    """``supervisor.echo``: a value to send back (a liveness check through the handler)."""
+
+    value: JsonValue = None
+
+
+class EchoResult(_Body):
+    """The value ``supervisor.echo`` was given."""
+
+    value: JsonValue = None
+
+
+class PermissionCheck(_Body):
+    """``permission.check``: may this agent make this tool call?"""
+
+    tool: str = Field(min_length=1)
+    input: JsonObject = Field(default_factory=dict)
+
+
+class PermissionVerdict(_Body):
+    """The supervisor's decision on one tool call; ``reason`` says why not."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class CoordinatorMessage(_Body):
+    """``coordinator.message``: text for the parent, queued as its next input (S-MSG-2)."""
+
+    text: str = Field(min_length=1, pattern=r"\S")
+
+
+class CoordinatorReceipt(_Body):
+    """The message is in the parent's command queue."""
+
+    queued: bool = True
+
+
+class McpToolCall(_Body):
+    """``mcp.call_tool``: call a tool lent from the supervisor's MCP sessions (S-MCP-1)."""
+
+    name: str = Field(min_length=1)
+    arguments: JsonObject = Field(default_factory=dict)
+
+
+class McpToolResult(_Body):
+    """What the MCP tool returned, as text."""
+
+    text: str
+    is_error: bool = False
+
+
+class UserQuestion(_Body):
+    """``user.question``: AskUserQuestion, for whoever answers this agent (S-APR-1)."""
+
+    question: str = Field(min_length=1, pattern=r"\S")
+    options: tuple[str, ...] = ()
+
+
+class QuestionAnswer(_Body):
+    """The answer, or (``answer`` None) why nobody answered it."""
+
+    answer: str | None = None
+    reason: str = ""
+
+
+# -- requests -----------------------------------------------------------------------
+
+
+class WorkerRequest(BaseModel):
+    """A request from a worker to its supervisor; each method has its own subclass."""
+
+    # Strict: a wire value of the wrong type is a protocol violation, never
+    # coerced ("7" is not an id). The params models keep their own config.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    type: Literal["request"] = "request"
+    id: int = Field(ge=0)
+    method: WorkerMethod
+    params: BaseModel
+
+
+class EchoRequest(WorkerRequest):
+    """A ``supervisor.echo`` request."""
+
+    method: Literal["supervisor.echo"] = "supervisor.echo"
+    params: EchoParams
+
+
+class ModelCallRequest(WorkerRequest):
+    """A ``model.call`` request: the agent's next model call."""
+
+    method: Literal["model.call"] = "model.call"
+    params: ModelRequest
+
+
+class PermissionCheckRequest(WorkerRequest):
+    """A ``permission.check`` request."""
+
+    method: Literal["permission.check"] = "permission.check"
+    params: PermissionCheck
+
+
+class CoordinatorMessageRequest(WorkerRequest):
+    """A ``coordinator.message`` request."""
+
+    method: Literal["coordinator.message"] = "coordinator.message"
+    params: CoordinatorMessage
+
+
+class McpToolCallRequest(WorkerRequest):
+    """An ``mcp.call_tool`` request."""
+
+    method: Literal["mcp.call_tool"] = "mcp.call_tool"
+    params: McpToolCall
+
+
+class UserQuestionRequest(WorkerRequest):
+    """A ``user.question`` request."""
+
+    method: Literal["user.question"] = "user.question"
+    params: UserQuestion
+
+
+# -- the table ----------------------------------------------------------------------
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec(Generic[P, R]):
+    """One method of the table: its name, request class, params and result models."""
+
+    name: WorkerMethod
+    request: type[WorkerRequest]
+    params: type[P]
+    result: type[R]
+
+    def request_for(self, request_id: int, params: P) -> WorkerRequest:
+        """The request message asking this method with ``params``."""
+        return self.request(id=request_id, method=self.name, params=params)
+
+    def parse_result(self, raw: object) -> R:
+        """Validate what the supervisor answered (raises pydantic's ``ValidationError``)."""
+        return self.result.model_validate(raw)
+
+
+ECHO = MethodSpec("supervisor.echo", EchoRequest, EchoParams, EchoResult)
+MODEL_CALL = MethodSpec("model.call", ModelCallRequest, ModelRequest, ModelResult)
+PERMISSION_CHECK = MethodSpec(
+    "permission.check", PermissionCheckRequest, PermissionCheck, PermissionVerdict
+)
+COORDINATOR_MESSAGE = MethodSpec(
+    "coordinator.message", CoordinatorMessageRequest, CoordinatorMessage, CoordinatorReceipt
+)
+MCP_CALL_TOOL = MethodSpec("mcp.call_tool", McpToolCallRequest, McpToolCall, McpToolResult)
+USER_QUESTION = MethodSpec("user.question", UserQuestionRequest, UserQuestion, QuestionAnswer)
+
+#: Every method a worker may ask, by name.
+WORKER_METHODS: dict[str, MethodSpec[BaseModel, BaseModel]] = {
+    spec.name: spec  # type: ignore[misc]
+    for spec in (
+        ECHO,
+        MODEL_CALL,
+        PERMISSION_CHECK,
+        COORDINATOR_MESSAGE,
+        MCP_CALL_TOOL,
+        USER_QUESTION,
+    )
+}

@@ -1,0 +1,195 @@
+"""``AgentRequestServer``: the supervisor's side of every agent worker's requests.
+
+A subagent run and a workflow actor both drive an agent in a worker, and
+their workers ask the same things of the supervisor (``protocol``'s method
+table): a model call, a permission check, a borrowed MCP call, a question,
+a message for the coordinator. One server answers them all; what differs
+between a subagent and an actor is stated in the ``AgentRequestPolicy`` each
+gives its worker's handler, not in a dispatcher of its own.
+
+Invariants:
+
+- The worker is untrusted: the model, instructions, tools, scenario keys
+  and call index of a model call are the policy's, whatever the worker sent.
+- A request that makes the supervisor record or queue something costs the
+  worker one event of its budget (S-SEC-8), and a coordinator message its
+  size; once the budget is spent every such request is refused with why.
+- A worker only ever reaches what its policy lends it: MCP tools by name,
+  tools by name when the policy lists them, the desk with its own identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from protocol import (
+    CoordinatorMessageRequest,
+    CoordinatorReceipt,
+    EchoRequest,
+    McpToolCallRequest,
+    McpToolResult,
+    ModelCallRequest,
+    ModelRequest,
+    ModelResult,
+    PermissionCheckRequest,
+    PermissionVerdict,
+    QuestionAnswer,
+    UserQuestionRequest,
+    WorkerRequest,
+)
+from worker.tools import resolve_tool_name
+
+from ..kernel import (
+    EventBudgetExceededError,
+    RequestHandler,
+    RequestRefusedError,
+    WorkerHandle,
+    default_request_handler,
+    text_size,
+)
+from ..policy._approval_desk import ApprovalDesk
+from ..policy._approvals import Requester
+from ..policy._policy import PolicyHolder
+from ..providers import ModelError, ModelGateway
+from ..state._store import SessionStore
+from ._mcp import McpHub
+
+__all__ = ["AgentRequestPolicy", "AgentRequestServer"]
+
+#: Requests that make the supervisor record or queue something (S-SEC-8).
+_RECORDING = (
+    PermissionCheckRequest,
+    CoordinatorMessageRequest,
+    McpToolCallRequest,
+    UserQuestionRequest,
+)
+
+
+@dataclass(slots=True)
+class AgentRequestPolicy:
+    """How one agent's worker is answered: whose rules, which tools, which model.
+
+    ``prepare_model_call`` turns the worker's model request into the call
+    the gateway makes (it may refuse with ``RequestRefusedError``);
+    ``record_model_result`` accounts the answer. ``tools`` lists the tools a
+    permission check may name (None: the rules alone decide). ``coordinator``
+    queues a message for the agent's parent; ``no_coordinator`` says why
+    there is none. ``no_questions``, when set, is the answer to every
+    question: nobody who could answer reads this agent's questions.
+    """
+
+    holder: PolicyHolder
+    requester: Requester
+    prepare_model_call: Callable[[ModelRequest], ModelRequest]
+    record_model_result: Callable[[ModelRequest, ModelResult], None]
+    tools: frozenset[str] | None = None
+    mcp_tools: frozenset[str] = frozenset()
+    #: Where progress of its MCP calls is recorded (None: nowhere).
+    mcp_progress_session: str | None = None
+    coordinator: Callable[[str], None] | None = None
+    no_coordinator: str = "this agent has no coordinator; put everything in its answer"
+    no_questions: str | None = None
+
+
+class AgentRequestServer:
+    """Answers agent workers' requests with the gateway, the desk, the MCP hub and the store."""
+
+    def __init__(
+        self,
+        *,
+        gateway: ModelGateway,
+        desk: ApprovalDesk,
+        mcp: McpHub,
+        store: SessionStore,
+    ) -> None:
+        self._gateway = gateway
+        self._desk = desk
+        self._mcp = mcp
+        self._store = store
+
+    def handler(self, policy: AgentRequestPolicy) -> RequestHandler:
+        """The request handler of one agent's worker (``Supervisor.spawn(handler=)``)."""
+
+        async def serve(handle: WorkerHandle, request: WorkerRequest) -> BaseModel:
+            return await self.serve(policy, handle, request)
+
+        return serve
+
+    async def serve(
+        self, policy: AgentRequestPolicy, handle: WorkerHandle, request: WorkerRequest
+    ) -> BaseModel:
+        """Answer one request of ``handle``'s worker under ``policy``."""
+        try:
+            if isinstance(request, _RECORDING):
+                handle.budget.charge(events=1)
+            if isinstance(request, ModelCallRequest):
+                return await self._call_model(policy, request.params)
+            if isinstance(request, PermissionCheckRequest):
+                return await self._check_permission(policy, handle, request)
+            if isinstance(request, McpToolCallRequest):
+                return await self._call_mcp(policy, handle, request)
+            if isinstance(request, UserQuestionRequest):
+                if policy.no_questions is not None:
+                    return QuestionAnswer(reason=policy.no_questions)
+                requester = dataclasses.replace(policy.requester, budget=handle.budget)
+                return await self._desk.ask(request.params, requester)
+            if isinstance(request, CoordinatorMessageRequest):
+                if policy.coordinator is None:
+                    raise RequestRefusedError("not_available", policy.no_coordinator)
+                # The text waits in memory, then joins the parent's transcript.
+                handle.budget.charge(size=text_size(request.params.text))
+                policy.coordinator(request.params.text)
+                return CoordinatorReceipt()
+            assert isinstance(request, EchoRequest), request
+            return await default_request_handler(handle, request)
+        except EventBudgetExceededError as exc:
+            # The worker's handle stops it; until then it is told why.
+            raise RequestRefusedError("event_budget", str(exc)) from None
+
+    async def _call_model(self, policy: AgentRequestPolicy, asked: ModelRequest) -> ModelResult:
+        call = policy.prepare_model_call(asked)
+        try:
+            result = await self._gateway.call(call)
+        except ModelError as exc:
+            raise RequestRefusedError("model_error", str(exc)) from None
+        policy.record_model_result(asked, result)
+        return result
+
+    async def _check_permission(
+        self, policy: AgentRequestPolicy, handle: WorkerHandle, request: PermissionCheckRequest
+    ) -> PermissionVerdict:
+        tool, tool_input = request.params.tool, request.params.input
+        if policy.tools is not None and (resolve_tool_name(tool) or tool) not in policy.tools:
+            return PermissionVerdict(
+                allowed=False, reason=f"{tool} is not one of this agent's tools"
+            )
+        requester = dataclasses.replace(policy.requester, budget=handle.budget)
+        decision = await self._desk.authorize(policy.holder, tool, tool_input, requester)
+        return PermissionVerdict(allowed=decision.action == "allow", reason=decision.reason)
+
+    async def _call_mcp(
+        self, policy: AgentRequestPolicy, handle: WorkerHandle, request: McpToolCallRequest
+    ) -> McpToolResult:
+        name = request.params.name
+        if name not in policy.mcp_tools:
+            raise RequestRefusedError("not_lent", f"{name} was not lent to this agent")
+        session, budget = policy.mcp_progress_session, handle.budget
+        if session is None:
+            return await self._mcp.call(name, request.params.arguments)
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            # Progress of the parent's MCP session becomes the child's events.
+            with contextlib.suppress(EventBudgetExceededError):  # its worker is being stopped
+                self._store.append_event(
+                    session,
+                    "mcp.progress",
+                    {"tool": name, "progress": done, "total": total},
+                    budget=budget,
+                )
+
+        return await self._mcp.call(name, request.params.arguments, on_progress=progress)

@@ -1,0 +1,121 @@
+"""``ApprovalDesk``: decides tool calls by an agent's rules, and puts asks to a person.
+
+One desk per ``Subvisor``: every agent's tool call (the root's in-process,
+a subagent's or an actor's through its worker's ``permission.check``) is
+decided here, and every ``ask`` goes to the root session's one approval
+handler, every AskUserQuestion to its one question handler (S-APR-1). What
+was asked and answered is recorded in the requester's event sessions: the
+child's and, mirrored, its parent's (S-APR-2).
+
+"Allow always" grows the asking agent's own rules (``PolicyHolder.policy``)
+and nobody else's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from protocol import QuestionAnswer, UserQuestion
+
+from ..state._store import SessionStore
+from ._approvals import (
+    ApprovalHandler,
+    ApprovalRequest,
+    QuestionHandler,
+    QuestionRequest,
+    Requester,
+)
+from ._policy import PolicyDecision, PolicyHolder
+
+__all__ = ["ApprovalDesk"]
+
+#: Why a question got no answer where nobody is there to give one.
+NOBODY_ANSWERS = (
+    "nobody can answer questions in this session; decide for yourself "
+    "and say in your answer what you assumed"
+)
+
+
+class ApprovalDesk:
+    """The rules first, then the session's approval and question handlers."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        approval_handler: ApprovalHandler | None = None,
+        question_handler: QuestionHandler | None = None,
+    ) -> None:
+        self._store = store
+        #: Answers every ``ask`` (S-APR-1); None: nobody can approve, so an
+        #: ask is refused with the rule that would allow it.
+        self.approval_handler = approval_handler
+        #: Answers AskUserQuestion from any agent; None: nobody can answer.
+        self.question_handler = question_handler
+
+    async def authorize(
+        self,
+        agent: PolicyHolder,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        requester: Requester,
+    ) -> PolicyDecision:
+        """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``."""
+        decision = agent.policy.check(tool, tool_input)
+        if decision.action == "ask" and self.approval_handler is None:
+            decision = agent.policy.authorize_headless(tool, tool_input)
+        event: dict[str, Any] = {
+            "tool": tool,
+            "agentId": requester.origin.agent_id,
+            "origin": requester.origin.kind,
+        }
+        if decision.action == "ask":
+            assert self.approval_handler is not None
+            self._record(requester, "PermissionRequested", {**event, "reason": decision.reason})
+            answer = await self.approval_handler(
+                ApprovalRequest(
+                    session_id=requester.root_session_id,
+                    origin=requester.origin,
+                    tool=tool,
+                    tool_input=tool_input,
+                    reason=decision.reason,
+                    description=requester.description,
+                )
+            )
+            if answer == "deny":
+                decision = PolicyDecision("deny", f"{tool} was not approved ({decision.reason})")
+            else:
+                if answer == "allow_always":
+                    agent.policy = agent.policy.remembering(tool, tool_input)
+                self._record(requester, "PermissionResolved", {**event, "decision": answer})
+                return PolicyDecision("allow")
+        if decision.action == "deny":
+            self._record(requester, "PermissionDenied", {**event, "reason": decision.reason})
+        return decision
+
+    async def ask(self, question: UserQuestion, requester: Requester) -> QuestionAnswer:
+        """Put an agent's AskUserQuestion to the question handler (S-APR-1)."""
+        if self.question_handler is None:
+            return QuestionAnswer(reason=NOBODY_ANSWERS)
+        event = {
+            "agentId": requester.origin.agent_id,
+            "origin": requester.origin.kind,
+            "question": question.question,
+        }
+        self._record(requester, "QuestionAsked", event)
+        answer = await self.question_handler(
+            QuestionRequest(
+                session_id=requester.root_session_id,
+                origin=requester.origin,
+                question=question.question,
+                options=question.options,
+                description=requester.description,
+            )
+        )
+        self._record(requester, "QuestionAnswered", {**event, "answer": answer})
+        return QuestionAnswer(answer=answer)
+
+    def _record(self, requester: Requester, name: str, data: dict[str, Any]) -> None:
+        for session in requester.event_sessions:
+            self._store.append_event(session, name, data, budget=requester.budget)
