@@ -19,6 +19,7 @@ import trio
 from supervisor import RootSession
 from supervisor.cli._control import serve_control
 from supervisor.cli._control_client import control_request
+from supervisor.cli._control_ops import SessionOp
 from supervisor.state._store import SCHEMA_VERSION, SessionStore
 from supervisor.state._task_record import TaskUsage
 from supervisor.state._usage import UsageRollup, add_usage, sum_usage
@@ -95,7 +96,7 @@ async def test_a_session_rolls_up_its_root_and_every_subagent(
         async with serve_control(host, root.session_id, root=root) as session:
             await root.run("go")
             reply = await trio.to_thread.run_sync(
-                functools.partial(control_request, session.address, "session")
+                functools.partial(control_request, session.address, SessionOp())
             )
             live = UsageRollup.from_summary(reply["usage"])
         root_own = TaskUsage(
