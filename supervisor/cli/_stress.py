@@ -232,7 +232,7 @@ def _progress(host: Subvisor, total: int) -> StressProgress:
     return StressProgress(
         total=total,
         launched=len(runs),
-        live_workers=len(host.supervisor.workers),
+        live_workers=len(host.fleet.workers),
         completed=completed,
         failed=len(ended) - completed,
     )
@@ -269,7 +269,7 @@ async def _drive(
                 nonlocal peak_rss, peak_workers
                 tick = 0
                 while True:
-                    peak_workers = max(peak_workers, len(host.supervisor.workers))
+                    peak_workers = max(peak_workers, len(host.fleet.workers))
                     peak_rss = max(peak_rss, me.memory_info().rss)
                     if on_progress is not None and tick % 4 == 0:
                         on_progress(_progress(host, expected))

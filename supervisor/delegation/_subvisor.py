@@ -65,7 +65,8 @@ class Subvisor:
         recover_dead_runs(self.store, self.home)
         self.registry = TaskRegistry(self.store, self.home)
         self.gateway = ModelGateway(self.settings.gateway, transport=transport)
-        self.supervisor = Supervisor(
+        #: The kernel fleet: every worker process of this Subvisor.
+        self.fleet = Supervisor(
             SupervisorConfig(
                 max_workers=self.settings.max_concurrent_subagents,
                 # Keys in its config, every session's transcripts (S-SEC-1).
@@ -89,7 +90,7 @@ class Subvisor:
         self._run_services = RunServices(
             store=self.store,
             registry=self.registry,
-            fleet=self.supervisor,
+            fleet=self.fleet,
             requests=self.requests,
             lifecycle=self.lifecycle,
             stopping_reason=lambda: self.stopping_reason,
@@ -106,7 +107,7 @@ class Subvisor:
     async def __aenter__(self) -> Self:
         try:
             await self._stack.enter_async_context(self.gateway)
-            await self._stack.enter_async_context(self.supervisor)
+            await self._stack.enter_async_context(self.fleet)
             self._nursery = await self._stack.enter_async_context(trio.open_nursery())
             # The startup snapshot: what every agent of this supervisor may borrow.
             await self.mcp.start(self._nursery)

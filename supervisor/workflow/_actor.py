@@ -347,7 +347,7 @@ class Actor:
             return self._handle
         host = self._env.host
         try:
-            handle = await host.supervisor.spawn(
+            handle = await host.fleet.spawn(
                 host.settings.subagent_limits,
                 handler=host.requests.handler(self._request_policy()),
             )

@@ -123,7 +123,7 @@ async def test_three_actors_each_keep_one_worker_and_one_conversation(
         server.enqueue(*(completion(t) for t in ("patch v1", "patch v2", "LGTM", "Fix the port")))
         async with http_workflow_host(home_for(tmp_path), server) as (host, journal):
             outcome = await run_workflow(host, script, journal=journal, parent_model=HTTP_MODEL)
-            spawned = host.supervisor.spawned_total
+            spawned = host.fleet.spawned_total
             asks = asks_by_actor(journal, outcome.run_id)
         sent = [request.json() for request in server.requests]
     assert outcome.value == {
@@ -177,7 +177,7 @@ async def test_amend_replays_unchanged_actors_with_no_model_call(
             amended = await run_workflow(
                 host, script, journal=journal, parent_model=HTTP_MODEL, amend=first.run_id
             )
-            spawned = host.supervisor.spawned_total
+            spawned = host.fleet.spawned_total
             asks = asks_by_actor(journal, amended.run_id)
             run = journal.find_run(amended.run_id)
         new_calls = server.requests[calls_before:]
@@ -278,7 +278,7 @@ async def test_duplicate_actor_names_fail_before_any_model_call(tmp_path: Path) 
     async with workflow_host(home_for(tmp_path)) as (host, journal):
         with pytest.raises(DuplicateActorNameError) as caught:
             await run_workflow(host, script, journal=journal, parent_model=model)
-        assert host.supervisor.spawned_total == 0
+        assert host.fleet.spawned_total == 0
         assert journal.latest_runs() == []
     assert caught.value.lines == (7, 9)
     assert "actor name 'critic' is declared twice, on line 7 and on line 9" in str(caught.value)
@@ -434,7 +434,7 @@ async def test_an_actor_crash_fails_its_ask_and_others_go_on(tmp_path: Path) -> 
     async with workflow_host(home_for(tmp_path)) as (host, journal):
         outcome = await run_workflow(host, script, journal=journal, parent_model=model)
         asks = asks_by_actor(journal, outcome.run_id)
-        spawned = host.supervisor.spawned_total
+        spawned = host.fleet.spawned_total
     assert outcome.value["victim"].startswith("crashed: actor 'victim' could not answer")
     assert "SIGSEGV" in outcome.value["victim"]
     assert outcome.value["bystander"] == "steady"
@@ -530,7 +530,7 @@ async def test_a_malformed_pin_is_a_pinned_model_error(tmp_path: Path) -> None:
             await run_workflow(
                 host, script, journal=journal, parent_model=model, amend=first.run_id
             )
-        assert host.supervisor.spawned_total == 0
+        assert host.fleet.spawned_total == 0
     assert isinstance(caught.value.error, WorkflowActorPinnedModelError)
     assert "'gpt-4o'" in str(caught.value.error) and "no provider part" in str(caught.value.error)
 
