@@ -26,11 +26,12 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from protocol import McpToolResult, ToolCall, ToolSpec
-from worker.tools import ToolOutput
+from worker.tools import ToolOutput, truncate_text
 
 from ..kernel import validation_problems
 
 __all__ = [
+    "MAX_MCP_RESULT_BYTES",
     "McpHub",
     "McpHubTool",
     "McpServerConfig",
@@ -44,6 +45,10 @@ log = logging.getLogger("subvisor")
 _MCP_NAME = re.compile(r"^mcp__(?P<server>[^_][^\s]*?)__(?P<tool>.+)$")
 #: Servers that drive the user's screen are never lent to subagents (S-MCP-1).
 COMPUTER_USE_SERVERS = frozenset({"computer-use", "computer_use"})
+
+#: The most of one MCP tool's answer an agent gets (it is cut with a marker
+#: beyond): far under a worker frame's limit, and more than a model should read.
+MAX_MCP_RESULT_BYTES = 256 * 1024
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -398,7 +403,12 @@ class McpHub:
         texts = [
             getattr(block, "text", None) or f"[{block.type} content]" for block in result.content
         ]
-        return McpToolResult(text="\n".join(texts), is_error=bool(result.is_error))
+        # The answer crosses a child's pipe in one frame and joins its
+        # transcript: a server's (or a tool's) unbounded answer is cut here.
+        text = truncate_text(
+            "\n".join(texts), MAX_MCP_RESULT_BYTES, "ask the tool for less at a time"
+        )
+        return McpToolResult(text=text, is_error=bool(result.is_error))
 
 
 class McpHubTool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 
 import psutil
@@ -12,7 +13,7 @@ import trio
 
 from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
-from supervisor.delegation._mcp import McpServerConfig
+from supervisor.delegation._mcp import MAX_MCP_RESULT_BYTES, McpServerConfig
 from tests.support.delegation import agent_call, home_for, write_scenario
 from tests.support.mcp import everything_server
 from worker import BorrowedMcpTool, McpLifecycleError
@@ -271,3 +272,42 @@ async def test_streamable_http_servers_are_borrowed_too(tmp_path: Path) -> None:
         server.kill()
         server.wait()
     assert result.text == "Echo: over http" and not result.is_error
+
+
+async def test_a_borrowed_tools_huge_answer_reaches_the_child_cut_to_size(tmp_path: Path) -> None:
+    """S-MCP-1: a real server answering 12 MiB (over a worker frame's 8 MiB) gives the
+    child the head of it with a marker, and the child lives to finish its run; a small
+    answer of the same tool arrives whole."""
+    server = McpServerConfig(
+        command=sys.executable,
+        args=(str(Path(__file__).parents[1] / "mcp_servers" / "large_output.py"),),
+    )
+    calls = [
+        {"name": "mcp__large__blob", "input": {"size": 12 * 1024 * 1024}},
+        {"name": "mcp__large__blob", "input": {"size": 250}},
+    ]
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("reader", "read it")]},
+                {"text": "done"},
+            ],
+            "reader": [{"tool_calls": calls}, {"text": "read both"}],
+        },
+    )
+    async with Subvisor(_settings(tmp_path, {"large": server})) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        await root.run("go")
+        [record] = host.registry.list(root.session_id)
+        [run] = host.runs.values()
+        results = [
+            message
+            for _, message in host.store.messages_after(run.launch.child_session_id, after_seq=0)
+            if message.role == "tool"
+        ]
+    assert record.status == "completed", record.error
+    big, small = results
+    assert not big.is_error and len(big.content.encode()) <= MAX_MCP_RESULT_BYTES
+    assert big.content.startswith("x" * 99 + "\n") and "ask the tool for less" in big.content
+    assert small.content == ("x" * 99 + "\n") * 2 + "x" * 50
