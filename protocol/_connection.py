@@ -18,7 +18,9 @@ Invariants:
 - Every ``response``/``error``/``progress`` names a request the receiver
   sent and has not seen answered; every ``request`` id is fresh.
 - After any ``ProtocolError`` the connection is in ``ERROR`` and every later
-  call raises that error again.
+  call raises that error again, with one exception: a message whose frame
+  would break a limit (``LocalProtocolError`` with ``limit`` set) is refused
+  by ``send`` before it changes anything, and the connection stays usable.
 """
 
 from __future__ import annotations
@@ -236,22 +238,33 @@ class Connection:
                     f"{self.our_role.value} may not send {type(message).__name__}: "
                     "it belongs to the other direction"
                 )
+            frame = self._encode(message)
+        except LocalProtocolError as exc:
+            # A frame over a limit was refused before anything changed: the
+            # caller may send something smaller instead (an error answer).
+            if exc.limit is None:
+                self._fail(exc)
+            raise
+        try:
             self._apply(self.our_role, message, self._our_moves, self._ours, self._theirs)
-            # The models hold only their fields, so ``__dict__`` is what
-            # ``model_dump`` would return unless a value needs pydantic to
-            # dump it (hello's sandbox report); those take the slow path.
-            fields = message.__dict__
-            try:
-                body: bytes = self._pack(fields)
-            except (TypeError, ValueError, OverflowError):
-                return encode_frame(message.model_dump(mode="python"), self.limits)
-            if len(body) > _PACKER_KEEP:
-                # Its buffer grew to this frame's size and would never shrink.
-                self._pack = _new_packer()
-            return frame_body(fields, body, self.limits)
         except ProtocolError as exc:
             self._fail(exc)
             raise
+        return frame
+
+    def _encode(self, message: Message) -> bytes:
+        # The models hold only their fields, so ``__dict__`` is what
+        # ``model_dump`` would return unless a value needs pydantic to
+        # dump it (hello's sandbox report); those take the slow path.
+        fields = message.__dict__
+        try:
+            body: bytes = self._pack(fields)
+        except (TypeError, ValueError, OverflowError):
+            return encode_frame(message.model_dump(mode="python"), self.limits)
+        if len(body) > _PACKER_KEEP:
+            # Its buffer grew to this frame's size and would never shrink.
+            self._pack = _new_packer()
+        return frame_body(fields, body, self.limits)
 
     def receive_data(self, data: bytes) -> list[Message | ConnectionClosed]:
         """Feed bytes from the peer (``b""`` = EOF); return the messages they complete."""

@@ -39,7 +39,7 @@ from protocol import (
 )
 
 from ._agent_commands import AGENT_COMMANDS
-from ._channel import SupervisorLink
+from ._channel import SupervisorError, SupervisorLink
 from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
 from ._fdpass import FD_SIZE, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
@@ -149,6 +149,9 @@ class _Session:
                 reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
         except CommandError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
+        except SupervisorError as exc:
+            # A command that asked the supervisor and was refused: say what it said.
+            reply = ErrorReply(id=request.id, code=exc.code, message=exc.message)
         except Exception as exc:
             reply = ErrorReply(
                 id=request.id, code="internal_error", message=f"{type(exc).__name__}: {exc}"

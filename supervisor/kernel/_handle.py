@@ -49,6 +49,7 @@ from protocol import (
     FrameLimits,
     Heartbeat,
     Hello,
+    LocalProtocolError,
     Message,
     Progress,
     RemoteProtocolError,
@@ -506,7 +507,20 @@ class WorkerHandle:
                 message=f"{request.method} failed in the supervisor: {type(exc).__name__}: {exc}",
             )
         self.last_activity = trio.current_time()
-        await self._send_quietly(reply)
+        try:
+            await self._send_quietly(reply)
+        except LocalProtocolError as exc:
+            if exc.limit is None:
+                raise  # our own bug: see the module's docstring
+            # Too large for one frame (the connection refused it unchanged):
+            # the worker gets an error it can report instead of waiting.
+            await self._send_quietly(
+                ErrorReply(
+                    id=request.id,
+                    code="too_large",
+                    message=f"the answer to {request.method} is too large to send: {exc}",
+                )
+            )
 
     async def _send(self, message: Message) -> None:
         frame = self._connection.send(message)

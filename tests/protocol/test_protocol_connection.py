@@ -585,6 +585,19 @@ def test_c5_frame_limits_apply_to_the_connection() -> None:
     assert exc_info.value.limit == "max_frame_size"
 
 
+@pytest.mark.parametrize("sender", [S, W])
+def test_c5_a_message_over_a_limit_is_refused_before_it_changes_anything(sender: Role) -> None:
+    """C5: ``send`` refuses an answer too large for a frame without answering the
+    request or poisoning the connection, so a smaller answer (an error) can follow."""
+    pair = _pair(OPEN, limits=FrameLimits(max_frame_size=128))
+    with pytest.raises(LocalProtocolError) as exc_info:
+        pair[sender].send(Response(id=7, result="x" * 200))
+    assert exc_info.value.limit == "max_frame_size"
+    assert pair[sender].state is OPEN and 7 in pair[sender.peer].pending_requests(sender.peer)
+    _deliver(pair[sender], pair[sender.peer], ErrorReply(id=7, code="too_large", message="m"))
+    assert 7 not in pair[sender.peer].pending_requests(sender.peer)
+
+
 # -- C6: fuzz, poisoning -----------------------------------------------------------
 
 _MODELS: tuple[type[BaseModel], ...] = (
