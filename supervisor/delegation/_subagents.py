@@ -93,7 +93,6 @@ class SubagentLaunch:
     tool_use_id: str | None = None
     agent_id: str = field(default_factory=new_agent_id)
     history: tuple[ChatMessage, ...] = ()
-    generation: int = 0
 
     @property
     def child_session_id(self) -> str:
@@ -229,7 +228,6 @@ class SubagentRun:
                     result=None,
                     error=None,
                     usage=TaskUsage(),
-                    generation=launch.generation,
                     created_at=time.time(),
                     ended_at=None,
                 )
@@ -549,7 +547,6 @@ class SubagentRun:
                     kind="task-notification",
                     priority="next",
                     text=build_task_notification(self.record),
-                    generation=launch.generation,
                     task_id=self.task_id,
                 )
             )

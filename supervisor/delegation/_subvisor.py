@@ -341,7 +341,7 @@ class Subvisor:
         # The text waits in memory, then joins the parent's transcript (S-SEC-8).
         budget.charge(size=text_size(text))
         queue = self.command_queue(run.launch.parent_session_id)
-        queue.enqueue(subagent_message_command(run.task_id, text, generation=run.launch.generation))
+        queue.enqueue(subagent_message_command(run.task_id, text))
         return True
 
     async def _check_permission(self, run: SubagentRun, params: dict[str, Any]) -> dict[str, Any]:
