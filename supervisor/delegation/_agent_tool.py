@@ -295,7 +295,6 @@ class AgentTool:
             policy=self._child_policy(profile),
             tool_use_id=tool_use_id,
             history=history,
-            generation=self._host.command_queue(self._parent_session_id).generation,
         )
 
     def _split_mcp(self, profile: AgentProfile) -> tuple[tuple[str, ...], tuple[ToolSpec, ...]]:

@@ -6,15 +6,15 @@ the parent session's ``CommandQueue`` until the parent's loop takes them,
 between steps of a running turn or as a new turn, and ``format_command_turn``
 merges what was taken together into one model turn.
 
-A rewind to another branch bumps the queue's generation; notifications of
-tasks launched on an older generation are dropped, not delivered (S-NOTE-3).
+Each task notifies once (the registry's ``notified`` flag, S-NOTE-3). No
+session is ever rewound to another branch (no root edits its history), so
+there are no old-branch notifications to drop.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,7 +40,6 @@ __all__ = [
     "task_notification_command",
 ]
 
-log = logging.getLogger(__name__)
 
 #: What a queued command is.
 CommandKind = Literal["task-notification", "subagent-message", "user"]
@@ -138,14 +137,12 @@ def _truncate(body: str, budget: int, output_file: str) -> str:
 class Command:
     """Something for the parent's model: a notification, a child's message or user input.
 
-    ``generation`` is the parent's branch generation the command belongs to;
     ``task_id`` names the task or agent it comes from.
     """
 
     kind: CommandKind
     priority: CommandPriority
     text: str
-    generation: int
     task_id: str | None = None
 
 
@@ -157,7 +154,6 @@ def task_notification_command(
         kind="task-notification",
         priority="next",
         text=build_task_notification(record, max_chars=max_chars),
-        generation=record.generation,
         task_id=record.task_id,
     )
 
@@ -171,36 +167,24 @@ PEER_MESSAGE_GUIDANCE = (
 )
 
 
-def subagent_message_command(agent_id: str, text: str, *, generation: int) -> Command:
+def subagent_message_command(agent_id: str, text: str) -> Command:
     """A child's RespondToCoordinator message, queued with priority ``next`` (S-MSG-2)."""
     return Command(
         kind="subagent-message",
         priority="next",
         text=text,
-        generation=generation,
         task_id=agent_id,
     )
 
 
 class CommandQueue:
-    """One parent session's pending commands, FIFO, with a branch generation (S-NOTE-3)."""
+    """One parent session's pending commands, FIFO."""
 
     def __init__(self) -> None:
         self._commands: deque[Command] = deque()
-        self._generation = 0
         self._arrived = trio.Event()
         #: When each task's notification was handed to the reader (epoch seconds).
         self.delivered_at: dict[str, float] = {}
-
-    @property
-    def generation(self) -> int:
-        """The current branch generation."""
-        return self._generation
-
-    def bump_generation(self) -> int:
-        """Start a new branch (a rewind); returns the new generation."""
-        self._generation += 1
-        return self._generation
 
     def enqueue(self, command: Command) -> None:
         """Queue a command and wake ``wait``."""
@@ -211,8 +195,7 @@ class CommandQueue:
     def take(self, priority_at_most: CommandPriority = "next") -> list[Command]:
         """Remove and return the commands at ``priority_at_most`` or more urgent, FIFO.
 
-        Task notifications from an older generation are removed and dropped
-        (logged), never returned. Less urgent commands stay queued.
+        Less urgent commands stay queued.
         """
         limit = _URGENCY[priority_at_most]
         taken: list[Command] = []
@@ -220,14 +203,6 @@ class CommandQueue:
         for command in self._commands:
             if _URGENCY[command.priority] > limit:
                 kept.append(command)
-            elif command.kind == "task-notification" and command.generation < self._generation:
-                log.info(
-                    "dropped the notification of task %s: it belongs to branch generation %d,"
-                    " the session is now on %d",
-                    command.task_id,
-                    command.generation,
-                    self._generation,
-                )
             else:
                 taken.append(command)
                 if command.kind == "task-notification" and command.task_id is not None:

@@ -215,9 +215,7 @@ class RootSession:
 
         It joins the running turn between steps, or starts the next turn.
         """
-        self.queue.enqueue(
-            Command(kind="user", priority="next", text=text, generation=self.queue.generation)
-        )
+        self.queue.enqueue(Command(kind="user", priority="next", text=text))
 
     async def ask(self, prompt: str) -> AgentOutcome:
         """One user turn: run the root until it answers."""

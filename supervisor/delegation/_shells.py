@@ -108,7 +108,6 @@ class BashWithBackground:
                 result=None,
                 error=None,
                 usage=TaskUsage(),
-                generation=self._host.command_queue(self._session_id).generation,
                 created_at=time.time(),
                 ended_at=None,
             )
@@ -159,7 +158,6 @@ class BashWithBackground:
                     kind="task-notification",
                     priority="next",
                     text=build_task_notification(final),
-                    generation=final.generation,
                     task_id=final.task_id,
                 )
             )

@@ -102,7 +102,6 @@ class SubagentLaunch:
     tool_use_id: str | None = None
     agent_id: str = field(default_factory=new_agent_id)
     history: tuple[ChatMessage, ...] = ()
-    generation: int = 0
 
     @property
     def child_session_id(self) -> str:
@@ -239,7 +238,6 @@ class SubagentRun:
                     result=None,
                     error=None,
                     usage=TaskUsage(),
-                    generation=launch.generation,
                     created_at=time.time(),
                     ended_at=None,
                 )
@@ -339,9 +337,7 @@ class SubagentRun:
     def _message_parent(self, text: str) -> None:
         # S-MSG-2: into the parent's command queue with priority `next`:
         # between steps of its running turn, or a new turn when it is idle.
-        self._parent_queue.enqueue(
-            subagent_message_command(self.task_id, text, generation=self.launch.generation)
-        )
+        self._parent_queue.enqueue(subagent_message_command(self.task_id, text))
 
     @property
     def requester(self) -> Requester:
@@ -593,7 +589,6 @@ class SubagentRun:
                     kind="task-notification",
                     priority="next",
                     text=build_task_notification(self.record),
-                    generation=launch.generation,
                     task_id=self.task_id,
                 )
             )

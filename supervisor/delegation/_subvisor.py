@@ -87,7 +87,8 @@ class Subvisor:
         self.runs: dict[str, SubagentRun] = {}
         #: Subagent lifecycle events for live watchers (the control channel, S-OBS-1).
         self.lifecycle = LifecycleFeed()
-        self._run_services = RunServices(
+        #: What each subagent run uses, by name (``SubagentRun``).
+        self.run_services = RunServices(
             store=self.store,
             registry=self.registry,
             fleet=self.fleet,
@@ -173,7 +174,7 @@ class Subvisor:
         parent = launch.parent_session_id
         run = SubagentRun(
             launch,
-            self._run_services,
+            self.run_services,
             launch_order=self.launch_order(parent),
             parent_queue=self.command_queue(parent),
             output_dir=self.output_dir(parent, launch.agent_id),

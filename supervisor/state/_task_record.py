@@ -11,9 +11,9 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol import SandboxReport
 
@@ -81,7 +81,8 @@ class TaskRecord(BaseModel):
 
     ``task_id`` is the agentId for agents. ``output_dir`` and ``output_file``
     may be left empty: ``TaskRegistry.register`` fills them in (S-RUN-1).
-    ``generation`` is the parent's branch generation at launch (S-NOTE-3).
+    A stored record may still carry ``generation`` (a branch number no code
+    ever moved); it is dropped on reading.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -103,7 +104,6 @@ class TaskRecord(BaseModel):
     result: str | None = None
     error: str | None = None
     usage: TaskUsage = TaskUsage()
-    generation: int = 0
     created_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
     worker_exit: str | None = None
@@ -111,6 +111,14 @@ class TaskRecord(BaseModel):
     sandbox: SandboxReport | None = None
     #: Its caps over the worker's whole process tree, and what enforces them (S-SEC-4).
     caps: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_fields(cls, data: Any) -> Any:
+        # Records stored by earlier versions carry a ``generation``.
+        if isinstance(data, dict) and "generation" in data:
+            data = {key: value for key, value in data.items() if key != "generation"}
+        return data
 
     @property
     def is_terminal(self) -> bool:

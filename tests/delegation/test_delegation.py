@@ -6,7 +6,9 @@ S-TOOL-1..6, S-RUN-1..4, S-RUN-8, S-NOTE-1..3, S-PROF-1, S-PROF-7, S-POL-1.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -58,19 +60,31 @@ async def test_eight_parallel_foreground_explore_agents_all_report_back(
         ]
     model = write_scenario(tmp_path / "scenario.yaml", agents)
     async with subvisor(home_for(tmp_path)) as host:
-        root = RootSession(host, model=model, cwd=project)
-        outcome = await root.run("scan everything")
+        with host.lifecycle.subscribe() as feed:
+            root = RootSession(host, model=model, cwd=project)
+            outcome = await root.run("scan everything")
+            started = {}
+            while True:
+                try:
+                    event = feed.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                if event["event"] == "task.started":
+                    started[event["agentId"]] = event["pid"]
         records = host.registry.list(root.session_id)
         spawned = host.store.events(root.session_id)
     assert outcome.status == "completed"
     for i in range(8):
         assert f"module_{i}.py:2:    return 'secret-{i}'" in outcome.text
     assert len(records) == 8 and all(r.status == "completed" for r in records)
-    # Eight different worker processes ran them (each with its own pid in its exit).
-    assert all(r.usage.peak_rss_bytes > 0 for r in records)
-    # S-RUN-2: every concurrent spawn is announced, each after its session exists.
-    announced = [e for e in spawned if e.name == "SubagentSpawned"]
-    assert {e.data["agentId"] for e in announced} == {r.task_id for r in records}
+    # Eight different worker processes ran them, none of them this one.
+    assert set(started) == {r.task_id for r in records}
+    assert len(set(started.values())) == 8 and os.getpid() not in started.values()
+    # S-RUN-2: every concurrent spawn is announced, each with its own saved child
+    # session (the order of the two: test_s_run_2_each_child_session_is_saved_before...).
+    announced = {e.data["agentId"]: e.data for e in spawned if e.name == "SubagentSpawned"}
+    assert set(announced) == {r.task_id for r in records}
+    assert all(announced[r.task_id]["child_session_id"] == r.child_session_id for r in records)
 
 
 async def test_hundred_background_agents_with_segfaults_notify_exactly_once(tmp_path: Path) -> None:
@@ -212,8 +226,22 @@ async def test_subagent_type_matching_and_errors(tmp_path: Path) -> None:
     assert unknown.is_error and "nope" in unknown.content and "Explore" in unknown.content
 
 
-async def test_children_never_get_the_agent_tool(tmp_path: Path) -> None:
-    """S-POL-1/S-RUN-7: a child calling Agent gets an error result; no grandchild exists."""
+@pytest.mark.parametrize(
+    ("rules", "refusal"),
+    [
+        # The derived rules deny `task` to a child (S-POL-2)...
+        ({"*": "allow"}, "permission denied: task 'general-purpose' is denied by the rule task"),
+        # ...and where the rules let it through, the worker has no Agent tool to run
+        # (S-RUN-7): the refusal is the worker's own.
+        ({"*": "allow", "task": "allow"}, "no tool named 'Agent' is available"),
+    ],
+)
+async def test_children_never_get_the_agent_tool(
+    tmp_path: Path, rules: dict[str, str], refusal: str
+) -> None:
+    """S-POL-1/S-RUN-7: refused twice over. The tool table a child's worker offers its
+    model has no Agent, Task, plan-mode, scheduled or idle-turn tool, and a child calling
+    Agent is refused whether or not its rules allow ``task``; no grandchild exists."""
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -224,13 +252,24 @@ async def test_children_never_get_the_agent_tool(tmp_path: Path) -> None:
             ],
         },
     )
-    async with subvisor(home_for(tmp_path)) as host:
+    async with subvisor(home_for(tmp_path), permission=rules) as host:
+        offered: list[set[str]] = []
+        call = host.gateway.call
+
+        async def recording(request: Any, on_delta: Any = None) -> Any:
+            if request.agent_keys[0] == "child":
+                offered.append({spec.name for spec in request.tools})
+            return await call(request, on_delta)
+
+        host.gateway.call = recording  # type: ignore[method-assign]
         root = RootSession(host, model=model, cwd=tmp_path)
         outcome = await root.run("go")
         records = host.registry.list()
-    # Refused twice over: the derived rules deny `task` (S-POL-2), and a
-    # worker has no Agent tool to run anyway (S-RUN-7).
-    assert "permission denied: task 'general-purpose' is denied by the rule task" in outcome.text
+    forbidden = {"Agent", "Task", "EnterPlanMode", "ExitPlanMode"}
+    forbidden |= {"ScheduleWakeup", "CronCreate", "CronDelete", "CronList"}
+    assert len(offered) == 2 and "Read" in offered[0]
+    assert all(forbidden.isdisjoint(tools) for tools in offered)
+    assert refusal in outcome.text
     assert [r.description for r in records] == ["child"]
 
 

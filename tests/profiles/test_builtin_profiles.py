@@ -237,12 +237,16 @@ def test_disallowing_skill_wins_over_skills() -> None:
 # --- the built-ins (S-PROF-1) ---
 
 
-def test_builtin_profiles_are_general_purpose_and_explore() -> None:
-    assert BUILTIN_PROFILES == {"general-purpose": GENERAL_PURPOSE, "Explore": EXPLORE}
+def test_each_builtin_answers_to_its_key_and_inherits_the_model() -> None:
+    """S-PROF-1: the catalog lists a built-in under its key, so the key must be the
+    profile's own name; a built-in names no model, so its child runs on the parent's
+    (S-MODEL-1). (That an empty project offers exactly these two: test_profile_catalog.)"""
+    assert [(key, p.name) for key, p in BUILTIN_PROFILES.items()] == [
+        ("general-purpose", "general-purpose"),
+        ("Explore", "Explore"),
+    ]
     for profile in BUILTIN_PROFILES.values():
-        assert profile.scope == "built-in"
-        assert profile.source == "built-in"
-        assert profile.model is None
+        assert (profile.scope, profile.source, profile.model) == ("built-in", "built-in", None)
 
 
 def test_general_purpose_gets_every_tool() -> None:

@@ -63,6 +63,16 @@ def read_metadata(record: TaskRecord) -> TaskRecord:
     )
 
 
+def test_a_record_stored_with_a_branch_generation_still_loads() -> None:
+    """Records written when tasks carried a ``generation`` (retired: no session is ever
+    rewound, S-NOTE-3) still load; a field nobody knows is still refused."""
+    record = agent()
+    stored = record.model_dump(mode="json")
+    assert TaskRecord.model_validate({**stored, "generation": 2}) == record
+    with pytest.raises(ValidationError):
+        TaskRecord.model_validate({**stored, "branch": 2})
+
+
 def test_register_creates_output_dir_and_files_s_run_1(
     registry: TaskRegistry, store: SessionStore, home: Path
 ) -> None:

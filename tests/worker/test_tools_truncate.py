@@ -61,19 +61,28 @@ def test_truncate_text_replaces_lone_surrogates() -> None:
     assert truncate_text("bad\udcffname", 100, "hint") == "bad?name"
 
 
-@given(data=st.binary(max_size=50), index=st.integers(min_value=-5, max_value=60))
-def test_utf8_boundary_is_never_inside_a_character(data: bytes, index: int) -> None:
-    cut = utf8_boundary_at_or_before(data, index)
-    assert 0 <= cut <= max(0, min(index, len(data)))
+def _char_boundaries(text: str) -> list[int]:
+    """Byte offsets where a character of ``text`` starts, and its end."""
+    offsets = [0]
+    for char in text:
+        offsets.append(offsets[-1] + len(char.encode("utf-8")))
+    return offsets
+
+
+@given(text=st.text(max_size=40), index=st.integers(min_value=-5, max_value=200))
+def test_utf8_boundary_is_the_last_character_start_at_or_before(text: str, index: int) -> None:
+    """The cut keeps as much as it can: the largest character boundary <= index."""
+    data = text.encode("utf-8")
+    expected = max(b for b in _char_boundaries(text) if b <= max(0, index))
+    assert utf8_boundary_at_or_before(data, index) == expected
 
 
 @given(text=st.text(max_size=40), cut=st.integers(min_value=0, max_value=200))
-def test_cut_positions_decode_cleanly(text: str, cut: int) -> None:
-    data = text.encode("utf-8")
-    boundary = utf8_boundary_at_or_before(data, cut)
-    data[:boundary].decode("utf-8")
-    prefix = data[:cut]
-    prefix[: complete_utf8_prefix_length(prefix)].decode("utf-8")
+def test_complete_prefix_is_the_longest_whole_character_prefix(text: str, cut: int) -> None:
+    """A stream cut anywhere keeps every complete character before the cut, no more."""
+    prefix = text.encode("utf-8")[:cut]
+    expected = max(b for b in _char_boundaries(text) if b <= len(prefix))
+    assert complete_utf8_prefix_length(prefix) == expected
 
 
 @given(
