@@ -22,8 +22,9 @@ from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import CHECKOUT, cli_env, run_cli
 from tests.support.delegation import home_for, write_scenario
+from tests.support.mcp import inspector_cli
 from tests.support.mcp_serve import http_server, mcp_args, stdio_server_params
 
 TOOLS = ["Agent", "SendMessage", "TaskList", "TaskOutput", "TaskStop"]
@@ -445,3 +446,48 @@ def test_stdio_without_a_model_says_what_to_do(home: Path, project: Path) -> Non
     assert done.returncode == 2
     assert "no model configured: pass --model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_mcp_inspector_cli_lists_the_tools_and_runs_an_agent(
+    home: Path, model: str, project: Path
+) -> None:
+    """S-SRV-1 with a client nobody here wrote: the MCP Inspector's CLI, from npm."""
+
+    def inspector(*method: str) -> Any:
+        done = subprocess.run(
+            [
+                str(inspector_cli()),
+                "--cli",
+                "-e",
+                f"SUBVISOR_HOME={home}",
+                "-e",
+                f"PYTHONPATH={CHECKOUT}",
+                *method,
+                "--",
+                sys.executable,
+                *mcp_args(model, project),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=project,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    listed = inspector("--method", "tools/list")
+    assert [tool["name"] for tool in listed["tools"]] == TOOLS
+    called = inspector(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "Agent",
+        "--tool-arg",
+        "description=list files",
+        "prompt=list the project",
+        "subagent_type=Explore",
+    )
+    assert called["isError"] is False
+    text = called["content"][0]["text"]
+    assert text.startswith("listed: ") and "README.md" in text
+    assert "<usage>total_tokens:" in text
