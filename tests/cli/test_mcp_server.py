@@ -491,3 +491,17 @@ def test_the_mcp_inspector_cli_lists_the_tools_and_runs_an_agent(
     text = called["content"][0]["text"]
     assert text.startswith("listed: ") and "README.md" in text
     assert "<usage>total_tokens:" in text
+
+
+async def test_a_client_that_leaves_takes_its_running_agents_with_it(
+    home: Path, model: str, project: Path
+) -> None:
+    """S-SRV-5: when the connection closes, its seat's agents are stopped, saying why."""
+    async with stdio_client(home, model, project) as client:
+        launched = _text(await client.call_tool("Agent", _agent("stuck", background=True)))
+    agent_id = _agent_id(launched)
+    ps = await trio.to_thread.run_sync(lambda: run_cli(home, "ps", "--json", cwd=project))
+    assert ps.returncode == 0, ps.stderr
+    (task,) = [t for t in json.loads(ps.stdout)["tasks"] if t["task_id"] == agent_id]
+    assert task["status"] == "killed"
+    assert task["error"] == "the MCP client disconnected"

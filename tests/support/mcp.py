@@ -1,8 +1,8 @@
 """Real MCP parts from npm for tests (server-everything, the Inspector CLI), installed on use.
 
-It comes from ``tests/mcp_servers/package.json`` at its pinned lockfile
-(``.ci/run`` installs it up front). Without node and npm the tests that need
-it fail, naming what to install: a machine that lacks them can have them, so
+They come from ``tests/mcp_servers/package.json`` at its pinned lockfile
+(``.ci/run`` installs them up front). Without node and npm the tests that need
+them fail, naming what to install: a machine that lacks them can have them, so
 they are no reason to skip.
 """
 
