@@ -55,6 +55,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "N scripted subagents through the Agent tool: wall time beyond scripted latency",
         ),
         Benchmark(
+            "mcp",
+            "benchmarks._mcp",
+            "latency an Agent call gains through `subvisor mcp` (stdio) over a library call",
+        ),
+        Benchmark(
             "scale",
             "benchmarks._scale",
             "N idle zygote workers spawned at once: time to all ready, supervisor RSS",

@@ -58,6 +58,10 @@ _CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "crash": (["--samples", "3", "--warmup", "0"], ["detect_p50_ms", "detect_p99_ms", "samples"]),
     "scale": (["--n", "5"], ["n", "all_ready_s", "supervisor_rss_mb"]),
+    "mcp": (
+        ["--samples", "3", "--warmup", "1"],
+        ["samples", "direct_p50_ms", "mcp_p50_ms", "mcp_p99_ms", "tasklist_p50_ms"],
+    ),
     "delegate": (
         ["--agents", "4", "--concurrency", "2", "--latency-ms", "1"],
         ["agents", "completed", "wall_s", "per_agent_overhead_ms", "supervisor_cpu_s"],

@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     background.add_argument("task_id", help="agentId (a unique prefix is enough)")
     background.set_defaults(handler=lambda a: _tasks("bg", a))
 
+    _add_mcp(commands)
+
     flows = commands.add_parser("workflow", help="run a workflow script of named actors")
     flow_commands = flows.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
     flow_run = flow_commands.add_parser("run", help="run SCRIPT (amend an earlier run)")
@@ -259,6 +261,116 @@ def build_parser() -> argparse.ArgumentParser:
     flow_show.add_argument("--json", action="store_true")
     flow_show.set_defaults(handler=_workflow_show)
     return parser
+
+
+def _add_mcp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve Agent, SendMessage, TaskList, TaskOutput and TaskStop to MCP clients",
+        description="Serve subvisor's subagents over MCP: stdio by default (for a client that "
+        "starts this command), or streamable HTTP with --http.",
+        epilog="Over HTTP on a non-loopback address, clients must send "
+        "'Authorization: Bearer $SUBVISOR_MCP_TOKEN'.",
+    )
+    mcp.add_argument("--model", help="provider:model the subagents run on (default: config)")
+    mcp.add_argument("--cwd", default=".", help="the project directory of the agents")
+    mcp.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback unless "
+        "--allow-remote)",
+    )
+    mcp.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --http address; needs a token in SUBVISOR_MCP_TOKEN",
+    )
+    mcp.add_argument(
+        "--approve",
+        choices=("allow", "deny"),
+        default="deny",
+        help="the answer to a permission ask when the client cannot elicit (default: deny)",
+    )
+    mcp.add_argument(
+        "--ask-timeout",
+        type=positive_seconds,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long an ask put to the client may wait; then it is denied (default 120)",
+    )
+    mcp.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "full"),
+        help="kernel sandbox of every subagent, whatever its profile says",
+    )
+    mcp.add_argument(
+        "--network", choices=("deny", "allow"), help="TCP for every subagent (default: deny)"
+    )
+    mcp.add_argument("--max-concurrent-subagents", type=int, metavar="N")
+    mcp.add_argument("--max-subagents-per-session", type=int, metavar="N")
+    _add_trust_project(mcp)
+    mcp.set_defaults(handler=_mcp)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from ..config._config_files import load_settings
+    from ._input import BadInputError, working_directory
+    from ._mcp_command import McpServeRequest, mcp_command
+    from ._mcp_http import is_loopback, parse_endpoint
+    from ._trust import trust_gate
+
+    endpoint = None
+    token = os.environ.get("SUBVISOR_MCP_TOKEN") or None
+    if args.http is not None:
+        try:
+            endpoint = parse_endpoint(args.http)
+        except ValueError as exc:
+            raise BadInputError(str(exc)) from None
+        if not is_loopback(endpoint.host):
+            if not args.allow_remote:
+                raise BadInputError(
+                    f"--http {args.http}: {endpoint.host} is not a loopback address; pass "
+                    "--allow-remote (with a token in SUBVISOR_MCP_TOKEN) to serve beyond this "
+                    "machine"
+                )
+            if token is None:
+                raise BadInputError(
+                    "--allow-remote needs a bearer token: set SUBVISOR_MCP_TOKEN (clients send "
+                    "'Authorization: Bearer TOKEN')"
+                )
+    elif args.allow_remote:
+        raise BadInputError("--allow-remote applies to --http only")
+    cwd = working_directory(args.cwd)
+    forced = {
+        key: value
+        for key, value in (("force_mode", args.sandbox), ("force_network", args.network))
+        if value is not None
+    }
+    settings = load_settings(
+        cwd,
+        trust=trust_gate(args.trust_project),
+        sandbox=forced or None,
+        max_concurrent_subagents=args.max_concurrent_subagents,
+        max_subagents_per_session=args.max_subagents_per_session,
+    )
+    model = args.model or os.environ.get("SUBVISOR_MODEL") or settings.model or ""
+    if not model:
+        raise BadInputError(
+            "no model configured: pass --model provider:model (for example openai:gpt-4o-mini "
+            "or scripted:scenario.yaml), set SUBVISOR_MODEL, or put `model = ...` in "
+            "subvisor.toml"
+        )
+    return mcp_command(
+        McpServeRequest(
+            model=model,
+            cwd=cwd,
+            settings=settings,
+            endpoint=endpoint,
+            token=token,
+            approve=args.approve,
+            ask_timeout_s=args.ask_timeout,
+        )
+    )
 
 
 def _add_trust_project(parser: argparse.ArgumentParser) -> None:
@@ -399,7 +511,7 @@ def _tasks(command: str, args: argparse.Namespace) -> int:
 
 
 #: Commands that start a supervisor, so refuse inside a worker tree.
-_STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"})
+_STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor", "mcp"})
 
 
 def main(argv: list[str] | None = None) -> int:

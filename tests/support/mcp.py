@@ -1,8 +1,8 @@
-"""The real MCP server for tests (npm server-everything), installed on first use.
+"""Real MCP parts from npm for tests (server-everything, the Inspector CLI), installed on use.
 
-It comes from ``tests/mcp_servers/package.json`` at its pinned lockfile
-(``.ci/run`` installs it up front). Without node and npm the tests that need
-it fail, naming what to install: a machine that lacks them can have them, so
+They come from ``tests/mcp_servers/package.json`` at its pinned lockfile
+(``.ci/run`` installs them up front). Without node and npm the tests that need
+them fail, naming what to install: a machine that lacks them can have them, so
 they are no reason to skip.
 """
 
@@ -16,11 +16,22 @@ import pytest
 
 MCP_DIR = Path(__file__).resolve().parent.parent / "mcp_servers"
 EVERYTHING = MCP_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+#: The MCP Inspector (``--cli``): a client nobody here wrote.
+INSPECTOR = MCP_DIR / "node_modules" / ".bin" / "mcp-inspector"
 
 
 def everything_server() -> Path:
     """The server's executable; installed from the pinned lockfile the first time."""
-    if not EVERYTHING.exists():
+    return _installed(EVERYTHING)
+
+
+def inspector_cli() -> Path:
+    """The Inspector's executable; installed from the pinned lockfile the first time."""
+    return _installed(INSPECTOR)
+
+
+def _installed(executable: Path) -> Path:
+    if not executable.exists():
         npm = shutil.which("npm")
         if npm is None or shutil.which("node") is None:
             pytest.fail(
@@ -33,4 +44,4 @@ def everything_server() -> Path:
             check=True,
             timeout=300,
         )
-    return EVERYTHING
+    return executable
