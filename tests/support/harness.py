@@ -15,8 +15,6 @@ short text. Every request is kept for the test to read.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import pytest
+from tests.support.npm import npm_installed
 
 __all__ = ["HARNESS_DIR", "AgentCallingModel", "opencode"]
 
@@ -37,20 +35,7 @@ QUOTE = "harness got: "
 
 def opencode() -> Path:
     """opencode's executable; installed from the pinned lockfile the first time."""
-    if not OPENCODE.exists():
-        npm = shutil.which("npm")
-        if npm is None or shutil.which("node") is None:
-            pytest.fail(
-                "node and npm are needed for the harness test: install Node.js (>= 20, with "
-                f"npm), then run `npm ci` in {HARNESS_DIR}"
-            )
-        subprocess.run(
-            [npm, "ci", "--silent", "--no-audit", "--no-fund"],
-            cwd=HARNESS_DIR,
-            check=True,
-            timeout=600,
-        )
-    return OPENCODE
+    return npm_installed(OPENCODE, HARNESS_DIR, timeout=600)
 
 
 def _answer(request: dict[str, Any], agent_input: dict[str, Any]) -> tuple[dict[str, Any], str]:

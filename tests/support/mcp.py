@@ -8,11 +8,9 @@ they are no reason to skip.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from tests.support.npm import npm_installed
 
 MCP_DIR = Path(__file__).resolve().parent.parent / "mcp_servers"
 EVERYTHING = MCP_DIR / "node_modules" / ".bin" / "mcp-server-everything"
@@ -31,17 +29,4 @@ def inspector_cli() -> Path:
 
 
 def _installed(executable: Path) -> Path:
-    if not executable.exists():
-        npm = shutil.which("npm")
-        if npm is None or shutil.which("node") is None:
-            pytest.fail(
-                "node and npm are needed for the real MCP server tests: install Node.js "
-                f"(>= 20, with npm), then run `npm ci` in {MCP_DIR}"
-            )
-        subprocess.run(
-            [npm, "ci", "--silent", "--no-audit", "--no-fund"],
-            cwd=MCP_DIR,
-            check=True,
-            timeout=300,
-        )
-    return executable
+    return npm_installed(executable, MCP_DIR, timeout=300)
