@@ -272,7 +272,11 @@ def _add_mcp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         epilog="Over HTTP on a non-loopback address, clients must send "
         "'Authorization: Bearer $SUBVISOR_MCP_TOKEN'.",
     )
-    mcp.add_argument("--model", help="provider:model the subagents run on (default: config)")
+    mcp.add_argument(
+        "--model",
+        help="provider:model the subagents run on (default: config), or mcp-sampling: the "
+        "client's own model, through MCP sampling with tools",
+    )
     mcp.add_argument("--cwd", default=".", help="the project directory of the agents")
     mcp.add_argument(
         "--http",

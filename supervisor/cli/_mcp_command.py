@@ -33,6 +33,7 @@ from ..providers import ModelError
 from ._interrupt import interruptible
 from ._mcp_asks import ElicitedAsks
 from ._mcp_http import MCP_PATH, HttpEndpoint, serve_http
+from ._mcp_sampling import SAMPLING_PROVIDER, ClientSampling
 from ._mcp_server import McpFrontDoor
 
 __all__ = ["McpServeRequest", "mcp_command"]
@@ -42,6 +43,7 @@ __all__ = ["McpServeRequest", "mcp_command"]
 class McpServeRequest:
     """What ``subvisor mcp`` was asked to serve."""
 
+    #: ``provider:model``, or ``mcp-sampling`` for each client's own model.
     model: str
     cwd: Path
     settings: SubvisorSettings
@@ -68,15 +70,23 @@ async def _serve(request: McpServeRequest) -> int:
         streams = None
         if request.endpoint is None:
             streams = await stack.enter_async_context(stdio_server())
+        sampling = ClientSampling() if request.model == SAMPLING_PROVIDER else None
         host = await stack.enter_async_context(
-            Subvisor(request.settings, approval_handler=asks.approve, question_handler=asks.answer)
+            Subvisor(
+                request.settings,
+                approval_handler=asks.approve,
+                question_handler=asks.answer,
+                providers={SAMPLING_PROVIDER: sampling} if sampling is not None else None,
+            )
         )
-        host.gateway.resolve(request.model)  # fail now, with the gateway's message
+        if sampling is None:
+            host.gateway.resolve(request.model)  # fail now, with the gateway's message
         async with trio.open_nursery() as nursery:
             front = McpFrontDoor(
                 host,
                 asks,
                 model=request.model,
+                sampling=sampling,
                 cwd=request.cwd,
                 nursery=nursery,
                 version=_version(),

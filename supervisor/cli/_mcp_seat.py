@@ -40,10 +40,16 @@ from ..profiles._profile_catalog import ProfileCatalog
 from ..state._task_record import TaskRecord
 from ..state._tasks import TaskError
 
-__all__ = ["CLIENT_GONE", "McpSeat", "NotificationSink", "ProgressReport"]
+__all__ = ["CLIENT_GONE", "McpSeat", "NotificationSink", "ProgressReport", "new_seat_session_id"]
 
 #: ``(step, message)``: one lifecycle step of a foreground agent, for the caller's progress token.
 ProgressReport = Callable[[int, str], Awaitable[None]]
+
+
+def new_seat_session_id() -> str:
+    """A fresh root session id for one client's seat."""
+    return f"sess_mcp_{uuid.uuid4().hex[:16]}"
+
 
 _TASK_ID_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -86,13 +92,14 @@ class McpSeat:
         self,
         host: Subvisor,
         *,
+        session_id: str,
         model: str,
         cwd: Path,
         catalog: ProfileCatalog,
         label: str,
     ) -> None:
         self.host = host
-        self.session_id = f"sess_mcp_{uuid.uuid4().hex[:16]}"
+        self.session_id = session_id
         host.store.create_session(
             self.session_id,
             parent_id=None,

@@ -38,12 +38,14 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from ..delegation._subvisor import Subvisor
 from ..policy._approvals import ApprovalOrigin
 from ..profiles._profile_catalog import ProfileCatalog
 from ._mcp_asks import ElicitedAsks
-from ._mcp_seat import McpSeat
+from ._mcp_sampling import ClientSampling
+from ._mcp_seat import McpSeat, new_seat_session_id
 
 __all__ = [
     "SERVER_NAME",
@@ -116,6 +118,20 @@ class ClientLink:
         content = dict(result.content) if result.content is not None else None
         return result.action, content
 
+    def can_sample(self) -> bool:
+        """Whether the client declared sampling with tools (``--model mcp-sampling``)."""
+        wanted = types.ClientCapabilities(
+            sampling=types.SamplingCapability(tools=types.SamplingToolsCapability())
+        )
+        return self._connection.check_capability(wanted)
+
+    async def sample(self, params: types.CreateMessageRequestParams) -> BaseModel:
+        """One ``sampling/createMessage`` on the client's standalone channel; its result."""
+        return await self._connection.send_request(
+            types.CreateMessageRequest(params=params),
+            result_type=types.CreateMessageResultWithTools,
+        )
+
     async def log(self, level: types.LoggingLevel, text: str) -> None:
         """One ``notifications/message`` from logger ``subvisor``, if the client wants it."""
         if _LEVELS.index(level) < _LEVELS.index(self.level):
@@ -149,11 +165,14 @@ class McpFrontDoor:
         model: str,
         cwd: Path,
         nursery: trio.Nursery,
+        sampling: ClientSampling | None = None,
         version: str = "",
     ) -> None:
         self.host = host
         self.asks = asks
         self.model = model
+        #: Each seat's agents run on its client's model (``--model mcp-sampling``).
+        self.sampling = sampling
         self.cwd = cwd
         self._nursery = nursery
         self._catalog = ProfileCatalog.discover(
@@ -188,14 +207,18 @@ class McpFrontDoor:
             seat, link = found
             return seat, link
         client = connection.client_params.client_info.name if connection.client_params else None
+        session_id = new_seat_session_id()
         seat = McpSeat(
             self.host,
-            model=self.model,
+            session_id=session_id,
+            model=self.model if self.sampling is None else self.sampling.model_for(session_id),
             cwd=self.cwd,
             catalog=self._catalog,
             label=f"MCP client {client or '(unnamed)'}",
         )
         link = ClientLink(connection)
+        if self.sampling is not None:
+            self.sampling.attach(seat.session_id, (link.can_sample, link.sample))
         connection.state[_SEAT_KEY] = (seat, link)
         self.seats[seat.session_id] = seat
         self.asks.attach(seat.session_id, link)
@@ -206,6 +229,8 @@ class McpFrontDoor:
 
     async def _close_seat(self, seat: McpSeat) -> None:
         self.asks.detach(seat.session_id)
+        if self.sampling is not None:
+            self.sampling.detach(seat.session_id)
         self.seats.pop(seat.session_id, None)
         await seat.close()
 

@@ -13,7 +13,7 @@ can later be moved to the background without restarting it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -24,7 +24,7 @@ import trio
 from ..kernel import Supervisor, SupervisorConfig, WireTap
 from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalHandler, QuestionHandler
-from ..providers import ModelGateway
+from ..providers import ModelGateway, ModelProvider
 from ..state._paths import agent_output_dir, database_path
 from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
@@ -53,6 +53,7 @@ class Subvisor:
         settings: SubvisorSettings | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        providers: Mapping[str, ModelProvider] | None = None,
         wire_tap: WireTap | None = None,
         approval_handler: ApprovalHandler | None = None,
         question_handler: QuestionHandler | None = None,
@@ -64,7 +65,9 @@ class Subvisor:
         # S-SEC-6: what a dead supervisor left running is ended before anything starts.
         recover_dead_runs(self.store, self.home)
         self.registry = TaskRegistry(self.store, self.home)
-        self.gateway = ModelGateway(self.settings.gateway, transport=transport)
+        # ``providers``: model families beyond the configured ones (the MCP
+        # client's own model, for ``subvisor mcp --model mcp-sampling``).
+        self.gateway = ModelGateway(self.settings.gateway, transport=transport, providers=providers)
         #: The kernel fleet: every worker process of this Subvisor.
         self.fleet = Supervisor(
             SupervisorConfig(

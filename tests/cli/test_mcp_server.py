@@ -505,3 +505,62 @@ async def test_a_client_that_leaves_takes_its_running_agents_with_it(
     (task,) = [t for t in json.loads(ps.stdout)["tasks"] if t["task_id"] == agent_id]
     assert task["status"] == "killed"
     assert task["error"] == "the MCP client disconnected"
+
+
+class SamplingModel:
+    """A client's own model, as its ``sampling_callback``: LS first, then quote the result."""
+
+    def __init__(self) -> None:
+        self.asked: list[types.CreateMessageRequestParams] = []
+
+    async def __call__(
+        self, context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResultWithTools:
+        self.asked.append(params)
+        last = params.messages[-1].content
+        results = [
+            b for b in (last if isinstance(last, list) else [last]) if b.type == "tool_result"
+        ]
+        if not results:
+            call = types.ToolUseContent(type="tool_use", id="c1", name="LS", input={"path": "."})
+            return types.CreateMessageResultWithTools(
+                role="assistant", content=[call], model="client-model", stop_reason="toolUse"
+            )
+        seen = results[0].content[0]
+        assert isinstance(seen, types.TextContent)
+        answer = types.TextContent(type="text", text=f"sampled: {seen.text}")
+        return types.CreateMessageResultWithTools(
+            role="assistant", content=[answer], model="client-model", stop_reason="endTurn"
+        )
+
+
+async def test_mcp_sampling_runs_the_subagent_on_the_clients_own_model(
+    home: Path, project: Path
+) -> None:
+    """S-SRV-4: with --model mcp-sampling the child's every model call is the client's
+    sampling request, with its instructions and tools; the child's real LS result goes
+    back to the client's model, whose answer is the Agent result. No key anywhere."""
+    model = SamplingModel()
+    tools = types.SamplingCapability(tools=types.SamplingToolsCapability())
+    async with stdio_client(
+        home, "mcp-sampling", project, sampling_callback=model, sampling_capabilities=tools
+    ) as client:
+        result = await client.call_tool("Agent", _agent("list files"))
+    text = _text(result)
+    assert not result.is_error, text
+    assert text.startswith("sampled: ") and "README.md" in text
+    first, second = model.asked
+    assert "LS" in {tool.name for tool in first.tools or ()}
+    assert first.system_prompt and first.messages[0].role == "user"
+    assert "do list files" in str(first.messages[0].content)
+    assert [m.role for m in second.messages] == ["user", "assistant", "user"]
+
+
+async def test_mcp_sampling_without_the_clients_capability_says_what_to_do(
+    home: Path, project: Path
+) -> None:
+    """S-SRV-4: a client that cannot sample with tools gets an error naming the fix."""
+    async with stdio_client(home, "mcp-sampling", project) as client:
+        result = await client.call_tool("Agent", _agent("list files"))
+    text = _text(result)
+    assert "does not offer sampling with tools" in text and "--model provider:model" in text
