@@ -4,8 +4,10 @@ A handle owns the supervisor's end of the worker's pipes and its protocol
 ``Connection``. One reader task per worker decodes frames and routes them:
 answers to the requests waiting for them, events into a bounded buffer (a
 full buffer stops the reader, which fills the pipe, which blocks the worker:
-backpressure instead of unbounded memory), worker requests to the
-supervisor's request handler.
+backpressure instead of unbounded memory), worker requests to this
+worker's own request handler (whoever drives the worker gave it at spawn),
+whose answer must be the result model of the request's method
+(``protocol.WORKER_METHODS``).
 
 Each handle holds the worker's ``EventBudget`` (S-SEC-8): every event frame
 is counted on arrival, and whoever records something for the worker charges
