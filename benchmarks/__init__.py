@@ -55,6 +55,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "N scripted subagents through the Agent tool: wall time beyond scripted latency",
         ),
         Benchmark(
+            "relay",
+            "benchmarks._relay",
+            "N subagents streaming answers from a local server: CPU per chunk, lag, stream time",
+        ),
+        Benchmark(
             "scale",
             "benchmarks._scale",
             "N idle zygote workers spawned at once: time to all ready, supervisor RSS",
