@@ -60,6 +60,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "latency an Agent call gains through `subvisor mcp` (stdio) over a library call",
         ),
         Benchmark(
+            "relay",
+            "benchmarks._relay",
+            "N subagents streaming answers from a local server: CPU per chunk, lag, stream time",
+        ),
+        Benchmark(
             "scale",
             "benchmarks._scale",
             "N idle zygote workers spawned at once: time to all ready, supervisor RSS",

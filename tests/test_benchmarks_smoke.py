@@ -62,6 +62,19 @@ _CASES: dict[str, tuple[list[str], list[str]]] = {
         ["--samples", "3", "--warmup", "1"],
         ["samples", "direct_p50_ms", "mcp_p50_ms", "mcp_p99_ms", "tasklist_p50_ms"],
     ),
+    "relay": (
+        ["--agents", "2", "--chunks", "5", "--rate", "100"],
+        [
+            "n2_completed",
+            "n2_chunks",
+            "n2_cpu_us_per_chunk",
+            "n2_stream_s_max",
+            "n2_chunk_lag_p99_ms",
+            "n2_launch_spread_s",
+            "n2_twin_completed",
+            "n2_twin_wall_s",
+        ],
+    ),
     "delegate": (
         ["--agents", "4", "--concurrency", "2", "--latency-ms", "1"],
         ["agents", "completed", "wall_s", "per_agent_overhead_ms", "supervisor_cpu_s"],

@@ -322,7 +322,9 @@ class _ControlServer:
             "elapsed_s": round((ended or now) - created, 3),
             "pid": pid,
             "live": live,
-            "note": (record.worker_exit or record.error) if record is not None else None,
+            # Live: what it does now (waiting for a model slot, streaming text).
+            "note": (run.activity if live and run is not None else None)
+            or ((record.worker_exit or record.error) if record is not None else None),
         }
 
     def _cpu_percent(self, pid: int) -> float | None:
@@ -364,10 +366,13 @@ class _ControlServer:
 
     def _tasks(self) -> dict[str, Any]:
         records = []
+        activity: dict[str, str] = {}
         for record in self.host.registry.list(self.session_id):
             run = self.host.runs.get(record.task_id)
             if run is not None and not run.done.is_set():
                 record = record.model_copy(update={"usage": run.live_usage()})
+                if run.activity is not None:
+                    activity[record.task_id] = run.activity
             records.append(record.model_dump(mode="json"))
         row = self._session_row()
         return {
@@ -375,6 +380,7 @@ class _ControlServer:
             "session_id": self.session_id,
             "status": row.status,
             "tasks": records,
+            "activity": activity,
             "usage": self.rollup().summary(),
         }
 

@@ -7,6 +7,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -93,8 +94,10 @@ def sandbox_label(record: TaskRecord) -> str:
     return f"{label}; caps: {rest.split(';')[0]}" if by else label
 
 
-def tasks_table(records: list[TaskRecord], title: str) -> Table:
-    """A table of subagent tasks for a terminal."""
+def tasks_table(
+    records: list[TaskRecord], title: str, activity: Mapping[str, str] | None = None
+) -> Table:
+    """A table of subagent tasks for a terminal; ``activity`` notes what live ones do now."""
     table = Table(title=title, title_justify="left")
     for column in (
         "agentId",
@@ -126,20 +129,23 @@ def tasks_table(records: list[TaskRecord], title: str) -> Table:
             str(r.usage.tool_calls),
             str(r.usage.total_tokens),
             _elapsed(r),
-            r.worker_exit or r.error or "",
+            (activity or {}).get(r.task_id) or r.worker_exit or r.error or "",
         )
     return table
 
 
 def _live_table(host: Subvisor, session_id: str) -> Table:
     records = host.registry.list(session_id)
+    activity: dict[str, str] = {}
     for r in records:
         run = host.runs.get(r.task_id)
         if run is not None and not r.is_terminal:
             r = r.model_copy(
                 update={"usage": r.usage.model_copy(update={"tool_calls": run.tool_calls})}
             )
-    return tasks_table(records, "subagents")
+            if run.activity is not None:
+                activity[r.task_id] = run.activity
+    return tasks_table(records, "subagents", activity)
 
 
 async def _show_progress(

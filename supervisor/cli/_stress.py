@@ -168,6 +168,8 @@ class StressProgress:
     live_workers: int
     completed: int
     failed: int
+    #: Agents whose model call waits for a gateway slot now.
+    waiting_for_model: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +237,7 @@ def _progress(host: Subvisor, total: int) -> StressProgress:
         live_workers=len(host.fleet.workers),
         completed=completed,
         failed=len(ended) - completed,
+        waiting_for_model=sum(run.waiting_for_model for run in runs),
     )
 
 
@@ -249,7 +252,7 @@ async def _drive(
     )
     me = psutil.Process()
     peak_rss = me.memory_info().rss
-    peak_workers = 0
+    peak_workers = peak_waiting = 0
     expected = min(options.agents, options.session_cap)
     async with (
         interruptible() as interruption,
@@ -266,10 +269,12 @@ async def _drive(
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
-                nonlocal peak_rss, peak_workers
+                nonlocal peak_rss, peak_workers, peak_waiting
                 tick = 0
                 while True:
                     peak_workers = max(peak_workers, len(host.fleet.workers))
+                    waiting = sum(run.waiting_for_model for run in host.runs.values())
+                    peak_waiting = max(peak_waiting, waiting)
                     peak_rss = max(peak_rss, me.memory_info().rss)
                     if on_progress is not None and tick % 4 == 0:
                         on_progress(_progress(host, expected))
@@ -341,6 +346,7 @@ async def _drive(
         "clocks": clocks,
         "wall_s": wall,
         "peak_workers": peak_workers,
+        "peak_waiting": peak_waiting,
         "peak_rss": peak_rss,
     }
 
@@ -514,6 +520,8 @@ def run_stress(options: StressOptions, on_progress: ProgressCallback | None = No
         "notification_p50_ms": round(_percentile(notify, 50), 2),
         "notification_p99_ms": round(_percentile(notify, 99), 2),
         "peak_concurrent_workers": max(result["peak_workers"], _peak_live_workers(timings)),
+        # Agents waiting at once for a gateway model slot (gateway.max_concurrency).
+        "peak_waiting_for_model_slot": result["peak_waiting"],
         "supervisor_cpu_s": round(
             (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system), 3
         ),
@@ -552,7 +560,12 @@ def progress_bar(console: Console) -> Iterator[ProgressCallback]:
                 completed=state.completed + state.failed,
                 counts=(
                     f"launched {state.launched}  workers {state.live_workers}  "
-                    f"[green]completed {state.completed}[/]  [red]failed {state.failed}[/]"
+                    + (
+                        f"[yellow]waiting for a model slot {state.waiting_for_model}[/]  "
+                        if state.waiting_for_model
+                        else ""
+                    )
+                    + f"[green]completed {state.completed}[/]  [red]failed {state.failed}[/]"
                 ),
             )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from rich.console import Console
@@ -52,6 +52,8 @@ class _SessionTasks:
     usage: UsageRollup
     #: Why the session ended as it did (``interrupted``: why), when known.
     status_reason: str | None = None
+    #: What live tasks do now (waiting for a model slot, streaming), by task id.
+    activity: dict[str, str] = field(default_factory=dict)
 
 
 def _live_tasks(session: LiveSession) -> _SessionTasks | None:
@@ -65,6 +67,7 @@ def _live_tasks(session: LiveSession) -> _SessionTasks | None:
         live=True,
         records=[TaskRecord.model_validate(t) for t in reply["tasks"]],
         usage=UsageRollup.from_summary(reply["usage"]),
+        activity={str(k): str(v) for k, v in (reply.get("activity") or {}).items()},
     )
 
 
@@ -122,6 +125,7 @@ def ps_command(session_id: str | None, as_json: bool) -> int:
                     "status_reason": found.status_reason,
                     "live": found.live,
                     "tasks": [r.model_dump(mode="json") for r in found.records],
+                    "activity": found.activity,
                     "usage": found.usage.summary(),
                 },
                 indent=2,
@@ -132,7 +136,8 @@ def ps_command(session_id: str | None, as_json: bool) -> int:
     state = "live" if found.live else found.status
     if found.status_reason:
         state += f": {escape(found.status_reason)}"
-    console.print(tasks_table(found.records, f"tasks of session {found.session_id} ({state})"))
+    title = f"tasks of session {found.session_id} ({state})"
+    console.print(tasks_table(found.records, title, found.activity))
     console.print(f"usage: {found.usage.describe()}", highlight=False)
     return 0
 

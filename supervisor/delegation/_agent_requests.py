@@ -81,6 +81,8 @@ class AgentRequestPolicy:
     queues a message for the agent's parent; ``no_coordinator`` says why
     there is none. ``no_questions``, when set, is the answer to every
     question: nobody who could answer reads this agent's questions.
+    ``on_model_text`` receives the answer's text as it streams (never sent
+    to the worker), ``on_model_wait`` whether a call waits for a model slot.
     """
 
     holder: PolicyHolder
@@ -94,6 +96,8 @@ class AgentRequestPolicy:
     coordinator: Callable[[str], None] | None = None
     no_coordinator: str = "this agent has no coordinator; put everything in its answer"
     no_questions: str | None = None
+    on_model_text: Callable[[str], None] | None = None
+    on_model_wait: Callable[[bool], None] | None = None
 
 
 class AgentRequestServer:
@@ -153,8 +157,15 @@ class AgentRequestServer:
 
     async def _call_model(self, policy: AgentRequestPolicy, asked: ModelRequest) -> ModelResult:
         call = policy.prepare_model_call(asked)
+        on_text = policy.on_model_text
+        on_delta = None
+        if on_text is not None:
+
+            async def on_delta(text: str) -> None:
+                on_text(text)
+
         try:
-            result = await self._gateway.call(call)
+            result = await self._gateway.call(call, on_delta, on_wait=policy.on_model_wait)
         except ModelError as exc:
             raise RequestRefusedError("model_error", str(exc)) from None
         policy.record_model_result(asked, result)

@@ -8,6 +8,9 @@ lifecycle step, never per streamed token:
 ``task.registered``       a subagent was launched (its task is pending)
 ``task.started``          its worker is ready; the task is running
 ``task.backgrounded``     a foreground subagent was moved to the background
+``model.waiting``         a model call of it waits for a gateway slot (``waiting``)
+``text.streamed``         its answer's text as it streams (``text``, ``offset``),
+                          coalesced: at most four a second per agent
 ``turn.finished``         one of its model calls returned (usage grew)
 ``tool.finished``         one of its tool calls ended
 ``message.appended``      its transcript grew by one message (S-OBS-2)
@@ -38,6 +41,8 @@ LIFECYCLE_EVENTS: Final = frozenset(
         "task.registered",
         "task.started",
         "task.backgrounded",
+        "model.waiting",
+        "text.streamed",
         "turn.finished",
         "tool.finished",
         "message.appended",

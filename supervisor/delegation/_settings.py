@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from protocol import ResourceLimits
 
@@ -64,6 +64,8 @@ class SubvisorSettings(BaseModel):
     #: Subagent sandboxes (S-SBX-1): defaults, CLI overrides, and what to do
     #: where the kernel cannot enforce them.
     sandbox: SandboxSettings = SandboxSettings()
+    #: The model gateway; unless ``gateway.max_concurrency`` is set, it gives
+    #: every concurrent subagent and the root a model slot (at least 16).
     gateway: GatewayConfig = GatewayConfig()
 
     @field_validator("permission")
@@ -76,6 +78,18 @@ class SubvisorSettings(BaseModel):
     @classmethod
     def _mode_parses(cls, value: str) -> str:
         return parse_permission_mode(value)
+
+    @model_validator(mode="after")
+    def _model_slots_follow_subagents(self) -> SubvisorSettings:
+        # Model slots fewer than subagents would make the gateway, not the
+        # subagent cap, the limit nobody chose; an explicit setting is kept.
+        gateway = self.gateway
+        if "max_concurrency" not in gateway.model_fields_set:
+            slots = max(gateway.max_concurrency, self.max_concurrent_subagents + 1)
+            if slots != gateway.max_concurrency:
+                derived = gateway.model_copy(update={"max_concurrency": slots})
+                object.__setattr__(self, "gateway", derived)  # frozen: set once, here
+        return self
 
     @property
     def rules(self) -> Ruleset:

@@ -60,6 +60,7 @@ from ..state._tasks import TaskRegistry
 from ._agent_requests import AgentRequestPolicy, AgentRequestServer
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
+from ._live_text import LiveText
 from ._notifications import (
     Command,
     CommandQueue,
@@ -187,6 +188,10 @@ class SubagentRun:
         self._started = time.monotonic()
         #: When the worker was ready (monotonic), for spawn-latency figures.
         self.ready_at: float | None = None
+        #: The answer streaming now, coalesced for live watchers (S-OBS-2).
+        self.live_text = LiveText(self._publish_text)
+        #: Whether a model call of it waits for a gateway slot right now.
+        self.waiting_for_model = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -317,9 +322,12 @@ class SubagentRun:
             mcp_tools=frozenset(spec.name for spec in launch.mcp_tools),
             mcp_progress_session=launch.child_session_id,
             coordinator=self._message_parent,
+            on_model_text=self.live_text.add,
+            on_model_wait=self._model_wait,
         )
 
     def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
+        self.live_text.start()
         # The worker is untrusted: the model, tools, scenario keys and call
         # index are the launch's, whatever the worker put there.
         return asked.model_copy(
@@ -332,7 +340,26 @@ class SubagentRun:
         )
 
     def _record_model_result(self, asked: ModelRequest, result: ModelResult) -> None:
+        self.live_text.finish()
         self.count_model_call(result.usage)
+
+    def _publish_text(self, text: str, offset: int) -> None:
+        self._publish("text.streamed", text=text, offset=offset)
+
+    def _model_wait(self, waiting: bool) -> None:
+        self.waiting_for_model = waiting
+        self._publish("model.waiting", waiting=waiting)
+
+    @property
+    def activity(self) -> str | None:
+        """What the live run is doing, for ``top`` and ``ps``; None when nothing to say."""
+        if self.done.is_set():
+            return None
+        if self.waiting_for_model:
+            return "waiting for a model slot"
+        if self.live_text.chars:
+            return f"streaming ({self.live_text.chars} chars): ...{self.live_text.tail}"
+        return None
 
     def _message_parent(self, text: str) -> None:
         # S-MSG-2: into the parent's command queue with priority `next`:

@@ -15,10 +15,11 @@ from protocol import ChatMessage, ModelRequest, ModelResult, ToolCall, Usage
 from ._base import ModelEvent
 from ._errors import ModelProviderError, ModelResponseError
 from ._http import (
+    MALFORMED_ERRORS,
     CallOrigin,
     complete_once,
     error_from_status,
-    malformed_as_response_error,
+    malformed_response,
     parse_json_object,
     stream_sse_answer,
 )
@@ -209,8 +210,10 @@ class _StreamState:
     def feed(self, event: SseEvent, origin: CallOrigin) -> str:
         """Fold one SSE event into the state; return its text delta."""
         data = parse_json_object(event.data, f"a {event.event!r} event", origin)
-        with malformed_as_response_error(origin, f"a {event.event!r} event"):
+        try:
             return self.apply(data, origin)
+        except MALFORMED_ERRORS as exc:
+            raise malformed_response(origin, f"a {event.event!r} event", exc) from exc
 
     def apply(self, data: dict[str, Any], origin: CallOrigin) -> str:
         """Fold one event's data into the state; return its text delta."""

@@ -1,7 +1,8 @@
 """The model gateway: every model call of every agent goes through here.
 
-One shared ``httpx.AsyncClient`` (connection pool), one global concurrency
-limit, retries with backoff. API keys stay in the supervisor process.
+One shared ``httpx.AsyncClient`` over ``GatewayTransport`` (connection
+pool, bodies decoded a read at a time), one global concurrency limit,
+retries with backoff. API keys stay in the supervisor process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ._model_string import ModelSpec, parse_model_string
 from ._openai import OPENAI_DEFAULT_BASE_URL, OpenAIProvider
 from ._retry import retry_delay
 from ._scripted import ScriptedProvider
+from ._transport import GatewayTransport
 
 __all__ = ["ModelGateway"]
 
@@ -42,7 +44,8 @@ class ModelGateway:
     ``providers`` adds or replaces providers by name, ``rng`` drives jitter.
 
     ``config.max_concurrency`` bounds the calls in flight across the HTTP
-    providers (a slot is free while a call waits to retry). The offline
+    providers (a slot is free while a call waits to retry); a caller can
+    learn that its call waits for a slot (``on_wait``). The offline
     ``scripted`` provider has no remote rate limit to protect, so stress runs
     on it are not throttled. A failed attempt is retried only while no text delta of it has
     reached the caller, so a caller never sees the same text twice.
@@ -59,7 +62,7 @@ class ModelGateway:
     ) -> None:
         self.config = config or GatewayConfig()
         self._client = httpx.AsyncClient(
-            transport=transport,
+            transport=transport or GatewayTransport(max_idle=self.config.max_concurrency),
             # The limiter below bounds concurrency; the pool must never be the
             # tighter limit, or calls would queue inside httpx and time out.
             limits=httpx.Limits(
@@ -119,9 +122,15 @@ class ModelGateway:
         self,
         request: ModelRequest,
         on_delta: Callable[[str], Awaitable[None]] | None = None,
+        *,
+        on_wait: Callable[[bool], None] | None = None,
     ) -> ModelResult:
-        """Make one model call; ``on_delta`` receives text pieces as they arrive."""
-        async with aclosing(self.stream(request)) as events:
+        """Make one model call; ``on_delta`` receives text pieces as they arrive.
+
+        ``on_wait(True)`` is called when the call has to wait for a model slot,
+        ``on_wait(False)`` once it has one.
+        """
+        async with aclosing(self.stream(request, on_wait=on_wait)) as events:
             async for event in events:
                 if isinstance(event, ModelResult):
                     return event
@@ -129,10 +138,13 @@ class ModelGateway:
                     await on_delta(event.text)
         raise AssertionError("ModelGateway.stream ended without a ModelResult")
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+    async def stream(
+        self, request: ModelRequest, *, on_wait: Callable[[bool], None] | None = None
+    ) -> AsyncGenerator[ModelEvent, None]:
         """Make one model call, yielding text deltas and then exactly one ``ModelResult``.
 
-        Close it early with ``contextlib.aclosing`` if you stop iterating.
+        Close it early with ``contextlib.aclosing`` if you stop iterating;
+        ``on_wait`` is as for ``call``.
         """
         if self._closed:
             raise RuntimeError("ModelGateway is closed")
@@ -150,7 +162,7 @@ class ModelGateway:
             limited = not isinstance(provider, ScriptedProvider)
             try:
                 if limited:
-                    await self._limiter.acquire_on_behalf_of(slot)
+                    await self._acquire(slot, on_wait)
                 try:
                     events = provider.stream(request, spec.model)
                     try:
@@ -187,6 +199,17 @@ class ModelGateway:
                 return
             await trio.sleep(delay)
             attempt += 1
+
+    async def _acquire(self, slot: object, on_wait: Callable[[bool], None] | None) -> None:
+        limiter = self._limiter
+        if on_wait is None or limiter.available_tokens:
+            await limiter.acquire_on_behalf_of(slot)
+            return
+        on_wait(True)
+        try:
+            await limiter.acquire_on_behalf_of(slot)
+        finally:
+            on_wait(False)
 
 
 def _http_provider(

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx
+import trio
 
 from protocol import ModelResult, ModelStreamDelta
 
@@ -33,14 +34,16 @@ from ._errors import (
     ModelResponseError,
     ModelServerError,
 )
-from ._sse import SseEvent, aiter_sse_events, drain_sse_events
+from ._sse import SseDecoder, SseEvent
 
 __all__ = [
+    "MALFORMED_ERRORS",
     "CallOrigin",
     "StreamAssembler",
     "complete_once",
     "error_from_status",
     "malformed_as_response_error",
+    "malformed_response",
     "parse_json_object",
     "parse_retry_after",
     "post_json",
@@ -49,6 +52,8 @@ __all__ = [
 ]
 
 _MAX_MESSAGE_CHARS = 500
+#: How long what follows a stream's last word is read, so its connection can be reused.
+_DRAIN_S = 1.0
 # A JSON escape of a surrogate: only where one occurs can a lone one be decoded.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -182,17 +187,26 @@ def parse_json_object(text: str, what: str, origin: CallOrigin) -> dict[str, Any
     return value
 
 
+#: What reading a document of an unexpected shape raises.
+MALFORMED_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+
+
+def malformed_response(origin: CallOrigin, what: str, exc: Exception) -> ModelResponseError:
+    """The ``ModelResponseError`` for a document whose reading raised ``exc``."""
+    return ModelResponseError(
+        f"{origin.label}: {what} has an unexpected shape: {exc}",
+        provider=origin.provider,
+        model=origin.model,
+    )
+
+
 @contextmanager
 def malformed_as_response_error(origin: CallOrigin, what: str) -> Iterator[None]:
     """Report a document of an unexpected shape as ``ModelResponseError``, not a crash."""
     try:
         yield
-    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
-        raise ModelResponseError(
-            f"{origin.label}: {what} has an unexpected shape: {exc}",
-            provider=origin.provider,
-            model=origin.model,
-        ) from exc
+    except MALFORMED_ERRORS as exc:
+        raise malformed_response(origin, what, exc) from exc
 
 
 @asynccontextmanager
@@ -299,22 +313,31 @@ async def stream_sse_answer(
 ) -> AsyncIterator[ModelEvent]:
     """A streaming call: text deltas as they arrive, then the ``ModelResult``.
 
-    Reading stops at the provider's last word; what follows it is drained
-    (so the connection can be reused). A stream that ends before the answer
-    is whole is a ``ModelConnectionError`` that says what was missing.
+    The body is decoded a network read at a time: one delta per read holds
+    the text of every event in it. Reading stops at the provider's last
+    word; what follows it is drained for at most a second (so the
+    connection can be reused). A stream that ends before the answer is whole
+    is a ``ModelConnectionError`` that says what was missing.
     """
+    decoder = SseDecoder()
     async with (
         post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
-        aclosing(aiter_sse_events(response.aiter_lines())) as events,
+        aclosing(_body_reads(response)) as reads,
     ):
-        async for event in events:
-            text = assembler.feed(event, origin)
+        async for data in reads:
+            text = _fold(decoder.feed(data), assembler, origin)
             if text:
                 yield ModelStreamDelta(text=text)
             if assembler.finished:
+                with trio.move_on_after(_DRAIN_S):
+                    async for _ in reads:
+                        pass
                 break
-        if assembler.finished:
-            await drain_sse_events(events)
+        else:
+            last = decoder.end()
+            text = _fold([last] if last is not None else [], assembler, origin)
+            if text:
+                yield ModelStreamDelta(text=text)
     missing = assembler.unfinished
     if missing is not None:
         raise ModelConnectionError(
@@ -325,3 +348,22 @@ async def stream_sse_answer(
     with malformed_as_response_error(origin, "the streamed answer"):
         result = assembler.result(origin)
     yield result
+
+
+def _body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    # Without a content coding the raw reads are the body: skip httpx's decoder layer.
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    reads = response.aiter_raw() if coding == "identity" else response.aiter_bytes()
+    return cast(AsyncGenerator[bytes, None], reads)  # both are async generators
+
+
+def _fold(events: list[SseEvent], assembler: StreamAssembler, origin: CallOrigin) -> str:
+    """Feed ``events`` to ``assembler`` up to its last word; their text, joined."""
+    texts: list[str] = []
+    for event in events:
+        text = assembler.feed(event, origin)
+        if text:
+            texts.append(text)
+        if assembler.finished:
+            break
+    return "".join(texts)

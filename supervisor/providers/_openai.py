@@ -15,10 +15,11 @@ from protocol import ModelRequest, ModelResult, ToolCall, Usage
 from ._base import ModelEvent
 from ._errors import ModelResponseError
 from ._http import (
+    MALFORMED_ERRORS,
     CallOrigin,
     complete_once,
     error_from_status,
-    malformed_as_response_error,
+    malformed_response,
     parse_json_object,
     stream_sse_answer,
 )
@@ -215,8 +216,10 @@ class _StreamState:
             self.done = True
             return ""
         chunk = parse_json_object(event.data, "a stream chunk", origin)
-        with malformed_as_response_error(origin, "a stream chunk"):
+        try:
             return self.apply(chunk, origin)
+        except MALFORMED_ERRORS as exc:
+            raise malformed_response(origin, "a stream chunk", exc) from exc
 
     def apply(self, chunk: dict[str, Any], origin: CallOrigin) -> str:
         """Fold one chunk into the state; return its text delta."""

@@ -256,10 +256,10 @@ async def test_children_never_get_the_agent_tool(
         offered: list[set[str]] = []
         call = host.gateway.call
 
-        async def recording(request: Any, on_delta: Any = None) -> Any:
+        async def recording(request: Any, on_delta: Any = None, **options: Any) -> Any:
             if request.agent_keys[0] == "child":
                 offered.append({spec.name for spec in request.tools})
-            return await call(request, on_delta)
+            return await call(request, on_delta, **options)
 
         host.gateway.call = recording  # type: ignore[method-assign]
         root = RootSession(host, model=model, cwd=tmp_path)

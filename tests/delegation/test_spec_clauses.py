@@ -51,15 +51,16 @@ _NEVER_IN_A_WORKER = {
 def _record_model_requests(host: Subvisor) -> list[ModelRequest]:
     """Every model request that reaches ``host``'s gateway, root's and workers' alike.
 
-    A worker's request carries the tool specs its own ``Toolbox`` offers its
-    model: the worker's tool table, as the worker built it.
+    A child's request carries the tools its model is offered: the supervisor
+    sets them from the launch (the tools its worker was given), whatever the
+    worker sent.
     """
     requests: list[ModelRequest] = []
     call: Callable[..., Awaitable[ModelResult]] = host.gateway.call
 
-    async def recording(request: ModelRequest, on_delta: Any = None) -> ModelResult:
+    async def recording(request: ModelRequest, on_delta: Any = None, **options: Any) -> ModelResult:
         requests.append(request)
-        return await call(request, on_delta)
+        return await call(request, on_delta, **options)
 
     host.gateway.call = recording  # type: ignore[method-assign]
     return requests

@@ -388,25 +388,30 @@ async def test_default_token_field_depends_on_the_endpoint() -> None:
     assert "max_tokens" in seen[1]
 
 
-def test_sse_decoder_follows_the_format() -> None:
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1000])
+def test_sse_decoder_follows_the_format_however_the_bytes_are_cut(piece: int) -> None:
+    """S-PROF-6: SSE lines end at CRLF, LF or CR, also where a read splits them."""
+    stream = (
+        b": a comment\r\n"
+        b"event: update\n"
+        b"data: first\n"
+        b"data:second\n"
+        b"id: 7\n"
+        b"\n"
+        b"event: lonely\n"
+        b"\n"
+        b"data: x\r\n"
+        b"\r\n"
+        b"data: caf\xc3\xa9\r"
+        b"\r"
+        b"data: tail"
+    )
     decoder = SseDecoder()
-    lines = [
-        ": a comment",
-        "event: update",
-        "data: first",
-        "data:second",
-        "id: 7",
-        "",
-        "event: lonely",
-        "",
-        "data: x\r",
-        "\r",
-        "data: tail",
-    ]
-    events = [e for line in lines if (e := decoder.feed_line(line)) is not None]
+    events = [e for i in range(0, len(stream), piece) for e in decoder.feed(stream[i : i + piece])]
     assert events == [
         SseEvent(event="update", data="first\nsecond"),
         SseEvent(event="message", data="x"),
+        SseEvent(event="message", data="caf\u00e9"),
     ]
     assert decoder.end() == SseEvent(event="message", data="tail")
     assert decoder.end() is None

@@ -1,0 +1,260 @@
+"""Model traffic at fleet scale: N subagents each streaming one answer through the gateway.
+
+A scripted root fans out N subagents in one message (caps raised to N);
+each subagent's profile names a local OpenAI-compatible server
+(``benchmarks._stream_server``, a subprocess) that answers every call with
+``--chunks`` chunks at ``--rate`` chunks per second, so one answer ideally
+takes ``chunks / rate`` seconds. The scripted twin runs the same fan-out
+with a scripted model that waits that long and streams nothing: the
+difference is what relaying the chunks costs.
+
+Per N:
+
+- ``cpu_us_per_chunk``: CPU of the supervisor process (and of any gateway
+  processes) during the run, per chunk relayed; ``relay_cpu_us_per_chunk``
+  the same less the twin's CPU (spawning, the store, teardown), so what
+  the chunks alone cost.
+- ``stream_s_p50``/``stream_s_max``: from a call's request to the end of its
+  stream, against ``ideal_s``; ``stream_over_ideal`` is the max over ideal.
+- ``chunk_lag_*_ms``: each chunk's server write to the gateway's read of it
+  (the server stamps ``time.monotonic()``, the machine's one clock, into it).
+- ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
+- ``wall_s`` and ``twin_wall_s``: the root's whole turn.
+
+The chunk lag and stream times are read where the gateway hands each
+delta on (``_probing``), so they include reading and parsing the chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from protocol import ModelRequest, ModelStreamDelta, ResourceLimits
+from supervisor import RootSession, Subvisor, SubvisorSettings
+from supervisor.providers import GatewayConfig, ModelEvent, ModelGateway
+
+from . import Report
+from ._stats import percentile, rounded
+
+__all__ = ["TARGETS", "add_arguments", "run"]
+
+TARGETS: dict[str, tuple[str, float]] = {}
+
+_STAMP = re.compile(r"<(\d+\.\d{6})>")
+_PROFILE = """---
+name: streamer
+description: Streams one answer.
+model: {model}
+tools: Read
+---
+Answer the prompt.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agents",
+        default="50,200,500",
+        help="comma-separated fleet sizes N, each one streaming subagent per N",
+    )
+    parser.add_argument("--chunks", type=int, default=200, help="chunks per answer")
+    parser.add_argument("--rate", type=float, default=50.0, help="chunks per second per answer")
+    parser.add_argument("--no-twin", action="store_true", help="skip the scripted twin")
+
+
+@dataclass
+class _Probe:
+    """What the lag probe saw: per-chunk lags and per-call stream times, in seconds."""
+
+    lags: list[float] = field(default_factory=list)
+    streams: list[float] = field(default_factory=list)
+    chunks: int = 0
+
+
+@contextlib.contextmanager
+def _probing(probe: _Probe) -> Iterator[None]:
+    """Route ``ModelGateway.stream`` through ``probe`` while the block runs.
+
+    Every gateway call streams through ``stream``; the probe reads each
+    delta's stamps as the gateway hands it on (a regular-expression scan
+    per delta, which the CPU figures include).
+    """
+    original = ModelGateway.stream
+
+    async def stream(
+        self: ModelGateway, request: ModelRequest, **options: Any
+    ) -> AsyncGenerator[ModelEvent, None]:
+        started, stamped = time.monotonic(), False
+        async with aclosing(original(self, request, **options)) as events:
+            async for event in events:
+                if isinstance(event, ModelStreamDelta):
+                    now = time.monotonic()
+                    stamps = _STAMP.findall(event.text)
+                    probe.chunks += len(stamps)
+                    probe.lags.extend(now - float(stamp) for stamp in stamps)
+                elif stamped:
+                    # The caller stops at the result: time the stream now.
+                    probe.streams.append(time.monotonic() - started)
+                stamped = stamped or isinstance(event, ModelStreamDelta)
+                yield event
+
+    ModelGateway.stream = stream  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ModelGateway.stream = original  # type: ignore[method-assign]
+
+
+@dataclass
+class _Run:
+    wall_s: float
+    cpu_s: float
+    completed: int
+    launch_spread_s: float
+
+
+def _write_fixture(work: Path, agents: int, model: str, latency_ms: float) -> None:
+    (work / "tree").mkdir(exist_ok=True)
+    agent_dir = work / "home" / "agents"
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    (agent_dir / "streamer.md").write_text(_PROFILE.format(model=model))
+    calls = [
+        {
+            "name": "Agent",
+            "input": {
+                "description": f"agent {i}",
+                "prompt": "answer",
+                "subagent_type": "streamer",
+            },
+        }
+        for i in range(agents)
+    ]
+    scenario = {
+        "agents": {
+            "root": [{"tool_calls": calls}, {"text": "done"}],
+            "streamer": [{"text": "a scripted answer", "latency_ms": latency_ms}],
+        }
+    }
+    (work / "scenario.json").write_text(json.dumps(scenario))
+
+
+async def _fan_out(work: Path, agents: int, port: int) -> _Run:
+    settings = SubvisorSettings(
+        home=work / "home",
+        max_concurrent_subagents=agents,
+        max_subagents_per_session=agents,
+        subagent_limits=ResourceLimits(memory_mb=1024, idle_timeout_s=120),
+        gateway=GatewayConfig.model_validate(
+            {
+                "max_concurrency": agents,
+                "max_retries": 0,
+                "providers": {
+                    "bench": {
+                        "api": "openai",
+                        "base_url": f"http://127.0.0.1:{port}/v1",
+                        "read_timeout_s": 120,
+                    }
+                },
+            }
+        ),
+    )
+    cpu_before = _cpu_seconds()
+    async with Subvisor(settings) as host:
+        root = RootSession(host, model=f"scripted:{work / 'scenario.json'}", cwd=work / "tree")
+        started = time.perf_counter()
+        await root.run("delegate")
+        wall = time.perf_counter() - started
+        records = host.registry.list(root.session_id)
+        completed = sum(r.status == "completed" for r in records)
+        ready = [run.ready_at for run in host.runs.values() if run.ready_at is not None]
+        spread = max(ready) - min(ready) if ready else 0.0
+    return _Run(wall, _cpu_seconds() - cpu_before, completed, spread)
+
+
+def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Report:
+    chunks = max(1, args.chunks)
+    ideal_s = chunks / max(0.1, args.rate)
+    report: Report = {}
+    with tempfile.TemporaryDirectory(prefix="subvisor-relay-") as tmp:
+        work = Path(tmp)
+        _write_fixture(work, agents, "bench:gpt-bench", ideal_s * 1000)
+        probe = _Probe()
+        with _probing(probe):
+            relay = trio.run(_fan_out, work, agents, port)
+    relayed = max(1, probe.chunks)
+    report[f"n{agents}_completed"] = relay.completed
+    report[f"n{agents}_chunks"] = probe.chunks
+    report[f"n{agents}_wall_s"] = rounded(relay.wall_s)
+    report[f"n{agents}_ideal_s"] = rounded(ideal_s)
+    streams = probe.streams or [0.0]
+    report[f"n{agents}_stream_s_p50"] = rounded(percentile(streams, 50))
+    report[f"n{agents}_stream_s_max"] = rounded(max(streams))
+    report[f"n{agents}_stream_over_ideal"] = rounded(max(streams) / ideal_s, 2)
+    lags = probe.lags or [0.0]
+    report[f"n{agents}_chunk_lag_mean_ms"] = rounded(sum(lags) / len(lags) * 1000, 2)
+    report[f"n{agents}_chunk_lag_p99_ms"] = rounded(percentile(lags, 99) * 1000, 2)
+    report[f"n{agents}_chunk_lag_max_ms"] = rounded(max(lags) * 1000, 2)
+    report[f"n{agents}_cpu_s"] = rounded(relay.cpu_s)
+    report[f"n{agents}_cpu_us_per_chunk"] = rounded(relay.cpu_s / relayed * 1e6, 1)
+    report[f"n{agents}_launch_spread_s"] = rounded(relay.launch_spread_s)
+    if twin:
+        with tempfile.TemporaryDirectory(prefix="subvisor-relay-twin-") as tmp:
+            work = Path(tmp)
+            scripted = f"scripted:{work / 'scenario.json'}"
+            _write_fixture(work, agents, scripted, ideal_s * 1000)
+            scripted_run = trio.run(_fan_out, work, agents, port)
+        report[f"n{agents}_twin_completed"] = scripted_run.completed
+        report[f"n{agents}_twin_wall_s"] = rounded(scripted_run.wall_s)
+        report[f"n{agents}_twin_cpu_s"] = rounded(scripted_run.cpu_s)
+        report[f"n{agents}_twin_launch_spread_s"] = rounded(scripted_run.launch_spread_s)
+        net = max(0.0, relay.cpu_s - scripted_run.cpu_s)
+        report[f"n{agents}_relay_cpu_us_per_chunk"] = rounded(net / relayed * 1e6, 1)
+    return report
+
+
+def run(args: argparse.Namespace) -> Report:
+    sizes = [max(1, int(n)) for n in str(args.agents).split(",") if n.strip()]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks._stream_server",
+            "--chunks",
+            str(max(1, args.chunks)),
+            "--rate",
+            str(args.rate),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        report: Report = {"chunks_per_answer": max(1, args.chunks), "rate": args.rate}
+        for agents in sizes:
+            report.update(_measure(agents, args, port, twin=not args.no_twin))
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
+    return report
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

@@ -1,0 +1,449 @@
+"""``GatewayTransport``: the gateway's HTTP/1.1 under httpx, cheap per streamed chunk.
+
+A model answer streams as hundreds of small HTTP chunks, one network read
+each. httpx's own transport (httpcore over h11) costs per chunk an h11
+event, a stack of async generators, and per read two context managers and
+a cancel scope: most of the supervisor's CPU at fleet scale. This transport
+keeps httpx as the client (its API, errors, proxies from the environment
+and redirects policy stay) and does the HTTP/1.1 wire itself where it
+matters:
+
+- h11 writes the request and reads the response head (status, headers);
+- the body is decoded here, a whole read at a time: chunked framing, a
+  ``Content-Length``, or until the server closes; each read yields once,
+  however many HTTP chunks it held;
+- the body's read-idle timeout is one deadline per response, pushed on by
+  every read and checked by one sweeper task per transport, which closes
+  the connection of a response past it (its reader then raises
+  ``httpx.ReadTimeout``); no cancel scope per read;
+- a connection whose response was read to its exact end goes back to a
+  keep-alive pool (per scheme, host and port) and is reused with a fresh
+  h11 state; any other connection is closed.
+
+Invariants: a response is framed exactly once (h11 for the head, this
+module for the body), so a connection is reused only at a message
+boundary; every failure is raised as the ``httpx`` exception httpx's own
+transport would raise, with the request attached.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import cast
+
+import h11
+import httpx
+import trio
+
+__all__ = ["GatewayTransport"]
+
+_READ_SIZE = 64 * 1024
+_MAX_HEAD_BYTES = 64 * 1024
+_MAX_CHUNK_LINE = 1024
+_SWEEP_S = 0.5
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+
+_Origin = tuple[str, str, int]
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One open connection; ``stream`` is the socket (or TLS) stream."""
+
+    stream: trio.abc.Stream
+    socket: trio.socket.SocketType
+
+
+class ChunkedBody:
+    """Decodes a chunked body (RFC 9112 7.1): bytes in, payload and whether it ended out.
+
+    Chunk extensions and trailer fields are read and dropped. A bare LF is
+    accepted where CRLF belongs, as most decoders do. ``leftover`` holds what
+    followed the body's end in the last bytes fed.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._remaining = 0  # payload bytes left in the current chunk
+        self._state = "size"  # size, data, data_end, trailer, done
+        self.leftover = b""
+
+    @property
+    def finished(self) -> bool:
+        """The body's end has been read."""
+        return self._state == "done"
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """Take bytes; return the payload they complete and whether the body ended."""
+        buffer = self._buffer + data if self._buffer else data
+        out: list[bytes] = []
+        pos, size, state = 0, len(buffer), self._state
+        while state != "done":
+            if state == "data":
+                take = min(self._remaining, size - pos)
+                if take:
+                    out.append(buffer[pos : pos + take])
+                    pos += take
+                    self._remaining -= take
+                if self._remaining:
+                    break
+                state = "data_end"
+            end = buffer.find(b"\n", pos)
+            if end < 0:
+                if size - pos > _MAX_CHUNK_LINE:
+                    raise ValueError("a chunk-size line is too long")
+                break
+            line = buffer[pos:end].rstrip(b"\r")
+            pos = end + 1
+            if state == "data_end":
+                if line:
+                    raise ValueError("a chunk does not end with CRLF")
+                state = "size"
+            elif state == "size":
+                digits = line.split(b";", 1)[0].strip()
+                if not _HEX.fullmatch(digits):
+                    raise ValueError(f"bad chunk size {digits[:40]!r}")
+                self._remaining = int(digits, 16)
+                state = "data" if self._remaining else "trailer"
+            elif not line:  # the blank line that ends the trailer section
+                state = "done"
+        self._state = state
+        if state == "done":
+            self.leftover, self._buffer = buffer[pos:], b""
+        else:
+            self._buffer = buffer[pos:]
+        return b"".join(out) if len(out) != 1 else out[0], state == "done"
+
+
+class _LengthBody:
+    def __init__(self, length: int) -> None:
+        self._remaining = length
+        self.leftover = b""
+
+    @property
+    def finished(self) -> bool:
+        return self._remaining == 0
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        if len(data) >= self._remaining:
+            payload, self.leftover = data[: self._remaining], data[self._remaining :]
+            self._remaining = 0
+            return payload, True
+        self._remaining -= len(data)
+        return data, False
+
+
+class _UntilClose:
+    leftover = b""
+    finished = False
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        return data, not data
+
+
+@dataclass(eq=False)
+class _Body(httpx.AsyncByteStream):
+    """A response body being read; the sweeper closes it once ``deadline`` passes."""
+
+    transport: GatewayTransport
+    connection: _Connection
+    origin: _Origin
+    request: httpx.Request
+    decoder: ChunkedBody | _LengthBody | _UntilClose
+    first: bytes
+    reusable: bool
+    read_timeout: float | None
+    deadline: float = field(default=float("inf"))
+    timed_out: bool = False
+    done: bool = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        decoder, request = self.decoder, self.request
+        stream = self.connection.stream
+        timeout = self.read_timeout
+        data = self.first
+        try:
+            while True:
+                if data:
+                    try:
+                        payload, ended = decoder.feed(data)
+                    except ValueError as exc:
+                        raise httpx.RemoteProtocolError(
+                            f"malformed response body: {exc}", request=request
+                        ) from None
+                    # Set before the last yield: a reader may stop there and close.
+                    self.done = ended
+                    if payload:
+                        yield payload
+                    if ended:
+                        return
+                elif decoder.finished:
+                    self.done = True
+                    return
+                if timeout is not None:
+                    self.deadline = trio.current_time() + timeout
+                try:
+                    data = cast(bytes, await stream.receive_some(_READ_SIZE))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    if self.timed_out:
+                        raise httpx.ReadTimeout(
+                            f"no data for {timeout:g} s", request=request
+                        ) from None
+                    raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+                if not data:
+                    if isinstance(decoder, _UntilClose):
+                        self.done = True
+                        return
+                    raise httpx.RemoteProtocolError(
+                        "peer closed connection without sending complete message body",
+                        request=request,
+                    )
+        finally:
+            self.transport._untrack(self)
+
+    async def aclose(self) -> None:
+        self.transport._untrack(self)
+        if self.done and self.reusable and not self.decoder.leftover and not self.timed_out:
+            self.transport._release(self.origin, self.connection)
+        else:
+            await trio.aclose_forcefully(self.connection.stream)
+
+
+class GatewayTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 over trio for the model gateway (see the module docstring).
+
+    ``ssl_context`` verifies ``https`` servers (default: the system's
+    trust store, as httpx does); ``max_idle`` bounds the idle keep-alive
+    connections kept per origin.
+    """
+
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, max_idle: int = 64) -> None:
+        self._ssl_context = ssl_context
+        self._max_idle = max_idle
+        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._reading: weakref.WeakSet[_Body] = weakref.WeakSet()
+        self._sweeping: object | None = None
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``; return its response once the head has arrived."""
+        if self._closed:
+            raise RuntimeError("GatewayTransport is closed")
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}", request=request)
+        port = url.port or (443 if scheme == "https" else 80)
+        origin: _Origin = (scheme, url.host, port)
+        timeouts = request.extensions.get("timeout", {})
+        connection = self._idle_connection(origin)
+        if connection is None:
+            with _timeout(timeouts.get("connect")) as connecting:
+                connection = await self._connect(origin, request)
+            if connection is None or connecting.cancelled_caught:
+                host, port = origin[1], origin[2]
+                raise httpx.ConnectTimeout(
+                    f"connecting to {host}:{port} timed out", request=request
+                )
+        try:
+            return await self._exchange(connection, origin, request, timeouts)
+        except BaseException:
+            await trio.aclose_forcefully(connection.stream)
+            raise
+
+    async def aclose(self) -> None:
+        """Close every idle connection; responses still being read close with their reader."""
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                await trio.aclose_forcefully(connection.stream)
+
+    # -- connections --------------------------------------------------------------
+
+    def _idle_connection(self, origin: _Origin) -> _Connection | None:
+        pool = self._idle.get(origin)
+        while pool:
+            connection = pool.pop()
+            # Readable while idle: the server closed it (or broke the protocol).
+            if not connection.socket.is_readable():
+                return connection
+            connection.socket.close()
+        return None
+
+    def _release(self, origin: _Origin, connection: _Connection) -> None:
+        pool = self._idle.setdefault(origin, [])
+        if self._closed or len(pool) >= self._max_idle:
+            connection.socket.close()
+        else:
+            pool.append(connection)
+
+    async def _connect(self, origin: _Origin, request: httpx.Request) -> _Connection | None:
+        """A new connection (None when cancelled by the caller's connect timeout)."""
+        scheme, host, port = origin
+        stream: trio.abc.Stream | None = None
+        try:
+            tcp = await trio.open_tcp_stream(host, port)
+            stream = tcp
+            if scheme == "https":
+                context = self._ssl_context or ssl.create_default_context()
+                stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
+                await stream.do_handshake()
+        except trio.Cancelled:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise
+        except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        return _Connection(stream, tcp.socket)
+
+    async def _exchange(
+        self,
+        connection: _Connection,
+        origin: _Origin,
+        request: httpx.Request,
+        timeouts: dict[str, float | None],
+    ) -> httpx.Response:
+        h11_connection = h11.Connection(h11.CLIENT)
+        body = await request.aread()
+        headers = list(request.headers.raw)
+        names = {name.lower() for name, _ in headers}
+        if b"content-length" not in names and b"transfer-encoding" not in names:
+            headers.append((b"content-length", str(len(body)).encode()))
+        target = request.url.raw_path
+        wire = h11_connection.send(
+            h11.Request(method=request.method, target=target, headers=headers)
+        )
+        wire += h11_connection.send(h11.Data(data=body)) if body else b""
+        wire += h11_connection.send(h11.EndOfMessage())
+        stream = connection.stream
+        try:
+            with trio.fail_after(_seconds(timeouts.get("write"))):
+                await stream.send_all(wire)
+        except trio.TooSlowError:
+            raise httpx.WriteTimeout("sending the request timed out", request=request) from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from exc
+        read_timeout = timeouts.get("read")
+        try:
+            with trio.fail_after(_seconds(read_timeout)):
+                head = await self._read_head(h11_connection, stream, request)
+        except trio.TooSlowError:
+            raise httpx.ReadTimeout("waiting for the response timed out", request=request) from None
+        leftover, _ = h11_connection.trailing_data
+        response_headers = [(bytes(name), bytes(value)) for name, value in head.headers]
+        decoder = _body_decoder(request.method, head, response_headers)
+        reusable = (
+            head.http_version == b"1.1"
+            and not isinstance(decoder, _UntilClose)
+            and not _says_close(headers)
+            and not _says_close(response_headers)
+        )
+        reader = _Body(
+            transport=self,
+            connection=connection,
+            origin=origin,
+            request=request,
+            decoder=decoder,
+            first=bytes(leftover),
+            reusable=reusable,
+            read_timeout=read_timeout,
+        )
+        if read_timeout is not None:
+            reader.deadline = trio.current_time() + read_timeout
+            self._track(reader)
+        return httpx.Response(
+            status_code=head.status_code,
+            headers=response_headers,
+            stream=reader,
+            extensions={"http_version": b"HTTP/" + head.http_version, "reason_phrase": head.reason},
+        )
+
+    @staticmethod
+    async def _read_head(
+        h11_connection: h11.Connection, stream: trio.abc.Stream, request: httpx.Request
+    ) -> h11.Response:
+        received = 0
+        while True:
+            try:
+                event = h11_connection.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc), request=request) from None
+            if isinstance(event, h11.Response):
+                return event
+            if event is h11.NEED_DATA:
+                try:
+                    data = cast(bytes, await stream.receive_some(_READ_SIZE))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+                received += len(data)
+                if not data:
+                    raise httpx.RemoteProtocolError(
+                        "Server disconnected without sending a response.", request=request
+                    )
+                if received > _MAX_HEAD_BYTES + _READ_SIZE:
+                    raise httpx.RemoteProtocolError("response head too large", request=request)
+                h11_connection.receive_data(data)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError(
+                    "Server disconnected without sending a response.", request=request
+                )
+            # h11.InformationalResponse (1xx): read on.
+
+    # -- the read-idle deadline ---------------------------------------------------
+
+    def _track(self, body: _Body) -> None:
+        self._reading.add(body)
+        run = trio.lowlevel.current_root_task()
+        if self._sweeping is not run:
+            self._sweeping = run
+            trio.lowlevel.spawn_system_task(self._sweep, run, name="GatewayTransport sweeper")
+
+    def _untrack(self, body: _Body) -> None:
+        self._reading.discard(body)
+
+    async def _sweep(self, run: object) -> None:
+        # One task per trio run: wakes twice a second while responses are read,
+        # and ends when none are (the next tracked response starts another).
+        while self._sweeping is run and self._reading:
+            await trio.sleep(_SWEEP_S)
+            now = trio.current_time()
+            for body in list(self._reading):
+                if body.deadline <= now and not body.done:
+                    body.timed_out = True
+                    self._reading.discard(body)
+                    await trio.aclose_forcefully(body.connection.stream)
+        if self._sweeping is run:
+            self._sweeping = None
+
+
+def _body_decoder(
+    method: str, head: h11.Response, headers: list[tuple[bytes, bytes]]
+) -> ChunkedBody | _LengthBody | _UntilClose:
+    if method == "HEAD" or head.status_code in (204, 304):
+        return _LengthBody(0)
+    encodings = [value.lower() for name, value in headers if name == b"transfer-encoding"]
+    if encodings and encodings[-1].rsplit(b",", 1)[-1].strip() == b"chunked":
+        return ChunkedBody()
+    lengths = [value for name, value in headers if name == b"content-length"]
+    if lengths and not encodings:
+        return _LengthBody(int(lengths[-1]))  # h11 checked that it is a number
+    return _UntilClose()
+
+
+def _says_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
+    )
+
+
+def _timeout(timeout: float | None) -> trio.CancelScope:
+    return trio.move_on_after(_seconds(timeout))
+
+
+def _seconds(timeout: float | None) -> float:
+    return float("inf") if timeout is None else timeout

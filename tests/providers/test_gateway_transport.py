@@ -1,0 +1,167 @@
+"""``GatewayTransport``: the gateway's HTTP/1.1, bodies decoded a read at a time (S-PROF-6).
+
+Real local servers throughout: the test provider server (chunked SSE,
+JSON bodies, keep-alive), and a raw trio server where a test needs a server
+that stalls mid-body.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol._chat import ChatMessage, ModelRequest
+from supervisor.providers import GatewayConfig, ModelConnectionError, ModelGateway
+from supervisor.providers._transport import ChunkedBody, GatewayTransport
+from tests.support.provider_server import CannedResponse, ProviderServer
+
+HELLO = (ChatMessage(role="user", content="hi"),)
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with ProviderServer() as running:
+        yield running
+
+
+def _gateway(base_url: str, **provider: object) -> ModelGateway:
+    config = GatewayConfig.model_validate(
+        {
+            "max_retries": 0,
+            "providers": {"openai": {"base_url": base_url + "/v1", **provider}},
+        }
+    )
+    return ModelGateway(config, env={}, rng=random.Random(7))
+
+
+def _streamed(text: str, piece_size: int | None = None) -> CannedResponse:
+    events = [
+        (None, {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
+        for word in text.split(" ")
+    ]
+    events.append((None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    events.append((None, "[DONE]"))
+    return CannedResponse.sse(events, piece_size=piece_size)
+
+
+def _chunked(pieces: list[bytes], extension: bytes = b"", trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x%s\r\n%s\r\n" % (len(p), extension, p) for p in pieces if p)
+    return body + b"0\r\n" + trailer + b"\r\n"
+
+
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    cut=st.integers(min_value=1, max_value=17),
+    extension=st.sampled_from([b"", b";name=value"]),
+    trailer=st.sampled_from([b"", b"x-trailer: 1\r\n"]),
+)
+def test_chunked_body_decodes_however_the_reads_are_cut(
+    pieces: list[bytes], cut: int, extension: bytes, trailer: bytes
+) -> None:
+    """Chunk extensions and trailers are dropped; the payload is the chunks' bytes, in order."""
+    wire = _chunked(pieces, extension, trailer) + b"NEXT"
+    decoder = ChunkedBody()
+    payload, ended = b"", False
+    for i in range(0, len(wire), cut):
+        data, ended = decoder.feed(wire[i : i + cut])
+        payload += data
+        if ended:
+            break
+    assert ended
+    assert payload == b"".join(pieces)
+    assert b"NEXT".startswith(decoder.leftover)  # what followed the body stays apart
+
+
+@pytest.mark.parametrize("wire", [b"zz\r\nab\r\n", b"+2\r\nab\r\n", b"2\r\nabXY0\r\n\r\n"])
+def test_chunked_body_refuses_bad_framing(wire: bytes) -> None:
+    with pytest.raises(ValueError):
+        ChunkedBody().feed(wire)
+
+
+@pytest.mark.parametrize("piece_size", [None, 1, 7])
+async def test_streamed_answer_whole_however_the_body_is_cut(
+    server: ProviderServer, piece_size: int | None
+) -> None:
+    """HTTP chunks cut across SSE lines and events still give the whole answer, once."""
+    server.enqueue(_streamed("one two three four", piece_size))
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    async with _gateway(server.base_url) as gateway:
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO), on_delta)
+    assert result.text == "onetwothreefour"
+    assert "".join(deltas) == result.text
+
+
+async def test_a_connection_is_reused_after_a_whole_answer(server: ProviderServer) -> None:
+    """Keep-alive: a body read to its exact end returns its connection to the pool."""
+    server.enqueue(_streamed("first answer"), _streamed("second answer"))
+    server.enqueue(CannedResponse.json({"error": {"message": "no"}}, status=400))
+    async with _gateway(server.base_url) as gateway:
+        for _ in range(2):
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    first, second = server.requests
+    assert first.client_port == second.client_port
+
+
+async def test_a_stalled_body_times_out_as_a_connection_error() -> None:
+    """The read-idle timeout holds for the body too: one deadline per response."""
+
+    async def stall(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        head = (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        await stream.send_all(head + _chunked([b'data: {"choices":[]}\n\n'])[:-5])
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), stall, 0
+        )
+        port = listeners[0].socket.getsockname()[1]
+        async with _gateway(f"http://127.0.0.1:{port}", read_timeout_s=0.3) as gateway:
+            with pytest.raises(ModelConnectionError, match="timed out"):
+                await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        nursery.cancel_scope.cancel()
+
+
+async def test_plain_json_answers_and_error_statuses_read_whole(server: ProviderServer) -> None:
+    """Bodies framed by Content-Length: a JSON answer, and an error status with its message."""
+    server.enqueue(
+        CannedResponse.json({"ok": True}),
+        CannedResponse.json({"error": {"message": "bad key"}}, status=401),
+    )
+    async with httpx.AsyncClient(transport=GatewayTransport()) as client:
+        ok = await client.post(server.base_url + "/v1/x", json={})
+        refused = await client.post(server.base_url + "/v1/x", json={})
+    assert ok.json() == {"ok": True}
+    assert refused.status_code == 401 and refused.json()["error"]["message"] == "bad key"
+
+
+async def test_waiting_for_a_model_slot_is_reported(server: ProviderServer) -> None:
+    """A call that finds every slot taken says so (``on_wait``), then runs."""
+    slow = _streamed("slow")
+    server.enqueue(
+        CannedResponse(headers=slow.headers, chunks=slow.chunks, delay_s=0.3), _streamed("next")
+    )
+    seen: list[bool] = []
+    config = GatewayConfig.model_validate(
+        {"max_concurrency": 1, "providers": {"openai": {"base_url": server.base_url + "/v1"}}}
+    )
+    async with ModelGateway(config, env={}) as gateway, trio.open_nursery() as nursery:
+        request = ModelRequest(model="openai:m", messages=HELLO)
+        nursery.start_soon(gateway.call, request)
+        await trio.sleep(0.05)
+        await gateway.call(request, on_wait=seen.append)
+    assert seen == [True, False]
