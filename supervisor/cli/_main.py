@@ -427,7 +427,12 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor"}
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
     from ..config._config_files import ConfigError
-    from ..kernel import NestedSupervisorError, refuse_inside_worker_tree
+    from ..kernel import (
+        NestedSupervisorError,
+        PlacementError,
+        find_exception,
+        refuse_inside_worker_tree,
+    )
     from ._input import BadInputError, check_text_arguments
 
     args = build_parser().parse_args(argv)
@@ -440,5 +445,14 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInputError, ConfigError, NestedSupervisorError) as exc:
         # One line, however narrow the terminal.
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        return 2
+    except BaseException as exc:
+        # No Ray, or no cluster where --ray or placement said (S-DIST-1): one line too.
+        placement = find_exception(exc, PlacementError)
+        if placement is None:
+            raise
+        Console(stderr=True).print(
+            f"[red]{escape(str(placement))}[/]", soft_wrap=True, highlight=False
+        )
         return 2
     return code

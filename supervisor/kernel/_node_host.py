@@ -261,10 +261,13 @@ class NodeHost:
             await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
 
     def _local_sandbox(self, policy: SandboxPolicy, worker_id: str) -> SandboxPolicy:
-        """The policy with a private temp dir on this node, if it restricts the filesystem."""
+        """The policy with this node's hidden paths, and a private temp dir here if it needs one."""
+        update: dict[str, object] = {
+            "hidden_paths": tuple(dict.fromkeys((*policy.hidden_paths, *self._hidden)))
+        }
         if policy.restricts_filesystem and policy.temp_dir is None:
-            return policy.model_copy(update={"temp_dir": self._temp_dirs.make(worker_id)})
-        return policy
+            update["temp_dir"] = self._temp_dirs.make(worker_id)
+        return policy.model_copy(update=update)
 
     async def _pump_out(self, pipe: WorkerStream, worker: _HostedWorker) -> None:
         """The worker's frames, from its pipe to its channel; EOF when it closes its end."""

@@ -47,6 +47,8 @@ from protocol import (
     encode_node_control,
 )
 
+from ._errors import SubvisorError
+
 __all__ = ["LinkChannel", "NodeLink", "NodeLinkAuthError"]
 
 #: Bytes a channel's sender may have in flight before its receiver consumed them.
@@ -54,7 +56,7 @@ CHANNEL_WINDOW = 1 << 20
 _READ_SIZE = 256 * 1024
 
 
-class NodeLinkAuthError(Exception):
+class NodeLinkAuthError(SubvisorError):
     """The peer did not present the node host's token."""
 
 

@@ -64,7 +64,7 @@ from protocol import (
 from worker._privileges import set_dumpable
 
 from ._environment import IMPORT_ROOT
-from ._errors import SpawnError
+from ._errors import PlacementError, SpawnError
 from ._exit import ExitKind, ProcessStatus
 from ._node_host import NodeHost
 from ._node_link import LinkChannel, NodeLink
@@ -79,6 +79,7 @@ _NODES_TTL_S = 2.0
 #: TCP keepalive on every link: a silent peer is dropped after ~5 + 3 * 2 s.
 _KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3}
 _MIB = 1024 * 1024
+_PROBE_TIMEOUT_S = 5.0
 
 
 def ray_available() -> str | None:
@@ -188,7 +189,7 @@ class RemoteProcess(SpawnedProcess):
         self.link.send_control(NodeSignal(channel=self.channel_id, signal=sig))
 
 
-class _NodeGone(Exception):
+class NodeLostError(SpawnError):
     """The node's link ended before it answered a spawn."""
 
 
@@ -282,9 +283,9 @@ class _RemoteNode:
     async def spawn(
         self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
     ) -> RemoteProcess:
-        """Ask the host for a worker; ``_NodeGone`` if the link ends first."""
+        """Ask the host for a worker; ``NodeLostError`` if the link ends first."""
         if self.link.ended.is_set():
-            raise _NodeGone(self.link.end_reason)
+            raise NodeLostError(self.link.end_reason)
         channel_id = next(self._channels)
         send, receive = trio.open_memory_channel[RemoteProcess | NodeSpawnFailed](1)
         memory = limits.memory_mb or 0.0
@@ -299,7 +300,7 @@ class _RemoteNode:
             try:
                 outcome = await receive.receive()
             except trio.EndOfChannel:
-                raise _NodeGone(self.link.end_reason) from None
+                raise NodeLostError(self.link.end_reason) from None
         if isinstance(outcome, NodeSpawnFailed):
             raise SpawnError(
                 f"node {self.label} could not start worker {worker_id}: {outcome.error}"
@@ -402,7 +403,7 @@ class RaySpawner:
                 for info in nodes:
                     nursery.start_soon(host, info)
             if not self._nodes:
-                raise SpawnError(
+                raise PlacementError(
                     f"no node host started on the Ray cluster at {self.address}: "
                     + ("; ".join(failures) or "Ray lists no live node")
                 )
@@ -412,7 +413,8 @@ class RaySpawner:
     def _connect(self) -> None:
         problem = ray_available()
         if problem is not None:
-            raise SpawnError(problem)
+            raise PlacementError(problem)
+        _probe(self.address)
         import ray
 
         try:
@@ -426,7 +428,7 @@ class RaySpawner:
                 configure_logging=False,
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SpawnError(
+            raise PlacementError(
                 f"cannot connect to the Ray cluster at {self.address!r} ({exc}); "
                 "start one with `ray start --head` or pass its address to --ray"
             ) from exc
@@ -468,7 +470,7 @@ class RaySpawner:
             node = await self._place(limits)
             try:
                 return await node.spawn(worker_id, limits, sandbox)
-            except _NodeGone as exc:
+            except NodeLostError as exc:
                 why = str(exc)
         raise SpawnError(f"worker {worker_id}: its node was lost while it started ({why})")
 
@@ -574,6 +576,21 @@ class RaySpawner:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._disconnect_actor, node.actor)
             self._node_list_at = -float("inf")
+
+
+def _probe(address: str) -> None:
+    """Fail at once, in one line, when ``host:port`` takes no connection (Ray would retry)."""
+    if address == "auto":
+        return  # Ray finds this machine's cluster, or says at once that there is none
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PlacementError(
+            f"cannot reach the Ray cluster at {address!r} ({reason}); start one with "
+            "`ray start --head`, or pass --ray auto or the head's host:port"
+        ) from None
 
 
 def _list_nodes() -> list[_NodeInfo]:
