@@ -373,6 +373,7 @@ class RaySpawner:
         self._start_lock = trio.Lock()
         self._started = False
         self._closing = False
+        self._owns_ray = True
 
     @property
     def nodes(self) -> dict[str, _RemoteNode]:
@@ -414,15 +415,20 @@ class RaySpawner:
         problem = ray_available()
         if problem is not None:
             raise PlacementError(problem)
-        _probe(self.address)
         import ray
 
+        if ray.is_initialized():
+            # This process is already a Ray driver (its owner's): use its cluster, leave it be.
+            self._owns_ray = False
+        else:
+            self._connect_ray(ray)
+        self._actor_class = ray.remote(num_cpus=0, max_restarts=0)(NodeHostActor)
+
+    def _connect_ray(self, ray: Any) -> None:
+        _probe(self.address)
         try:
             ray.init(
                 address=self.address,
-                # Nodes import our packages from where this process does when
-                # that path exists there (a checkout); else from their install.
-                runtime_env={"env_vars": {"PYTHONPATH": IMPORT_ROOT}},
                 logging_level=logging.WARNING,
                 log_to_driver=False,
                 configure_logging=False,
@@ -432,7 +438,6 @@ class RaySpawner:
                 f"cannot connect to the Ray cluster at {self.address!r} ({exc}); "
                 "start one with `ray start --head` or pass its address to --ray"
             ) from exc
-        self._actor_class = ray.remote(num_cpus=0, max_restarts=0)(NodeHostActor)
 
     async def aclose(self) -> None:
         """Close every link (each host then kills its workers), end the hosts, leave Ray."""
@@ -446,15 +451,15 @@ class RaySpawner:
         if self._started:
             await trio.to_thread.run_sync(self._disconnect, [node.actor for node in nodes])
 
-    @staticmethod
-    def _disconnect(actors: list[Any]) -> None:
+    def _disconnect(self, actors: list[Any]) -> None:
         import ray
 
         # Each host exits by itself once its link closed; a wedged one is killed.
         for actor in actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
-        ray.shutdown()
+        if self._owns_ray:
+            ray.shutdown()
 
     # -- placement -------------------------------------------------------------------------
 
@@ -529,7 +534,10 @@ class RaySpawner:
             import ray
 
             actor = self._actor_class.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(info.node_id, soft=False)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(info.node_id, soft=False),
+                # The node imports our packages from where this process does when
+                # that path exists there (a checkout); else from its install.
+                runtime_env={"env_vars": {"PYTHONPATH": IMPORT_ROOT}},
             ).remote(self._host_settings)
             try:
                 address = ray.get(actor.address.remote(), timeout=self._start_timeout)
