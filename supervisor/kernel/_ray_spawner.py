@@ -179,6 +179,8 @@ class RemoteProcess(SpawnedProcess):
     channel_id: int = 0
     #: Memory it reserved on its node for placement (its ``memory_mb`` cap).
     memory_mb: float = 0.0
+    #: Started for a spawn that was cancelled meanwhile: no handle drives it.
+    orphaned: bool = False
 
     def open_stream(self) -> WorkerStream:
         assert self.channel is not None
@@ -251,7 +253,8 @@ class _RemoteNode:
             try:
                 pending.answer.send_nowait(process)
             except trio.BrokenResourceError:
-                # Its spawn was cancelled: nobody will drive it.
+                # Its spawn was cancelled: nobody will drive it (nor close its channel).
+                process.orphaned = True
                 process.signal_tree(signal.SIGKILL)
         elif isinstance(message, NodeSpawnFailed):
             pending = self._pending.pop(message.channel, None)
@@ -265,6 +268,8 @@ class _RemoteNode:
             if ended is None:
                 return
             self.reserved_mb -= ended.memory_mb
+            if ended.orphaned and ended.channel is not None:
+                ended.channel.close()
             cause = None
             if message.cause_kind is not None:
                 cause = (ExitKind(message.cause_kind), message.cause_reason or message.cause_kind)
