@@ -103,6 +103,7 @@ class NodeHost:
         self._temp_dirs = WorkerTempDirs()
         self._sampler = TreeSampler()
         self._cgroups: CgroupTree | None = None
+        self._tree_caps = "sampling"
         self._zygote: ZygoteSpawner | None = None
         self._link: NodeLink | None = None
         self._nursery: trio.Nursery | None = None
@@ -145,10 +146,9 @@ class NodeHost:
 
     async def _start(self, nursery: trio.Nursery) -> None:
         assert self._link is not None
-        tree_caps = "sampling"
         if self._tree_caps_mode == "auto":
             self._cgroups, why = CgroupTree.create(self._tree_id)
-            tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
+            self._tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
         self._zygote = ZygoteSpawner(
             worker_environment(self._tree_id),
             nursery,
@@ -163,7 +163,7 @@ class NodeHost:
                 node_id=self.node_id,
                 host_pid=os.getpid(),
                 zygote_pid=self._zygote.pid,
-                tree_caps=tree_caps,
+                tree_caps=self._tree_caps,
             )
         )
 
@@ -238,7 +238,8 @@ class NodeHost:
         cause = worker.cause
         if cause is None and worker.cgroup is not None and status.signal == signal.SIGKILL:
             # The kernel's OOM killer, inside its cgroup, before a sample saw it.
-            found = breach(TreeUsage.from_cgroup(worker.cgroup.usage(), "cgroup"), worker.limits)
+            usage = TreeUsage.from_cgroup(worker.cgroup.usage(), self._tree_caps)
+            found = breach(usage, worker.limits)
             if found is not None and found[0] is ExitKind.MEMORY_CAP:
                 cause = found
         self._link.send_control(
@@ -296,7 +297,7 @@ class NodeHost:
             for worker in workers:
                 pid = worker.process.pid
                 usage = (
-                    TreeUsage.from_cgroup(worker.cgroup.usage(), "cgroup")
+                    TreeUsage.from_cgroup(worker.cgroup.usage(), self._tree_caps)
                     if worker.cgroup is not None
                     else self._sampler.usage(pid)
                 )
