@@ -69,5 +69,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "benchmarks._scale",
             "N idle zygote workers spawned at once: time to all ready, supervisor RSS",
         ),
+        Benchmark(
+            "ray",
+            "benchmarks._ray",
+            "workers on 3 Ray nodes vs local and vs Ray actors: spawn, round trip, USS, agents/s",
+        ),
     )
 }

@@ -20,10 +20,13 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
       * RefusedYamlError (yaml.MarkedYAMLError)     files
       * EventBudgetExceededError                    kernel
       * NestedSupervisorError                       kernel
+      * NodeLinkAuthError                           kernel
       * RequestRefusedError                         kernel
       * SpawnError                                  kernel
         * FleetCapacityError                        kernel
         * FleetExhaustedError                       kernel
+        * NodeLostError                             kernel
+        * PlacementError                            kernel
         * SandboxUnsupportedError                   kernel
       * WorkerExitedError                           kernel
       * WorkerRequestError                          kernel

@@ -16,8 +16,6 @@ import pytest
 CHECKOUT = Path(__file__).resolve().parents[1]
 SPEC = (CHECKOUT.parent / "shared" / "SPEC.md").resolve()
 TRACE = CHECKOUT / "docs" / "SPEC-TRACE.md"
-#: Ids whose capability later issues build: their rows name the issue, not tests.
-LATER = {"S-DIST": "issue #20"}
 
 _ROW = re.compile(r"^\| (S-[A-Z]+-\d+) \| (.*?) \| (.*) \|$", re.M)
 _TEST = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
@@ -54,14 +52,10 @@ def test_every_spec_id_has_exactly_one_row_and_no_row_is_invented() -> None:
     assert [i for i in rows if i not in ids] == [], "rows for ids SPEC.md does not have"
 
 
-def test_every_row_names_existing_tests_or_the_issue_that_builds_it() -> None:
+def test_every_row_names_existing_tests_and_what_they_assert() -> None:
     names: dict[Path, set[str]] = {}
     for spec_id, (tests, what) in _rows().items():
-        later = LATER.get(spec_id.rsplit("-", 1)[0])
         cited = _TEST.findall(tests)
-        if later is not None:
-            assert later in tests, f"{spec_id}: say that {later} builds it"
-            continue
         assert cited, f"{spec_id}: no test named"
         assert what.strip() and what.strip().lower() != "none", f"{spec_id}: say what is asserted"
         for file, name in cited:

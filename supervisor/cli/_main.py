@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
         sandbox=forced or None,
         max_concurrent_subagents=args.max_concurrent_subagents,
         max_subagents_per_session=args.max_subagents_per_session,
+        **_placement(args),
     )
     if demo:
         model = f"scripted:{demo_scenario_path()}"
@@ -84,6 +85,23 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
             approve=args.approve or ("ask" if sys.stdin.isatty() and not args.json else "deny"),
         )
     )
+
+
+def _add_ray(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the subagents' workers on the Ray cluster at ADDRESS (host:port of its "
+        "head, or auto); needs pip install 'subvisor[ray]' (placement = \"ray\")",
+    )
+
+
+def _placement(args: argparse.Namespace) -> dict[str, str | None]:
+    """The settings ``--ray`` overrides (none when it is not given)."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return {}
+    return {"placement": "ray", "ray_address": address}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help="subagents one session may launch; further launches fail (default 200)",
         )
+        _add_ray(sub)
         if name == "run":
             _add_trust_project(sub)
         sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
@@ -189,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     stress.add_argument("--idle-timeout", type=float, default=5.0, help="seconds (catches hangs)")
     stress.add_argument("--seed", type=int, default=0)
     stress.add_argument("--json", action="store_true")
+    _add_ray(stress)
     stress.add_argument(
         "--report",
         metavar="FILE",
@@ -255,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     flow_run.add_argument("--json", action="store_true", help="print a JSON report on stdout")
     flow_run.add_argument("--cwd", default=".", help="working directory of the actors")
     _add_trust_project(flow_run)
+    _add_ray(flow_run)
     flow_run.set_defaults(handler=_workflow_run)
     flow_show = flow_commands.add_parser("show", help="a run's actors and asks (or recent runs)")
     flow_show.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
@@ -313,6 +334,7 @@ def _add_mcp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     mcp.add_argument("--max-concurrent-subagents", type=int, metavar="N")
     mcp.add_argument("--max-subagents-per-session", type=int, metavar="N")
     _add_trust_project(mcp)
+    _add_ray(mcp)
     mcp.set_defaults(handler=_mcp)
 
 
@@ -356,6 +378,7 @@ def _mcp(args: argparse.Namespace) -> int:
         sandbox=forced or None,
         max_concurrent_subagents=args.max_concurrent_subagents,
         max_subagents_per_session=args.max_subagents_per_session,
+        **_placement(args),
     )
     model = args.model or os.environ.get("SUBVISOR_MODEL") or settings.model or ""
     if not model:
@@ -409,7 +432,7 @@ def _workflow_run(args: argparse.Namespace) -> int:
         WorkflowRunRequest(
             script=Path(args.script),
             cwd=cwd,
-            settings=load_settings(cwd, trust=trust_gate(args.trust_project)),
+            settings=load_settings(cwd, trust=trust_gate(args.trust_project), **_placement(args)),
             inputs=inputs,
             amend=args.amend,
             model=args.model,
@@ -455,6 +478,7 @@ def _stress(args: argparse.Namespace) -> int:
             seed=args.seed,
             idle_timeout_s=args.idle_timeout,
             max_subagents_per_session=args.max_subagents_per_session,
+            ray_address=args.ray,
         )
         report_paths = [check_report_path(Path(name)) for name in args.report]
     except ValueError as exc:
@@ -521,7 +545,12 @@ _STARTS_A_SUPERVISOR = frozenset({"run", "demo", "stress", "workflow", "doctor",
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``subvisor`` console script."""
     from ..config._config_files import ConfigError
-    from ..kernel import NestedSupervisorError, refuse_inside_worker_tree
+    from ..kernel import (
+        NestedSupervisorError,
+        PlacementError,
+        find_exception,
+        refuse_inside_worker_tree,
+    )
     from ._input import BadInputError, check_text_arguments
 
     args = build_parser().parse_args(argv)
@@ -534,5 +563,14 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInputError, ConfigError, NestedSupervisorError) as exc:
         # One line, however narrow the terminal.
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        return 2
+    except BaseException as exc:
+        # No Ray, or no cluster where --ray or placement said (S-DIST-1): one line too.
+        placement = find_exception(exc, PlacementError)
+        if placement is None:
+            raise
+        Console(stderr=True).print(
+            f"[red]{escape(str(placement))}[/]", soft_wrap=True, highlight=False
+        )
         return 2
     return code

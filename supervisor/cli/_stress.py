@@ -94,6 +94,8 @@ class StressOptions:
     idle_timeout_s: float = 5.0
     #: None: as many as ``agents`` (none refused).
     max_subagents_per_session: int | None = None
+    #: The Ray cluster to run the workers on (``--ray``); None: this machine.
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -249,6 +251,8 @@ async def _drive(
         max_concurrent_subagents=options.concurrency,
         max_subagents_per_session=options.session_cap,
         subagent_limits=ResourceLimits(memory_mb=256, idle_timeout_s=options.idle_timeout_s),
+        placement="ray" if options.ray_address is not None else "local",
+        ray_address=options.ray_address or "auto",
     )
     me = psutil.Process()
     peak_rss = me.memory_info().rss
@@ -299,6 +303,7 @@ async def _drive(
                 "requested": run.started_at,
                 "ready": run.ready_at,
                 "worker_started": run.handle.started_at if run.handle is not None else None,
+                "node": run.handle.node if run.handle is not None else None,
                 "worker_wall": (
                     run.handle.exit.wall_seconds
                     if run.handle is not None and run.handle.exit is not None
@@ -519,6 +524,15 @@ def run_stress(options: StressOptions, on_progress: ProgressCallback | None = No
         # From a background agent's end to its notification reaching the root.
         "notification_p50_ms": round(_percentile(notify, 50), 2),
         "notification_p99_ms": round(_percentile(notify, 99), 2),
+        "placement": "ray" if options.ray_address is not None else "local",
+        # Workers each node ran (``local``: this machine), by node id prefix.
+        "workers_per_node": dict(
+            Counter(
+                (run["node"] or "local")[:8]
+                for run in result["runs"].values()
+                if run["worker_started"] is not None
+            )
+        ),
         "peak_concurrent_workers": max(result["peak_workers"], _peak_live_workers(timings)),
         # Agents waiting at once for a gateway model slot (gateway.max_concurrency).
         "peak_waiting_for_model_slot": result["peak_waiting"],

@@ -175,6 +175,9 @@ def toml_trust_request(
     for name in providers:
         entry = {**_table(user_providers, name), **_table(_providers(data), name)}
         details.append(_provider_detail(name, entry, sets_key="api_key" in _providers(data)[name]))
+    placement = _placement_detail(data)
+    if placement is not None:
+        details.append(placement)
     if not details:
         return None
     return TrustRequest(
@@ -182,9 +185,28 @@ def toml_trust_request(
     )
 
 
+#: Where agents run: a project file may only move them to a cluster once trusted,
+#: since its machines then see every prompt and tool result (S-SEC-3, S-DIST-1).
+_PLACEMENT_KEYS = frozenset({"placement", "ray_address"})
+
+
+def _placement_detail(data: Mapping[str, Any]) -> str | None:
+    if not _PLACEMENT_KEYS & set(data):
+        return None
+    where = data.get("ray_address", "auto")
+    return (
+        f"placement {data.get('placement', 'local')!s}: runs its agents' workers on the "
+        f"Ray cluster at {where!s}, whose machines see their prompts and results"
+    )
+
+
 def without_trust_needing(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` (a parsed project ``subvisor.toml``) less what waits for trust."""
-    kept = {key: value for key, value in data.items() if key != "mcp_servers"}
+    kept = {
+        key: value
+        for key, value in data.items()
+        if key != "mcp_servers" and key not in _PLACEMENT_KEYS
+    }
     untrusted = _trust_needing_providers(data)
     if untrusted:
         gateway = dict(_table(data, "gateway"))

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from protocol import ResourceLimits
 
-from ..kernel import EventBudgetLimits
+from ..kernel import EventBudgetLimits, Placement
 from ..policy._rule_config import rules_from_config
 from ..policy._rules import PermissionMode, Ruleset, parse_permission_mode
 from ..policy._sandbox import SandboxSettings
@@ -67,6 +67,10 @@ class SubvisorSettings(BaseModel):
     #: The model gateway; unless ``gateway.max_concurrency`` is set, it gives
     #: every concurrent subagent and the root a model slot (at least 16).
     gateway: GatewayConfig = GatewayConfig()
+    #: Where subagent workers run (S-DIST-1): ``local``, or ``ray``: on the
+    #: nodes of the Ray cluster at ``ray_address`` (``auto`` or ``host:port``).
+    placement: Placement = "local"
+    ray_address: str = "auto"
 
     @field_validator("permission")
     @classmethod

@@ -72,6 +72,8 @@ class Subvisor:
         self.fleet = Supervisor(
             SupervisorConfig(
                 max_workers=self.settings.max_concurrent_subagents,
+                placement=self.settings.placement,
+                ray_address=self.settings.ray_address,
                 # Keys in its config, every session's transcripts (S-SEC-1).
                 hidden_paths=(str(self.home),),
                 event_budget=self.settings.event_budget,

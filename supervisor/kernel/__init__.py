@@ -17,6 +17,7 @@ from ._errors import (
     FleetCapacityError,
     FleetExhaustedError,
     NestedSupervisorError,
+    PlacementError,
     SpawnError,
     SubvisorError,
     WorkerExitedError,
@@ -29,7 +30,7 @@ from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import reap_child
 from ._supervisor import Supervisor, default_request_handler
-from ._supervisor_config import SpawnMode, SupervisorConfig
+from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
 from ._worker_tree import in_worker_tree, refuse_inside_worker_tree, worker_tree_ancestor
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
+    "Placement",
+    "PlacementError",
     "RequestHandler",
     "RequestRefusedError",
     "SpawnError",

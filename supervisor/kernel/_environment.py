@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ENV_ALLOWLIST", "TREE_ENV", "new_tree_id", "worker_environment"]
+__all__ = ["ENV_ALLOWLIST", "IMPORT_ROOT", "TREE_ENV", "new_tree_id", "worker_environment"]
 
 TREE_ENV = "SUBVISOR_TREE"
 
@@ -40,7 +40,7 @@ ENV_ALLOWLIST = frozenset(
 # The directory holding the ``protocol``/``worker`` packages (this file is
 # ``<root>/supervisor/kernel/_environment.py``), so a zygote finds them even
 # when subvisor runs from a source checkout, not installed.
-_IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
+IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def new_tree_id() -> str:
@@ -57,5 +57,5 @@ def worker_environment(tree_id: str, source: Mapping[str, str] | None = None) ->
     # The zygote imports what the supervisor imports: our packages first,
     # then wherever the supervisor was told to find the rest.
     inherited = env.get("PYTHONPATH", "")
-    scrubbed["PYTHONPATH"] = os.pathsep.join(p for p in (_IMPORT_ROOT, inherited) if p)
+    scrubbed["PYTHONPATH"] = os.pathsep.join(p for p in (IMPORT_ROOT, inherited) if p)
     return scrubbed

@@ -17,6 +17,7 @@ __all__ = [
     "FleetCapacityError",
     "FleetExhaustedError",
     "NestedSupervisorError",
+    "PlacementError",
     "SpawnError",
     "SubvisorError",
     "WorkerExitedError",
@@ -36,6 +37,10 @@ class FleetCapacityError(SpawnError):
 
 class FleetExhaustedError(SpawnError):
     """The supervisor already started as many workers as ``max_total_workers`` allows."""
+
+
+class PlacementError(SpawnError):
+    """Workers cannot be placed where the settings say: no Ray, no cluster, no node host."""
 
 
 class NestedSupervisorError(SubvisorError):

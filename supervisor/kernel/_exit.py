@@ -23,6 +23,8 @@ class ExitKind(enum.StrEnum):
     EVENT_BUDGET = "event budget exceeded"
     KILLED = "killed"
     LOST = "lost"
+    #: Its cluster node (or that node's host) went away with it (S-DIST-2).
+    NODE_LOST = "node lost"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,9 @@ class ProcessStatus:
     signal: int | None
     cpu_seconds: float
     max_rss_bytes: int
+    #: Why it ended, when that was decided where it ran (a remote node's host
+    #: stopped it for a cap, or its node was lost): an exit kind and reason.
+    cause: tuple[ExitKind, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,6 @@ the fleet's log.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -64,14 +63,14 @@ from protocol import (
     Welcome,
     WorkerRequest,
 )
-from worker import Outcome, PipeStream
+from worker import Outcome
 
 from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
 from ._spawner import SpawnedProcess
-from ._tree_caps import TreeUsage, breach
+from ._tree_caps import TreeUsage, breach, signal_tree
 
 __all__ = ["RequestHandler", "RequestRefusedError", "WireTap", "WorkerHandle"]
 
@@ -140,6 +139,8 @@ class WorkerHandle:
         #: How caps over its whole tree are enforced: ``cgroup v1``, ``sampling``...
         self.tree_caps = tree_caps
         self.pid = process.pid
+        #: The cluster node the worker runs on (``None``: this machine); its pid is that node's.
+        self.node = process.node
         self.mode = mode
         self.limits = limits
         self.hello: Hello | None = None
@@ -153,7 +154,7 @@ class WorkerHandle:
         self._request_handler = request_handler
         self._wire_tap = wire_tap
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
-        self._pipe = PipeStream(process.read_fd, process.write_fd)
+        self._pipe = process.open_stream()
         self._pending: dict[int, _Pending] = {}
         self._heartbeats: dict[int, trio.Event] = {}
         self._events_in, self._events_out = trio.open_memory_channel[Event](event_buffer)
@@ -161,10 +162,10 @@ class WorkerHandle:
         self._eof = trio.Event()
         self._ended = trio.Event()
         self._kill_reason: tuple[ExitKind, str] | None = None
-        try:
-            self._ps: psutil.Process | None = psutil.Process(process.pid)
-        except psutil.NoSuchProcess:
-            self._ps = None
+        self._ps: psutil.Process | None = None
+        if process.node is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                self._ps = psutil.Process(process.pid)
 
     # -- public API ---------------------------------------------------------------
 
@@ -375,29 +376,14 @@ class WorkerHandle:
         await self._process.reaped.wait()
 
     def _signal_group(self, sig: int) -> None:
-        # The worker is its own process group leader (pgid == pid). The group
-        # id cannot be recycled while any member lives; until the reaper
-        # reports the leader, it is still unreaped and owns the id. What the
-        # worker started runs in sessions of its own, so the tree is signalled
-        # too: every process of its cgroup, or (without one) every descendant,
-        # all still beneath it while it lives, since it is a child subreaper.
+        # Until the reaper reports the worker it is unreaped and owns its pid
+        # and group id, so neither can be recycled under us.
         if self._process.reaped.is_set():
             return
-        for pid in self._tree_pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    def _tree_pids(self) -> list[int]:
-        if self.cgroup is not None:
-            return [pid for pid in self.cgroup.pids() if pid != self.pid]
-        if self._ps is None:
-            return []
-        try:
-            return [child.pid for child in self._ps.children(recursive=True)]
-        except psutil.Error:
-            return []
+        if self.node is not None:
+            self._process.signal_tree(sig)
+            return
+        signal_tree(self.pid, sig, self.cgroup, self._ps)
 
     async def _watchdog(self, nursery: trio.Nursery) -> None:
         wall = self.limits.wall_timeout_s
@@ -580,6 +566,9 @@ class WorkerHandle:
     def _classify(self, status: ProcessStatus) -> tuple[ExitKind, str]:
         if self._kill_reason is not None:
             return self._kill_reason
+        if status.cause is not None:
+            # Decided where it ran: its node host stopped it for a cap, or its node was lost.
+            return status.cause
         if self.cgroup is not None and status.signal == signal.SIGKILL:
             # The kernel's OOM killer, inside its cgroup, before a sample saw it.
             found = breach(TreeUsage.from_cgroup(self.cgroup.usage(), self.tree_caps), self.limits)

@@ -4,7 +4,9 @@ A spawner hands back a ``SpawnedProcess``: the pid, the supervisor's ends of
 the two pipes, and an event set once the process has been reaped, with its
 wait status and resource usage. Reaping belongs to whoever is the parent: the
 zygote for forked workers (it reports over the control socket), the
-supervisor itself for exec'd ones (it waits on a pidfd).
+supervisor itself for exec'd ones (it waits on a pidfd). A worker on another
+machine (``_ray_spawner``) is a ``SpawnedProcess`` too, whose stream and
+signals go through its node's host; above the spawner only its ``node`` says so.
 """
 
 from __future__ import annotations
@@ -34,11 +36,35 @@ from protocol import (
     decode_zygote_report,
     encode_control,
 )
+from worker import PipeStream
 
 from ._errors import SpawnError
 from ._exit import ProcessStatus
 
-__all__ = ["ExecSpawner", "SpawnedProcess", "Spawner", "ZygoteSpawner", "reap_child"]
+__all__ = [
+    "ExecSpawner",
+    "SpawnedProcess",
+    "Spawner",
+    "WorkerStream",
+    "ZygoteSpawner",
+    "reap_child",
+]
+
+
+class WorkerStream(Protocol):
+    """The supervisor's byte stream to one worker: its pipes, or a node link's channel."""
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` bytes; ``b""`` at EOF."""
+        ...
+
+    async def send_all(self, data: bytes) -> None:
+        """Write one whole frame, after any frame already being written."""
+        ...
+
+    def close(self) -> None:
+        """Close the stream, waking any task parked on it."""
+        ...
 
 
 @dataclass(eq=False)
@@ -51,17 +77,31 @@ class SpawnedProcess:
     write_fd: int
     reaped: trio.Event = field(default_factory=trio.Event)
     status: ProcessStatus | None = None
+    #: The cluster node it runs on; None: this machine (its pid is ours to signal).
+    node: str | None = None
+    #: How caps over its tree are enforced where it runs (remote workers only).
+    tree_caps: str | None = None
 
     def set_status(self, status: ProcessStatus) -> None:
         """Record the wait status and wake everyone waiting for the exit."""
         self.status = status
         self.reaped.set()
 
+    def open_stream(self) -> WorkerStream:
+        """The supervisor's stream to the worker (its pipes); called once, by its handle."""
+        return PipeStream(self.read_fd, self.write_fd)
+
+    def signal_tree(self, sig: int) -> None:
+        """Signal the tree of a worker on another node (a local one is signalled by its handle)."""
+        raise NotImplementedError("a local worker is signalled by its handle")
+
 
 class Spawner(Protocol):
     """Starts worker processes and learns how they end."""
 
     pid: int | None
+    #: True when its workers run on other machines (their pids are not ours).
+    remote: bool
 
     async def spawn(
         self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
@@ -133,6 +173,8 @@ async def reap_child(pid: int, pidfd: int) -> ProcessStatus:
 class ExecSpawner:
     """One fresh ``python -m worker`` per worker; the supervisor reaps it."""
 
+    remote = False
+
     def __init__(self, env: dict[str, str], nursery: trio.Nursery) -> None:
         self.pid: int | None = os.getpid()
         self._env = env
@@ -202,6 +244,8 @@ class ZygoteSpawner:
     The zygote is started lazily and restarted if it dies; workers of a dead
     zygote die with it (parent-death signal) and are reported as lost.
     """
+
+    remote = False
 
     def __init__(
         self,

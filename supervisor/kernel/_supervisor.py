@@ -10,7 +10,7 @@ import resource
 import uuid
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import trio
 
@@ -18,6 +18,7 @@ from protocol import (
     EchoRequest,
     EchoResult,
     FrameLimits,
+    NodeWelcome,
     ResourceLimits,
     SandboxPolicy,
     WorkerRequest,
@@ -38,6 +39,9 @@ from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, TreeUsage, breach
 from ._worker_tree import refuse_inside_worker_tree
+
+if TYPE_CHECKING:
+    from ._ray_spawner import RaySpawner
 
 __all__ = ["Supervisor"]
 
@@ -95,6 +99,7 @@ class Supervisor:
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
         self._spawners: dict[SpawnMode, Spawner] = {}
+        self._ray: RaySpawner | None = None
         self._closed = False
         self._landlock_abi_max = landlock_abi_max_from_env()
         self._temp_dirs = WorkerTempDirs()
@@ -118,14 +123,7 @@ class Supervisor:
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
         self._spawners["exec"] = ExecSpawner(env, self._nursery)
-        zygote = ZygoteSpawner(
-            env,
-            self._nursery,
-            start_timeout=self.config.zygote_start_timeout_s,
-            stop_grace=max(1.0, self.config.kill_grace_s),
-            standby=self.config.zygote_standby,
-            hidden=self._hidden_paths,
-        )
+        zygote = self._zygote_spawner(env, self._nursery)
         self._spawners["zygote"] = zygote
         self._nursery.start_soon(self._sample_memory)
         if self.config.spawn_mode == "zygote":
@@ -135,6 +133,33 @@ class Supervisor:
                 await self.aclose()
                 raise
         return self
+
+    def _zygote_spawner(
+        self, env: dict[str, str], nursery: trio.Nursery
+    ) -> ZygoteSpawner | RaySpawner:
+        if self.config.placement == "ray":
+            # Imported only here: Ray is an optional extra.
+            from ._ray_spawner import RaySpawner
+
+            self._ray = RaySpawner(
+                self.config.ray_address,
+                nursery,
+                tree_id=self.tree_id,
+                hidden=self._hidden_paths,
+                standby=self.config.zygote_standby,
+                start_timeout=self.config.zygote_start_timeout_s,
+                sample_interval_s=self.config.sample_interval_s,
+                tree_caps=self.config.tree_caps,
+            )
+            return self._ray
+        return ZygoteSpawner(
+            env,
+            nursery,
+            start_timeout=self.config.zygote_start_timeout_s,
+            stop_grace=max(1.0, self.config.kill_grace_s),
+            standby=self.config.zygote_standby,
+            hidden=self._hidden_paths,
+        )
 
     async def __aexit__(
         self,
@@ -181,6 +206,13 @@ class Supervisor:
         zygote = self._spawners.get("zygote")
         return zygote.pid if isinstance(zygote, ZygoteSpawner) else None
 
+    @property
+    def remote_nodes(self) -> dict[str, NodeWelcome]:
+        """With ``placement = "ray"``: each node with a connected host, as that host said hello."""
+        if self._ray is None:
+            return {}
+        return {node_id: node.welcome for node_id, node in self._ray.nodes.items()}
+
     # -- spawning -------------------------------------------------------------------
 
     async def spawn(
@@ -221,14 +253,18 @@ class Supervisor:
         await self._acquire_slot(on_queue)
         try:
             # Only now: a launch waiting for a slot holds no temp dir.
-            policy = self._sandbox_policy(sandbox or SandboxPolicy(), worker_id)
-            process = await self._spawners[mode].spawn(worker_id, limits, policy)
+            spawner = self._spawners[mode]
+            # A worker on another node gets its temp dir there, from its node host.
+            policy = self._sandbox_policy(
+                sandbox or SandboxPolicy(), worker_id, temp_dir=not spawner.remote
+            )
+            process = await spawner.spawn(worker_id, limits, policy)
         except BaseException:
             self._slots.release()
             self._temp_dirs.remove(self._temp_dirs.release(worker_id))
             raise
         cgroup = None
-        if self._cgroups is not None:
+        if self._cgroups is not None and process.node is None:
             try:
                 cgroup = self._cgroups.add_worker(worker_id, limits)
                 # Before it is asked to do anything: it has started nothing yet.
@@ -240,7 +276,8 @@ class Supervisor:
             process,
             mode=mode,
             cgroup=cgroup,
-            tree_caps=self._cgroups.mechanism if cgroup and self._cgroups else "sampling",
+            tree_caps=process.tree_caps
+            or (self._cgroups.mechanism if cgroup and self._cgroups else "sampling"),
             limits=limits,
             frame_limits=self._frame_limits,
             event_buffer=self.config.event_buffer,
@@ -261,14 +298,16 @@ class Supervisor:
         await self._check_sandbox(handle, policy)
         return handle
 
-    def _sandbox_policy(self, policy: SandboxPolicy, worker_id: str) -> SandboxPolicy:
+    def _sandbox_policy(
+        self, policy: SandboxPolicy, worker_id: str, *, temp_dir: bool = True
+    ) -> SandboxPolicy:
         update: dict[str, object] = {}
         hidden = tuple(dict.fromkeys((*policy.hidden_paths, *self._hidden_paths)))
         if hidden != policy.hidden_paths:
             update["hidden_paths"] = hidden
         if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
             update["landlock_abi_max"] = self._landlock_abi_max
-        if policy.restricts_filesystem and policy.temp_dir is None:
+        if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
             update["temp_dir"] = self._temp_dirs.make(worker_id)
         return policy.model_copy(update=update) if update else policy
 
@@ -354,7 +393,8 @@ class Supervisor:
         interval = self.config.sample_interval_s
         while True:
             await trio.sleep(interval)
-            handles = [h for h in self.workers.values() if not h.stopping]
+            # A remote worker's tree is judged on its node, by its node host.
+            handles = [h for h in self.workers.values() if not h.stopping and h.node is None]
             if any(h.cgroup is None for h in handles):
                 self._sampler.refresh()
             for handle in handles:

@@ -10,9 +10,11 @@ from protocol import ResourceLimits
 
 from ._budget import EventBudgetLimits
 
-__all__ = ["SpawnMode", "SupervisorConfig"]
+__all__ = ["Placement", "SpawnMode", "SupervisorConfig"]
 
 SpawnMode = Literal["zygote", "exec"]
+#: Where zygote workers run: on this machine, or on the nodes of a Ray cluster.
+Placement = Literal["local", "ray"]
 
 
 class SupervisorConfig(BaseModel):
@@ -21,6 +23,12 @@ class SupervisorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     spawn_mode: SpawnMode = "zygote"
+    #: ``ray``: zygote workers run on the nodes of the Ray cluster at
+    #: ``ray_address``, each node's through its node host (S-DIST-1); exec
+    #: workers stay here.
+    placement: Placement = "local"
+    #: ``auto`` (the cluster this machine belongs to) or ``host:port`` of its head.
+    ray_address: str = "auto"
     #: Workers alive at once; further spawns wait for a slot.
     max_workers: int = Field(default=64, ge=1)
     #: Workers this supervisor may start in its lifetime (``None``: no cap).

@@ -18,16 +18,17 @@ own ``children_*`` CPU times.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import psutil
 
 from protocol import ResourceLimits
 
-from ._cgroups import CgroupUsage
+from ._cgroups import CgroupUsage, WorkerCgroup
 from ._exit import ExitKind
 
-__all__ = ["TreeSampler", "TreeUsage", "breach"]
+__all__ = ["TreeSampler", "TreeUsage", "breach", "signal_tree"]
 
 _MIB = 1024 * 1024
 
@@ -118,3 +119,28 @@ class TreeSampler:
         if not alive:
             return None
         return TreeUsage(memory_bytes=memory, processes=alive, cpu_seconds=cpu)
+
+
+def signal_tree(
+    pid: int, sig: int, cgroup: WorkerCgroup | None, process: psutil.Process | None
+) -> None:
+    """Send ``sig`` to the worker ``pid``'s whole tree, then to its process group.
+
+    The caller makes sure ``pid`` is still unreaped. The worker leads its own
+    group (pgid == pid), whose id cannot be recycled while any member lives.
+    What the worker started runs in sessions of its own, so the tree is
+    signalled too: every process of its cgroup or, without one, every
+    descendant, all still beneath it while it lives (it is a child subreaper).
+    """
+    if cgroup is not None:
+        members = [member for member in cgroup.pids() if member != pid]
+    else:
+        members = []
+        if process is not None:
+            with contextlib.suppress(psutil.Error):
+                members = [child.pid for child in process.children(recursive=True)]
+    for member in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member, sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -255,6 +255,26 @@ def test_s_sec_3_leave_out_drops_only_what_waits_for_trust(
     assert everything.gateway.providers["openai"].base_url == "http://127.0.0.1:9/v1"
 
 
+def test_s_dist_1_a_project_file_moves_agents_to_a_cluster_only_once_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-3, S-DIST-1: the cluster's machines would see every prompt: trust first."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    (tmp_path / "subvisor.toml").write_text('placement = "ray"\nray_address = "10.0.0.5:6379"\n')
+    with pytest.raises(UntrustedProjectError):
+        load_settings(tmp_path)
+    [request] = project_trust_requests(tmp_path)
+    assert any("Ray cluster at 10.0.0.5:6379" in detail for detail in request.details)
+    kept = load_settings(tmp_path, trust=TrustGate("leave-out"))
+    assert (kept.placement, kept.ray_address) == ("local", "auto")
+    trusted = load_settings(tmp_path, trust=TrustGate("trust-this-run"))
+    assert (trusted.placement, trusted.ray_address) == ("ray", "10.0.0.5:6379")
+    # The command line's --ray is the user's own choice: no trust needed.
+    (tmp_path / "subvisor.toml").unlink()
+    flagged = load_settings(tmp_path, placement="ray", ray_address="auto")
+    assert flagged.placement == "ray"
+
+
 def test_s_sec_3_a_file_with_nothing_to_trust_needs_no_trust(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

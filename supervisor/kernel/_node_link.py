@@ -1,0 +1,304 @@
+"""``NodeLink``: trio's side of a node link (``protocol._node``), for either end.
+
+One link carries every worker of one node between the supervisor and that
+node's host. Each worker is a ``LinkChannel``, a byte stream with the same
+three calls as the pipes of a local worker (``receive_some``, ``send_all``,
+``close``), so a ``WorkerHandle`` reads and writes it as it would its pipes.
+
+Invariants:
+- One task reads the stream (``run``) and it never waits on anyone: what it
+  reads is queued for its channel, which may hold no more than the credit
+  its receiver granted; a peer sending past that breaks the protocol.
+- One task writes the stream; everyone else queues whole frames without
+  waiting (``send_nowait``), so a frame is never torn and the frames queued
+  while it wrote go out in one write.
+- A channel's writer waits for credit; its reader grants credit back as its
+  consumer takes bytes. A worker that stops reading stalls its channel
+  only, as a full pipe would, never the link.
+
+Races:
+- Bytes may arrive for a channel its receiver already closed (the worker
+  ended): they are dropped.
+- Two tasks may write to one channel at once (a request and an answer):
+  each protocol frame is written whole by one of them, in turn; a writer
+  cancelled after its first chunk finishes the frame shielded, since half a
+  frame would corrupt the worker's stream.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+from collections.abc import Callable
+
+import trio
+from pydantic import BaseModel
+
+from protocol import (
+    LINK_CHUNK,
+    LINK_TOKEN_BYTES,
+    LinkFrame,
+    LinkFrameDecoder,
+    LinkKind,
+    NodeControl,
+    RemoteProtocolError,
+    decode_node_control,
+    encode_link_frame,
+    encode_node_control,
+)
+
+from ._errors import SubvisorError
+
+__all__ = ["LinkChannel", "NodeLink", "NodeLinkAuthError"]
+
+#: Bytes a channel's sender may have in flight before its receiver consumed them.
+CHANNEL_WINDOW = 1 << 20
+_READ_SIZE = 256 * 1024
+
+
+class NodeLinkAuthError(SubvisorError):
+    """The peer did not present the node host's token."""
+
+
+class LinkChannel:
+    """One worker's byte stream over a link: ``receive_some``, ``send_all``, ``close``."""
+
+    def __init__(self, link: NodeLink, channel_id: int, window: int) -> None:
+        self.channel_id = channel_id
+        self._link = link
+        self._window = window
+        self._buffer = bytearray()
+        self._eof = False
+        self._closed = False
+        self._broken = False
+        self._readable = trio.Event()
+        self._send_credit = window
+        self._credited = trio.Event()
+        self._unacknowledged = 0
+        self._write_lock = trio.Lock()
+
+    # -- driven by the link's reader ----------------------------------------------------
+
+    def _deliver(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if len(self._buffer) + len(data) > self._window:
+            raise RemoteProtocolError(f"channel {self.channel_id}: the peer sent past its credit")
+        self._buffer += data
+        self._readable.set()
+
+    def _end(self) -> None:
+        self._eof = True
+        self._readable.set()
+
+    def _grant(self, credit: int) -> None:
+        self._send_credit += credit
+        self._credited.set()
+
+    def _break(self) -> None:
+        self._broken = True
+        self._eof = True
+        self._readable.set()
+        self._credited.set()
+
+    # -- the stream ---------------------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` bytes; ``b""`` once the peer's end closed or the link ended."""
+        while not self._buffer and not self._eof and not self._closed:
+            self._readable = trio.Event()
+            await self._readable.wait()
+        if self._closed:
+            raise trio.ClosedResourceError("channel was closed")
+        if not self._buffer:
+            await trio.lowlevel.checkpoint()
+            return b""
+        data = bytes(self._buffer[:max_bytes])
+        del self._buffer[:max_bytes]
+        self._unacknowledged += len(data)
+        # Granted in halves of the window: one CREDIT frame per ~512 KiB, not per read.
+        if self._unacknowledged >= self._window // 2 or not self._buffer:
+            if self._unacknowledged and not self._broken:
+                credit = self._unacknowledged.to_bytes(4, "big")
+                self._link.send_nowait(encode_link_frame(LinkKind.CREDIT, self.channel_id, credit))
+            self._unacknowledged = 0
+        await trio.lowlevel.checkpoint()
+        return data
+
+    async def send_all(self, data: bytes) -> None:
+        """Send ``data`` whole, after any write already under way on this channel."""
+        async with self._write_lock:
+            view = memoryview(data)
+            view = await self._send_chunk(view)
+            if view:
+                with trio.CancelScope(shield=True):
+                    while view:
+                        view = await self._send_chunk(view)
+
+    async def _send_chunk(self, view: memoryview) -> memoryview:
+        while self._send_credit <= 0:
+            self._raise_if_unusable()
+            self._credited = trio.Event()
+            await self._credited.wait()
+        self._raise_if_unusable()
+        size = min(len(view), self._send_credit, LINK_CHUNK)
+        self._send_credit -= size
+        self._link.send_nowait(
+            encode_link_frame(LinkKind.DATA, self.channel_id, bytes(view[:size]))
+        )
+        return view[size:]
+
+    def _raise_if_unusable(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("channel was closed")
+        if self._broken:
+            raise trio.BrokenResourceError("the node link ended")
+
+    def send_eof(self) -> None:
+        """Tell the peer no more bytes come on this channel."""
+        if not self._broken and not self._closed:
+            self._link.send_nowait(encode_link_frame(LinkKind.EOF, self.channel_id))
+
+    def close(self) -> None:
+        """Stop using the channel: wake its waiters; bytes that still arrive are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        self._readable.set()
+        self._credited.set()
+        self._link.forget(self.channel_id)
+
+
+class NodeLink:
+    """One authenticated stream, multiplexed into a channel per worker and control messages."""
+
+    def __init__(self, stream: trio.abc.Stream, *, window: int = CHANNEL_WINDOW) -> None:
+        self._stream = stream
+        self._window = window
+        self._decoder = LinkFrameDecoder()
+        self._early: list[LinkFrame] = []
+        self._channels: dict[int, LinkChannel] = {}
+        self._out_send, self._out_receive = trio.open_memory_channel[bytes](math.inf)
+        #: Set once the link has ended (stream closed, broken or violated).
+        self.ended = trio.Event()
+        #: Why the link ended, once it has.
+        self.end_reason: str | None = None
+
+    # -- authentication, before ``run`` -------------------------------------------------
+
+    async def authenticate(self, token: bytes) -> NodeControl:
+        """As the supervisor: present ``token``, return the host's first control message."""
+        await self._stream.send_all(encode_link_frame(LinkKind.AUTH, 0, token))
+        while True:
+            frames = await self._receive_frames()
+            if frames:
+                first, *self._early = frames
+                if first.kind is not LinkKind.CONTROL:
+                    raise RemoteProtocolError(f"the node host answered with {first.kind.name}")
+                return decode_node_control(first.payload)
+
+    async def accept(self, token: bytes) -> None:
+        """As the host: ``NodeLinkAuthError`` unless the peer presents ``token``."""
+        frames: list[LinkFrame] = []
+        while not frames:
+            frames = await self._receive_frames()
+        first, *self._early = frames
+        presented = first.payload if first.kind is LinkKind.AUTH else b""
+        if len(presented) != LINK_TOKEN_BYTES or not hmac.compare_digest(presented, token):
+            raise NodeLinkAuthError("the peer did not present the node host's token")
+
+    async def _receive_frames(self) -> list[LinkFrame]:
+        data = await self._stream.receive_some(_READ_SIZE)
+        if not data:
+            raise trio.BrokenResourceError("the node link closed")
+        return self._decoder.receive_data(data)
+
+    # -- running --------------------------------------------------------------------------
+
+    def channel(self, channel_id: int) -> LinkChannel:
+        """Open the channel ``channel_id`` (bytes for it are queued from now on)."""
+        channel = self._channels[channel_id] = LinkChannel(self, channel_id, self._window)
+        if self.ended.is_set():
+            channel._break()
+        return channel
+
+    def forget(self, channel_id: int) -> None:
+        """Drop the channel ``channel_id``: bytes still arriving for it are discarded."""
+        self._channels.pop(channel_id, None)
+
+    def send_nowait(self, frame: bytes) -> None:
+        """Queue one whole frame for the writer (dropped once the link ended)."""
+        if not self.ended.is_set():
+            self._out_send.send_nowait(frame)
+
+    def send_control(self, message: BaseModel) -> None:
+        """Queue one control message."""
+        self.send_nowait(encode_node_control(message))
+
+    async def run(self, on_control: Callable[[NodeControl], None]) -> None:
+        """Read and write until the stream ends; then break every channel.
+
+        ``on_control`` is called, in order and without waiting, for each
+        control message. Returns (never raises) when the link ends; its
+        reason is in ``end_reason``.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop)
+                await self._read_loop(on_control)
+                nursery.cancel_scope.cancel()
+        except* RemoteProtocolError as group:
+            self.end_reason = f"protocol violation on the node link: {group.exceptions[0]}"
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+            self.end_reason = f"the node link broke: {group.exceptions[0]}"
+        finally:
+            if self.end_reason is None:
+                self.end_reason = "the node link closed"
+            self.ended.set()
+            for channel in list(self._channels.values()):
+                channel._break()
+            self._out_send.close()
+            with trio.CancelScope(shield=True):
+                await self._stream.aclose()
+
+    async def aclose(self) -> None:
+        """End the link (the peer sees it closed); ``run`` returns."""
+        await self._stream.aclose()
+
+    async def _read_loop(self, on_control: Callable[[NodeControl], None]) -> None:
+        frames, self._early = self._early, []
+        while True:
+            for frame in frames:
+                self._dispatch(frame, on_control)
+            data = await self._stream.receive_some(_READ_SIZE)
+            if not data:
+                return
+            frames = self._decoder.receive_data(data)
+
+    def _dispatch(self, frame: LinkFrame, on_control: Callable[[NodeControl], None]) -> None:
+        if frame.kind is LinkKind.CONTROL:
+            on_control(decode_node_control(frame.payload))
+            return
+        channel = self._channels.get(frame.channel)
+        if channel is None:
+            return  # its worker ended and its receiver let go of it
+        if frame.kind is LinkKind.DATA:
+            channel._deliver(frame.payload)
+        elif frame.kind is LinkKind.EOF:
+            channel._end()
+        elif frame.kind is LinkKind.CREDIT:
+            if len(frame.payload) != 4:
+                raise RemoteProtocolError("a CREDIT frame carries 4 bytes")
+            channel._grant(int.from_bytes(frame.payload, "big"))
+        else:
+            raise RemoteProtocolError(f"unexpected {frame.kind.name} frame on an open link")
+
+    async def _write_loop(self) -> None:
+        async for frame in self._out_receive:
+            batch = [frame]
+            while True:
+                try:
+                    batch.append(self._out_receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._stream.send_all(b"".join(batch) if len(batch) > 1 else frame)

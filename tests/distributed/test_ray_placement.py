@@ -1,0 +1,268 @@
+"""Workers on the nodes of a real Ray cluster (S-DIST-1, S-DIST-2).
+
+Three nodes on this machine: every node's processes are visible here, so
+the tests can check what runs where, and that nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor import ExitKind, Supervisor, SupervisorConfig, WorkerExitedError
+from tests.distributed.conftest import NODES, RAY, node_args
+from tests.support.cli import CHECKOUT, cli_env, run_cli
+from tests.support.processes import processes_in_tree, wait_until_tree_gone
+
+pytestmark = [pytest.mark.machine_may_lack(RAY), pytest.mark.slow]
+
+
+@pytest.fixture
+async def remote(ray_cluster: Any) -> AsyncIterator[Supervisor]:
+    config = SupervisorConfig(placement="ray", ray_address=ray_cluster.address)
+    async with Supervisor(config) as sup:
+        yield sup
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [pid for pid in pids if not _gone(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+async def test_workers_spread_over_every_node_and_answer_S_DIST_1(remote: Supervisor) -> None:
+    """S-DIST-1: a host per node; workers spread; the same protocol; the local protections."""
+    assert len(remote.remote_nodes) == NODES
+    handles = [await remote.spawn() for _ in range(NODES)]
+    # Spread by live workers: one per node.
+    assert {h.node for h in handles} == set(remote.remote_nodes)
+    for index, handle in enumerate(handles):
+        assert await handle.request("echo", {"value": index}) == index
+        assert await handle.ping() > 0
+        sandbox = handle.sandbox
+        assert sandbox is not None
+        # No network on a node (Ray's own services included), Ray's directory out of reach.
+        assert sandbox.network_denied
+        assert any(path.startswith("/tmp/ray") for path in sandbox.hidden)
+        assert sandbox.privileges_dropped
+        assert "on node" in handle.caps_summary
+        # Its environment is the allowlist: nothing of Ray's, no keys; its pid is its node's.
+        info = await handle.request("info")
+        assert info["pid"] == handle.pid
+        assert not [name for name in info["env"] if "RAY" in name or "KEY" in name]
+        # It asks the supervisor through its node host, as a local worker asks over its pipe.
+        assert await handle.request("ask_supervisor", {"value": "up"}) == "up"
+    # The worker is the one its node's zygote forked, in this supervisor's tree.
+    tree = set(processes_in_tree(remote.tree_id))
+    assert {h.pid for h in handles} <= tree
+    for handle in handles:
+        exit = await handle.shutdown()
+        assert exit.ok
+
+
+async def test_segfault_on_a_remote_node_is_named_S_DIST_1(remote: Supervisor) -> None:
+    handle = await remote.spawn()
+    assert handle.node is not None
+    with pytest.raises(WorkerExitedError):
+        await handle.request("crash", {"how": "segfault"})
+    exit = await handle.wait()
+    assert exit.kind is ExitKind.SIGNALED
+    assert exit.signal == "SIGSEGV"
+    assert "segmentation fault" in exit.reason.lower()
+    assert await handle.wait() is exit
+    # The node serves the next worker.
+    after = await remote.spawn()
+    assert await after.request("echo", {"value": 1}) == 1
+    await after.shutdown()
+
+
+async def test_a_flood_of_events_is_carried_whole_with_backpressure_S_DIST_1(
+    remote: Supervisor,
+) -> None:
+    """More than a channel's window of events, read slowly: all arrive, in order."""
+    handle = await remote.spawn()
+    count = 3000
+    seen: list[int] = []
+
+    async def read() -> None:
+        while len(seen) < count:
+            for event in await handle.receive_event_batch():
+                seen.append(event.data["seq"])
+            await trio.sleep(0.001)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        assert await handle.request("flood", {"count": count, "size": 2048}) == count
+    assert seen == list(range(count))
+    assert await handle.request("echo", {"value": 5}) == 5
+    await handle.shutdown()
+
+
+async def test_a_cap_breached_on_a_remote_node_is_named_by_its_host_S_DIST_1(
+    remote: Supervisor,
+) -> None:
+    """S-SEC-4 on a node: the node host judges the tree and names the cap."""
+    from protocol import ResourceLimits
+
+    handle = await remote.spawn(ResourceLimits(memory_mb=150))
+    with pytest.raises(WorkerExitedError):
+        await handle.request("allocate", {"mb": 4000, "step_mb": 16, "step_delay_s": 0.005})
+    exit = await handle.wait()
+    assert exit.kind is ExitKind.MEMORY_CAP
+    assert "150 MB cap" in exit.reason
+
+
+async def test_a_node_removed_mid_run_ends_its_workers_once_as_node_lost_S_DIST_2(
+    ray_cluster: Any,
+) -> None:
+    doomed = ray_cluster.add_node(**node_args())
+    ray_cluster.wait_for_nodes()
+    try:
+        config = SupervisorConfig(placement="ray", ray_address=ray_cluster.address)
+        async with Supervisor(config) as sup:
+            handles = [await sup.spawn() for _ in range(2 * (NODES + 1))]
+            on_doomed = [h for h in handles if h.node == doomed.node_id]
+            elsewhere = [h for h in handles if h.node != doomed.node_id]
+            assert on_doomed and elsewhere, (doomed.node_id, [h.node for h in handles])
+            pids = [h.pid for h in on_doomed]
+            outcomes: list[BaseException | Any] = []
+
+            async def waits_on(handle: Any) -> None:
+                try:
+                    outcomes.append(await handle.request("sleep", {"seconds": 600}))
+                except WorkerExitedError as exc:
+                    outcomes.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for handle in on_doomed:
+                    nursery.start_soon(waits_on, handle)
+                await trio.sleep(0.2)
+                # The raylet and everything of the node killed, not asked to stop.
+                await trio.to_thread.run_sync(
+                    lambda: ray_cluster.remove_node(doomed, allow_graceful=False)
+                )
+            exits = [await h.wait() for h in on_doomed]
+            assert all(e.kind is ExitKind.NODE_LOST for e in exits), exits
+            assert all("node lost" in e.reason for e in exits)
+            # Once each: the pending request ended with that same exit, and a second wait too.
+            assert all(isinstance(o, WorkerExitedError) for o in outcomes)
+            assert sorted(id(o.exit) for o in outcomes) == sorted(id(e) for e in exits)
+            assert [await h.wait() for h in on_doomed] == exits
+            # Nothing of theirs is left on the node.
+            assert await trio.to_thread.run_sync(_wait_gone, pids, 30) == []
+            # The other nodes go on; the next spawn lands on a live node.
+            for handle in elsewhere:
+                assert await handle.request("echo", {"value": 2}) == 2
+            after = await sup.spawn()
+            assert after.node != doomed.node_id
+            assert await after.request("echo", {"value": 3}) == 3
+    finally:
+        if doomed in ray_cluster.worker_nodes:
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+
+
+async def test_a_dead_node_host_is_replaced_S_DIST_2(remote: Supervisor) -> None:
+    handle = await remote.spawn()
+    welcome = remote.remote_nodes[handle.node or ""]
+    os.kill(welcome.host_pid, signal.SIGKILL)
+    exit = await handle.wait()
+    assert exit.kind is ExitKind.NODE_LOST
+    # Its zygote and worker died with it.
+    assert await trio.to_thread.run_sync(_wait_gone, [welcome.zygote_pid, handle.pid], 30) == []
+    # The next spawns, wherever placed, all work; that node gets a fresh host.
+    fresh = [await remote.spawn() for _ in range(NODES)]
+    for worker in fresh:
+        assert await worker.request("echo", {"value": 4}) == 4
+    assert remote.remote_nodes[handle.node or ""].host_pid != welcome.host_pid
+
+
+def test_the_supervisor_killed_takes_every_remote_worker_with_it_S_DIST_2(
+    ray_cluster: Any, tmp_path: Any
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.remote_fleet", ray_cluster.address, str(2 * NODES)],
+        cwd=CHECKOUT,
+        env=cli_env(tmp_path / "home"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        report = json.loads(child.stdout.readline())
+        pids = [worker["pid"] for worker in report["workers"]]
+        assert len({worker["node"] for worker in report["workers"]}) == NODES
+        assert set(pids) <= set(processes_in_tree(report["tree_id"]))
+        child.kill()
+        child.wait(timeout=30)
+        # No orphans on any node: workers, zygotes and node hosts all gone.
+        assert wait_until_tree_gone(report["tree_id"], timeout=60) == []
+        assert _wait_gone(report["hosts"] + report["zygotes"] + pids, 60) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_stress_across_three_nodes_loses_nothing_S_DIST_2(ray_cluster: Any, tmp_path: Any) -> None:
+    """``subvisor stress --ray``: delegation through the whole stack, workers on every node."""
+    agents = 60
+    result = run_cli(
+        tmp_path / "home",
+        "stress",
+        "--ray",
+        ray_cluster.address,
+        "--agents",
+        str(agents),
+        "--concurrency",
+        "12",
+        "--json",
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["placement"] == "ray"
+    assert summary["lost"] == 0, summary["lost_ids"]
+    assert summary["duplicates"] == 0
+    assert summary["completed"] == agents
+    assert len(summary["workers_per_node"]) == NODES
+    assert sum(summary["workers_per_node"].values()) == agents
+
+
+def test_ray_flag_without_a_cluster_is_one_clear_line(tmp_path: Any) -> None:
+    """A bad ``--ray`` address: one line saying what to do, no traceback."""
+    result = run_cli(
+        tmp_path / "home",
+        "stress",
+        "--ray",
+        "127.0.0.1:1",
+        "--agents",
+        "1",
+        "--json",
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "Ray cluster" in result.stderr
