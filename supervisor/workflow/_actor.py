@@ -56,14 +56,14 @@ from ..policy._policy import ToolPolicy
 from ._errors import ActorAnswerInvalidError, ActorAskFailedError, ActorCrashedError, WorkflowError
 from ._journal import AskRecord, WorkflowJournal
 from ._model import ActorModel
-from ._typed import AnswerSchema
+from ._typed import AnswerSchema, AskSchema
 
 __all__ = ["Actor", "ActorDefinition", "ActorEnvironment", "prompt_hash"]
 
 T = TypeVar("T")
 
 
-def prompt_hash(prompt: str, schema: AnswerSchema[Any] | None) -> str:
+def prompt_hash(prompt: str, schema: AskSchema | None) -> str:
     """What an ask is matched by on an amended re-run: its prompt and its answer type."""
     document = json.dumps({"prompt": prompt, "schema": schema.json_schema if schema else None})
     return hashlib.sha256(document.encode()).hexdigest()
@@ -184,6 +184,12 @@ class Actor:
         if not isinstance(prompt, str) or not prompt.strip():
             raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
         answer_schema = AnswerSchema(schema) if schema is not None else None
+        return await self.ask_with(prompt, answer_schema)
+
+    async def ask_with(self, prompt: str, answer_schema: AskSchema | None) -> Any:
+        """``ask`` with the answer's schema already built (a worker's script sends JSON schemas)."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
         async with self._lock:
             index = self._asks
             self._asks += 1
@@ -197,7 +203,7 @@ class Actor:
 
     # -- replay ---------------------------------------------------------------------
 
-    def _replay_ask(self, cached: AskRecord, schema: AnswerSchema[Any] | None) -> Any:
+    def _replay_ask(self, cached: AskRecord, schema: AskSchema | None) -> Any:
         now = time.time()
         self.history.extend(cached.messages)
         # The earlier answer, journaled again as this run's, costing nothing.
@@ -222,9 +228,7 @@ class Actor:
 
     # -- fresh asks -----------------------------------------------------------------
 
-    async def _ask_fresh(
-        self, index: int, prompt: str, key: str, schema: AnswerSchema[Any] | None
-    ) -> Any:
+    async def _ask_fresh(self, index: int, prompt: str, key: str, schema: AskSchema | None) -> Any:
         started = time.time()
         base = len(self.history)
         conversation = list(self.history)
