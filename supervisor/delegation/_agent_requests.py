@@ -15,14 +15,17 @@ Invariants:
   worker one event of its budget (S-SEC-8), and a coordinator message its
   size; once the budget is spent every such request is refused with why.
 - A worker only ever reaches what its policy lends it: MCP tools by name,
-  tools by name when the policy lists them, the desk with its own identity.
+  tools by name when the policy lists them, the desk with its own identity,
+  a workflow's creator only when it is that workflow's actor (``escalate``).
+  A workflow script's own calls (declare an actor, ask it) are never
+  answered here: only the script host answers them, for its script worker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -41,6 +44,11 @@ from protocol import (
     QuestionAnswer,
     UserQuestionRequest,
     WorkerRequest,
+    WorkflowAskRequest,
+    WorkflowDeclareActorRequest,
+    WorkflowEscalateRequest,
+    WorkflowEscalation,
+    WorkflowEscalationAnswer,
 )
 from worker.tools import resolve_tool_name
 
@@ -67,6 +75,7 @@ _RECORDING = (
     CoordinatorMessageRequest,
     McpToolCallRequest,
     UserQuestionRequest,
+    WorkflowEscalateRequest,
 )
 
 
@@ -81,6 +90,8 @@ class AgentRequestPolicy:
     queues a message for the agent's parent; ``no_coordinator`` says why
     there is none. ``no_questions``, when set, is the answer to every
     question: nobody who could answer reads this agent's questions.
+    ``escalate`` puts a workflow actor's question to the workflow's creator
+    and returns the answer (None: this agent is no workflow's actor).
     """
 
     holder: PolicyHolder
@@ -94,6 +105,11 @@ class AgentRequestPolicy:
     coordinator: Callable[[str], None] | None = None
     no_coordinator: str = "this agent has no coordinator; put everything in its answer"
     no_questions: str | None = None
+    escalate: Callable[[WorkflowEscalation], Awaitable[WorkflowEscalationAnswer]] | None = None
+    no_escalation: str = (
+        "EscalateQuestion is for actors of a workflow a root agent created; nobody here "
+        "answers it: decide for yourself and say what you assumed"
+    )
 
 
 class AgentRequestServer:
@@ -145,6 +161,16 @@ class AgentRequestServer:
                 handle.budget.charge(size=text_size(request.params.text))
                 policy.coordinator(request.params.text)
                 return CoordinatorReceipt()
+            if isinstance(request, WorkflowEscalateRequest):
+                if policy.escalate is None:
+                    raise RequestRefusedError("not_available", policy.no_escalation)
+                handle.budget.charge(size=text_size(request.params.question))
+                return await policy.escalate(request.params)
+            if isinstance(request, WorkflowDeclareActorRequest | WorkflowAskRequest):
+                raise RequestRefusedError(
+                    "not_available",
+                    f"{request.method} is a workflow script's call; an agent cannot make it",
+                )
             assert isinstance(request, EchoRequest), request
             return await default_request_handler(handle, request)
         except EventBudgetExceededError as exc:

@@ -132,11 +132,12 @@ class ActorRoster:
         self.by_id[actor.agent_id] = actor
         return actor
 
-    async def close(self) -> None:
+    async def close(self, stopped: str | None = None) -> None:
+        """Close every actor (``stopped``: why the run was stopped, if it was)."""
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
                 for actor in self.actors:
-                    nursery.start_soon(actor.close)
+                    nursery.start_soon(actor.close, stopped)
 
 
 def earlier_actors(journal: WorkflowJournal, run_id: str) -> dict[str, EarlierActor]:
