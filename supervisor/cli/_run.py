@@ -32,6 +32,7 @@ from ..policy._approvals import (
 )
 from ..providers import ModelError
 from ..state._task_record import TaskRecord
+from ..workflow import workflow_tools
 from ._control import serve_control
 from ._interrupt import interruptible
 from ._terminal import TerminalConsole
@@ -211,7 +212,9 @@ async def _run(
         interruptible() as interruption,
         Subvisor(request.settings, approval_handler=handler, question_handler=questions) as host,
     ):
-        root = RootSession(host, model=request.model, cwd=request.cwd)
+        root = RootSession(
+            host, model=request.model, cwd=request.cwd, extra_tools=workflow_tools(host)
+        )
         async with serve_control(host, root.session_id, root=root):
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
