@@ -247,6 +247,8 @@ async def _run(
             "tasks": [
                 {
                     "agentId": r.task_id,
+                    "kind": r.kind,
+                    "parent_task_id": r.parent_task_id,
                     "description": r.description,
                     "subagent_type": r.subagent_type,
                     "background": r.background,

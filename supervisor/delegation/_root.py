@@ -198,9 +198,11 @@ class RootSession:
         if extra_tools is not None:
             # The root's alone: not in ``parent_tools``, so no subagent inherits them.
             host_tools.extend(extra_tools(self))
+        #: The root's tools: exactly what its model is offered.
+        self.toolbox = Toolbox(local, context, host_tools, approvals=PolicyApprovals(self))
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
-            tools=Toolbox(local, context, host_tools, approvals=PolicyApprovals(self)),
+            tools=self.toolbox,
             events=StoreEventSink(host.store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,

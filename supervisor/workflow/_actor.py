@@ -477,7 +477,9 @@ class Actor:
             requester=self._requester,
             prepare_model_call=self._prepare_model_call,
             record_model_result=self._record_model_result,
-            tools=frozenset(self.definition.tools),
+            tools=frozenset(self.definition.tools).union(
+                (ESCALATE_QUESTION_SPEC.name,) if self._env.escalations is not None else ()
+            ),
             mcp_tools=self._mcp_names,
             no_coordinator="an actor has no coordinator; put everything in its answer",
             no_questions=(

@@ -8,6 +8,8 @@ on with the answer as its tool result.
 
 Invariants:
 
+- Question ids are ``q1``, ``q2``... in the order the creator's actors ask:
+  unique within the desk, which is all the creator can name.
 - Only the creator answers. A desk belongs to one root session's workflow
   tools, and nothing else can reach it: no worker method answers a
   question, and actors never have ResolveWorkflowQuestion (S-ACT-4).
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import html
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -79,7 +80,7 @@ class EscalationDesk:
         Raises ``EscalationUnansweredError`` after ``timeout_s`` without one.
         """
         question = OpenQuestion(
-            question_id=f"q_{uuid.uuid4().hex[:12]}",
+            question_id=f"q{len(self._questions) + 1}",
             run_id=run_id,
             actor=actor,
             question=escalation.question,

@@ -113,7 +113,14 @@ AMEND_WORKFLOW_SPEC = _spec(
     "AmendWorkflow",
     "Run a changed version of one of your workflows: actors whose instructions and asks did "
     "not change replay their answers from the earlier run without calling a model.",
-    {"run_id": {"type": "string"}, "script": _SCRIPT, "inputs": _INPUTS},
+    {
+        "run_id": {
+            "type": "string",
+            "description": "The run to amend: its id, or the description it was created with.",
+        },
+        "script": _SCRIPT,
+        "inputs": {"type": "object", "description": "Default: the earlier run's inputs."},
+    },
     ["run_id", "script"],
 )
 RESOLVE_WORKFLOW_QUESTION_SPEC = _spec(
@@ -187,24 +194,19 @@ class WorkflowTools:
             asked = _AmendInput.model_validate(call.input)
         except ValidationError as exc:
             return ToolOutput(f"Error: AmendWorkflow input: {_first_error(exc)}.", True)
-        earlier = self.host.registry.get(asked.run_id.strip())
-        if (
-            earlier is None
-            or earlier.kind != "workflow"
-            or earlier.parent_session_id != self.root.session_id
-        ):
-            mine = ", ".join(self.tasks) or "none yet"
+        wanted = asked.run_id.strip()
+        # By id, else by the description it was created with (the latest such run).
+        found = [t for t in self.tasks.values() if wanted in (t.run_id, t.description)]
+        if not found:
+            mine = ", ".join(f"{t.run_id} ({t.description})" for t in self.tasks.values())
             return ToolOutput(
-                f"Error: {asked.run_id!r} is not a workflow run of this session (yours: {mine}).",
+                f"Error: {asked.run_id!r} is not a workflow run of this session "
+                f"(yours: {mine or 'none yet'}).",
                 True,
             )
-        inputs = asked.inputs
-        if inputs is None:
-            task = self.tasks.get(earlier.task_id)
-            inputs = dict(task.inputs) if task is not None else {}
-        return self._start(
-            asked.script, f"{earlier.description} (amended)", inputs, earlier.task_id, call.id
-        )
+        earlier = found[-1]
+        inputs = asked.inputs if asked.inputs is not None else dict(earlier.inputs)
+        return self._start(asked.script, earlier.description, inputs, earlier.run_id, call.id)
 
     def _start(
         self,
