@@ -249,6 +249,7 @@ async def run_sandboxed_workflow(
     roster: ActorRoster | None = None
     handle: WorkerHandle | None = None
     failure: str | None = None
+    stopped: str | None = None
     value: Any = None
     try:
         async with trio.open_nursery() as nursery:
@@ -295,11 +296,14 @@ async def run_sandboxed_workflow(
                 failure = f"the script's worker answered nonsense: {exc.errors()[0]['msg']}"
             except SubvisorError as exc:
                 failure = f"the script's worker could not be started: {exc}"
+            except trio.Cancelled:
+                stopped = "its workflow run was stopped"
+                raise
             finally:
                 with trio.CancelScope(shield=True):
                     if handle is not None:
                         await (handle.shutdown(grace_s=2.0) if handle.alive else handle.wait())
-                    await roster.close()
+                    await roster.close(stopped)
                 nursery.cancel_scope.cancel()
     except BaseException:
         if escalations is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from protocol import ChatMessage
 from supervisor import RootSession
@@ -326,3 +327,49 @@ async def test_the_four_root_tools_are_the_roots_alone(
     assert context["user_requests"] == ["check the offers"]
     assert {t["kind"] for t in context["tasks"]} >= {"local_agent", "workflow"}
     assert outcome.text == "done"
+
+
+SLOW = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def slow(ctx):
+        return await agent("sleeper", system="You take your time.").ask("Think hard.")
+    """
+)
+
+
+async def test_stopping_a_workflow_stops_its_actors_and_notifies_once(tmp_path: Path) -> None:
+    """`subvisor stop WF` (the registry's stop, as the control channel calls it): the run and
+    its actor end ``killed`` with the reason, their workers are gone, one notification."""
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(SLOW, "slow one")]},
+                {"text": "started"},
+                {"text": "it was stopped"},
+            ],
+            "sleeper": [{"text": "never", "latency_ms": 600_000}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(root.run, "go slowly")
+            actor = None
+            while actor is None or actor.status != "running":
+                await trio.sleep(0.02)
+                actors = [r for r in host.registry.list() if r.kind == "workflow_actor"]
+                actor = actors[0] if actors else None
+            [flow] = [r for r in host.registry.list() if r.kind == "workflow"]
+            stopped = await host.registry.stop(flow.task_id, "stopped by the test")
+        actor = host.registry.get(actor.task_id)
+        alive = [h for h in host.supervisor.workers.values() if h.alive]
+    assert stopped.status == "killed" and stopped.error == "stopped by the test"
+    assert actor is not None and actor.status == "killed"
+    assert actor.error == "its workflow run was stopped"
+    assert alive == []
+    [notice] = notifications(root.loop.messages)
+    assert "<status>killed</status>" in notice and 'Workflow "slow one" was stopped' in notice
