@@ -59,8 +59,17 @@ _CASES: dict[str, tuple[list[str], list[str]]] = {
     "crash": (["--samples", "3", "--warmup", "0"], ["detect_p50_ms", "detect_p99_ms", "samples"]),
     "scale": (["--n", "5"], ["n", "all_ready_s", "supervisor_rss_mb"]),
     "delegate": (
-        ["--agents", "4", "--concurrency", "2", "--latency-ms", "1"],
-        ["agents", "completed", "wall_s", "per_agent_overhead_ms", "supervisor_cpu_s"],
+        ["--agents", "4", "--concurrency", "2", "--latency-ms", "1", "--workflow-asks", "2"],
+        [
+            "agents",
+            "completed",
+            "wall_s",
+            "per_agent_overhead_ms",
+            "supervisor_cpu_s",
+            "per_subagent_overhead_ms",
+            "per_ask_same_actor_overhead_ms",
+            "actor_vs_subagent",
+        ],
     ),
 }
 

@@ -283,6 +283,15 @@ def _narrate(message: ChatMessage) -> str | None:
     if message.role == "assistant" and message.content.strip():
         # Long tool results quoted in a message are clipped per section.
         return "\n\n".join(_clip_lines(part) for part in message.content.split("\n\n"))
+    if message.role == "user" and "<workflow-question" in message.content:
+        asked = re.finditer(
+            r'<workflow-question id="(.*?)" run="(.*?)" actor="(.*?)">\n(.*?)\n', message.content
+        )
+        return "\n".join(
+            f"[question {html.unescape(q.group(1))}] actor {html.unescape(q.group(3))} of "
+            f"{html.unescape(q.group(2))} asks: {html.unescape(q.group(4))}"
+            for q in asked
+        )
     if message.role == "user" and "<task-notification>" in message.content:
         lines = []
         for fragment in message.content.split("<task-notification>")[1:]:

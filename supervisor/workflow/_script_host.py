@@ -20,7 +20,9 @@ Invariants:
 - The script worker is answered only ``workflow.declare_actor``,
   ``workflow.ask`` and ``supervisor.echo``: no model call, no tool, no MCP,
   no question. Each declaration and ask costs one event of its budget, and
-  a run declares at most ``MAX_ACTORS`` actors (S-SEC-8).
+  a run declares at most ``MAX_ACTORS`` actors (S-SEC-8), and fewer than
+  the fleet's worker slots: an actor keeps its worker for the run, so one
+  more than the slots would wait for a slot forever.
 - An error a call raises reaches the script as a code its API turns into
   the exception of the same name (``worker.workflow.ERROR_CODES``).
 """
@@ -148,9 +150,16 @@ class _ScriptRequests:
         )
 
     def _declare(self, request: WorkflowDeclareActorRequest) -> WorkflowActorRef:
-        if len(self._roster.actors) >= MAX_ACTORS:
+        # Each actor keeps its worker for the whole run and the script holds one
+        # more: past the fleet's slots, the next actor's spawn would wait forever.
+        slots = self._roster.env.host.settings.max_concurrent_subagents - 1
+        limit = min(MAX_ACTORS, slots)
+        if len(self._roster.actors) >= limit:
             raise WorkflowError(
-                f"a workflow run declares at most {MAX_ACTORS} actors; ask fewer, or reuse one"
+                f"a workflow run declares at most {limit} actors (each keeps a worker for the "
+                f"run; max_concurrent_subagents is "
+                f"{self._roster.env.host.settings.max_concurrent_subagents}, one of them runs "
+                "the script); reuse an actor for more asks"
             )
         p = request.params
         actor = self._roster.declare(
