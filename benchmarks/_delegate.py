@@ -8,6 +8,15 @@ alone would cost with perfect packing: ``ceil(N / concurrency)`` waves of
 ``3 x latency``; everything beyond that, spread over the agents, is
 subvisor's overhead per subagent: spawn, handshake, pipes, model gateway,
 store writes, output files, teardown.
+
+The workflow case (``--workflow-asks N``, 0 skips it) puts an actor's ask
+beside a plain subagent, each one model call of ``--latency-ms``, one at a
+time: a root delegating N foreground subagents in N turns; a root's
+CreateWorkflow whose script asks one actor N times (a warm worker, the
+conversation growing); and one whose script asks N actors once each (a
+worker each). What each costs beyond its latency, per ask, is the
+supervisor's overhead; ``actor_vs_subagent`` is the new-actor figure over
+the subagent's, both measured in this run.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import trio
 
 from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
+from supervisor.workflow import workflow_tools
 
 from . import Report
 from ._stats import rounded
@@ -38,6 +48,99 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agents", type=int, default=200, help="subagents to delegate")
     parser.add_argument("--concurrency", type=int, default=50, help="subagents at once")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="per scripted model turn")
+    parser.add_argument(
+        "--workflow-asks", type=int, default=20, help="asks of the workflow case (0: skip it)"
+    )
+
+
+#: The workflow case's scripts: one actor asked N times, N actors asked once.
+_ONE_ACTOR = """
+from supervisor.workflow import agent, workflow
+
+@workflow
+async def repeat(ctx, asks: int):
+    actor = agent("same", system="You answer.")
+    return [await actor.ask(f"question {i}") for i in range(asks)]
+"""
+_MANY_ACTORS = """
+from supervisor.workflow import agent, workflow
+
+@workflow
+async def spread(ctx, asks: int):
+    return [await agent(f"a{i}", system="You answer.").ask("question") for i in range(asks)]
+"""
+
+
+def _workflow_scenarios(asks: int, latency_ms: float) -> dict[str, dict[str, Any]]:
+    turn = {"text": "answer", "latency_ms": latency_ms}
+    subagents: dict[str, Any] = {
+        "root": [
+            {"tool_calls": [{"name": "Agent", "input": {"description": f"sub {i}", "prompt": "q"}}]}
+            for i in range(asks)
+        ]
+        + [{"text": "done"}]
+    }
+    subagents.update({f"sub {i}": [turn] for i in range(asks)})
+
+    def created(script: str) -> list[dict[str, Any]]:
+        call = {"script": script, "description": "bench", "inputs": {"asks": asks}}
+        return [
+            {"tool_calls": [{"name": "CreateWorkflow", "input": call}]},
+            {"text": "started"},
+            {"text": "done"},
+        ]
+
+    one = {"root": created(_ONE_ACTOR), "same": [turn] * asks}
+    many: dict[str, Any] = {"root": created(_MANY_ACTORS)}
+    many.update({f"a{i}": [turn] for i in range(asks)})
+    return {"subagents": {"agents": subagents}, "one": {"agents": one}, "many": {"agents": many}}
+
+
+async def _timed_root(work: Path, scenario: str, asks: int) -> float:
+    settings = SubvisorSettings(
+        home=work / "home",
+        subagent_limits=ResourceLimits(memory_mb=1024, idle_timeout_s=120),
+        root_max_turns=10_000,
+        # Each actor keeps its worker for the run, and the script has one.
+        max_concurrent_subagents=asks + 2,
+    )
+    async with Subvisor(settings) as host:
+        root = RootSession(
+            host,
+            model=f"scripted:{work / scenario}",
+            cwd=work / "tree",
+            extra_tools=workflow_tools(host),
+        )
+        started = time.perf_counter()
+        await root.run("go")
+        wall = time.perf_counter() - started
+        failed = [r for r in host.registry.list(root.session_id) if r.status != "completed"]
+        if failed:
+            raise RuntimeError(
+                f"{scenario}: {failed[0].task_id} {failed[0].status}: {failed[0].error}"
+            )
+    return wall
+
+
+def _workflow_case(work: Path, asks: int, latency_ms: float) -> dict[str, Any]:
+    for name, scenario in _workflow_scenarios(asks, latency_ms).items():
+        (work / f"{name}.json").write_text(json.dumps(scenario))
+    latency_s = asks * latency_ms / 1000
+
+    def overhead_ms(name: str) -> float:
+        wall = trio.run(_timed_root, work, f"{name}.json", asks)
+        return max(0.0, wall - latency_s) / asks * 1000
+
+    subagent = overhead_ms("subagents")
+    same_actor = overhead_ms("one")
+    new_actor = overhead_ms("many")
+    return {
+        "workflow_asks": asks,
+        "per_subagent_overhead_ms": rounded(subagent),
+        "per_ask_same_actor_overhead_ms": rounded(same_actor),
+        "per_ask_new_actor_overhead_ms": rounded(new_actor),
+        "actor_vs_subagent": rounded(new_actor / subagent) if subagent else 0.0,
+    }
 
 
 def _scenario(agents: int, latency_ms: float) -> dict[str, Any]:
@@ -100,6 +203,9 @@ def run(args: argparse.Namespace) -> Report:
         supervisor_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before
         # The zygote is reaped when the host closes, and with it every worker it reaped.
         children_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
+        workflow = (
+            _workflow_case(work, args.workflow_asks, latency_ms) if args.workflow_asks > 0 else {}
+        )
     scripted_s = math.ceil(agents / concurrency) * 3 * latency_ms / 1000
     return {
         "agents": agents,
@@ -115,6 +221,7 @@ def run(args: argparse.Namespace) -> Report:
         "zygote_cpu_per_agent_ms": rounded(max(0.0, children_cpu - worker_cpu) / agents * 1000),
         # On 2 cores the wall time cannot go below half of this per agent.
         "total_cpu_per_agent_ms": rounded((supervisor_cpu + children_cpu) / agents * 1000),
+        **workflow,
     }
 
 

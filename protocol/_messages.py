@@ -22,6 +22,9 @@ from ._methods import (
     PermissionCheckRequest,
     UserQuestionRequest,
     WorkerRequest,
+    WorkflowAskRequest,
+    WorkflowDeclareActorRequest,
+    WorkflowEscalateRequest,
 )
 from ._sandbox import SandboxReport
 
@@ -181,7 +184,10 @@ _AnyWorkerRequest = Annotated[
     | PermissionCheckRequest
     | CoordinatorMessageRequest
     | McpToolCallRequest
-    | UserQuestionRequest,
+    | UserQuestionRequest
+    | WorkflowDeclareActorRequest
+    | WorkflowAskRequest
+    | WorkflowEscalateRequest,
     Field(discriminator="method"),
 ]
 WorkerMessage = Annotated[

@@ -12,7 +12,12 @@ validates the ``Response.result`` it receives against the same model
 Invariants:
 
 - ``WorkerMethod`` is closed: this table is everything a worker can ask for.
-  There is no method to spawn a process (S-POL-4).
+  There is no method to spawn a process (S-POL-4). The ``workflow.*``
+  methods are a workflow script's calls (``agent()``, ``ask()``) and an
+  actor's escalation: the supervisor answers ``workflow.declare_actor`` and
+  ``workflow.ask`` only for the one worker that runs a script the root
+  created, and ``workflow.escalate`` only for a workflow's actors; any other
+  worker is refused them.
 - Every method has exactly one request class, one params model and one
   result model, and ``WORKER_METHODS`` lists them all.
 - Params and results are frozen and forbid unknown fields. JSON objects the
@@ -38,6 +43,9 @@ __all__ = [
     "USER_QUESTION",
     "WORKER_METHODS",
     "WORKER_REQUEST_METHODS",
+    "WORKFLOW_ASK",
+    "WORKFLOW_DECLARE_ACTOR",
+    "WORKFLOW_ESCALATE",
     "CoordinatorMessage",
     "CoordinatorMessageRequest",
     "CoordinatorReceipt",
@@ -58,6 +66,15 @@ __all__ = [
     "UserQuestionRequest",
     "WorkerMethod",
     "WorkerRequest",
+    "WorkflowActorDeclaration",
+    "WorkflowActorRef",
+    "WorkflowAnswer",
+    "WorkflowAsk",
+    "WorkflowAskRequest",
+    "WorkflowDeclareActorRequest",
+    "WorkflowEscalateRequest",
+    "WorkflowEscalation",
+    "WorkflowEscalationAnswer",
 ]
 
 #: A JSON object as the model wrote it: a tool's input, an MCP call's arguments.
@@ -71,6 +88,9 @@ WorkerMethod = Literal[
     "coordinator.message",
     "mcp.call_tool",
     "user.question",
+    "workflow.declare_actor",
+    "workflow.ask",
+    "workflow.escalate",
 ]
 WORKER_REQUEST_METHODS: tuple[WorkerMethod, ...] = get_args(WorkerMethod)
 
@@ -148,6 +168,61 @@ class QuestionAnswer(_Body):
     reason: str = ""
 
 
+class WorkflowActorDeclaration(_Body):
+    """``workflow.declare_actor``: a script's ``agent(...)`` call (S-ACT-1, S-ACT-2).
+
+    ``line`` is the script's line that called it (its site); ``tools`` None
+    means every tool an actor may have (S-ACT-4).
+    """
+
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"\S")
+    system: str = ""
+    tools: tuple[str, ...] | None = None
+    model: str | None = Field(default=None, min_length=1)
+    max_turns: int | None = None
+    line: int = Field(default=0, ge=0)
+
+
+class WorkflowActorRef(_Body):
+    """The declared actor: the id its asks name, and how messages name it."""
+
+    actor_id: str = Field(min_length=1)
+    label: str
+
+
+class WorkflowAsk(_Body):
+    """``workflow.ask``: ``await actor.ask(prompt, schema=...)``.
+
+    A typed ask carries its type's name and JSON schema; the supervisor
+    validates the answer against the schema (one correction round), and the
+    script parses it into the type.
+    """
+
+    actor_id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, pattern=r"\S")
+    schema_name: str | None = None
+    json_schema: JsonObject | None = None
+
+
+class WorkflowAnswer(_Body):
+    """The actor's answer: its text (a typed ask's is JSON that fits the schema)."""
+
+    text: str
+
+
+class WorkflowEscalation(_Body):
+    """``workflow.escalate``: an actor's question for the workflow's creator."""
+
+    question: str = Field(min_length=1, max_length=20_000, pattern=r"\S")
+    options: tuple[str, ...] = ()
+
+
+class WorkflowEscalationAnswer(_Body):
+    """The creator's answer (ResolveWorkflowQuestion)."""
+
+    answer: str
+
+
 # -- requests -----------------------------------------------------------------------
 
 
@@ -206,6 +281,27 @@ class UserQuestionRequest(WorkerRequest):
     params: UserQuestion
 
 
+class WorkflowDeclareActorRequest(WorkerRequest):
+    """A ``workflow.declare_actor`` request."""
+
+    method: Literal["workflow.declare_actor"] = "workflow.declare_actor"
+    params: WorkflowActorDeclaration
+
+
+class WorkflowAskRequest(WorkerRequest):
+    """A ``workflow.ask`` request."""
+
+    method: Literal["workflow.ask"] = "workflow.ask"
+    params: WorkflowAsk
+
+
+class WorkflowEscalateRequest(WorkerRequest):
+    """A ``workflow.escalate`` request."""
+
+    method: Literal["workflow.escalate"] = "workflow.escalate"
+    params: WorkflowEscalation
+
+
 # -- the table ----------------------------------------------------------------------
 
 P = TypeVar("P", bound=BaseModel)
@@ -240,6 +336,16 @@ COORDINATOR_MESSAGE = MethodSpec(
 )
 MCP_CALL_TOOL = MethodSpec("mcp.call_tool", McpToolCallRequest, McpToolCall, McpToolResult)
 USER_QUESTION = MethodSpec("user.question", UserQuestionRequest, UserQuestion, QuestionAnswer)
+WORKFLOW_DECLARE_ACTOR = MethodSpec(
+    "workflow.declare_actor",
+    WorkflowDeclareActorRequest,
+    WorkflowActorDeclaration,
+    WorkflowActorRef,
+)
+WORKFLOW_ASK = MethodSpec("workflow.ask", WorkflowAskRequest, WorkflowAsk, WorkflowAnswer)
+WORKFLOW_ESCALATE = MethodSpec(
+    "workflow.escalate", WorkflowEscalateRequest, WorkflowEscalation, WorkflowEscalationAnswer
+)
 
 #: Every method a worker may ask, by name.
 WORKER_METHODS: dict[str, MethodSpec[BaseModel, BaseModel]] = {
@@ -251,5 +357,8 @@ WORKER_METHODS: dict[str, MethodSpec[BaseModel, BaseModel]] = {
         COORDINATOR_MESSAGE,
         MCP_CALL_TOOL,
         USER_QUESTION,
+        WORKFLOW_DECLARE_ACTOR,
+        WORKFLOW_ASK,
+        WORKFLOW_ESCALATE,
     )
 }

@@ -61,6 +61,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
         * ActorAskFailedError                       workflow
           * ActorAnswerInvalidError                 workflow
           * ActorCrashedError                       workflow
+          * EscalationUnansweredError               workflow
         * DuplicateActorNameError                   workflow
         * WorkflowActorPinnedModelError             workflow
         * WorkflowFailedError                       workflow

@@ -76,8 +76,17 @@ _CASES: dict[str, tuple[list[str], list[str]]] = {
         ],
     ),
     "delegate": (
-        ["--agents", "4", "--concurrency", "2", "--latency-ms", "1"],
-        ["agents", "completed", "wall_s", "per_agent_overhead_ms", "supervisor_cpu_s"],
+        ["--agents", "4", "--concurrency", "2", "--latency-ms", "1", "--workflow-asks", "2"],
+        [
+            "agents",
+            "completed",
+            "wall_s",
+            "per_agent_overhead_ms",
+            "supervisor_cpu_s",
+            "per_subagent_overhead_ms",
+            "per_ask_same_actor_overhead_ms",
+            "actor_vs_subagent",
+        ],
     ),
     "ray": (
         ["--samples", "2", "--cold-samples", "1", "--idle", "2", "--agents", "4"],

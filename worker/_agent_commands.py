@@ -15,6 +15,7 @@ from ._agent_ports import (
     AskUserQuestionTool,
     BorrowedMcpTool,
     CoordinatorReplyTool,
+    EscalateQuestionTool,
     PipeApprovalPort,
     PipeEventSink,
     PipeModelPort,
@@ -86,6 +87,7 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
             [
                 CoordinatorReplyTool(ctx.link),
                 AskUserQuestionTool(ctx.link),
+                EscalateQuestionTool(ctx.link),
                 *(BorrowedMcpTool(ctx.link, mcp_spec) for mcp_spec in spec.mcp_tools),
             ],
             approvals=PipeApprovalPort(ctx.link, spec.preapproved_tools),

@@ -20,6 +20,7 @@ from protocol import (
     MODEL_CALL,
     PERMISSION_CHECK,
     USER_QUESTION,
+    WORKFLOW_ESCALATE,
     CoordinatorMessage,
     McpToolCall,
     ModelRequest,
@@ -28,16 +29,23 @@ from protocol import (
     ToolCall,
     ToolSpec,
     UserQuestion,
+    WorkflowEscalation,
 )
 
-from ._channel import SupervisorLink
-from .agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC, commit_fault
+from ._channel import SupervisorError, SupervisorLink
+from .agent import (
+    ASK_USER_QUESTION_SPEC,
+    ESCALATE_QUESTION_SPEC,
+    RESPOND_TO_COORDINATOR_SPEC,
+    commit_fault,
+)
 from .tools import ToolOutput, resolve_tool_name
 
 __all__ = [
     "AskUserQuestionTool",
     "BorrowedMcpTool",
     "CoordinatorReplyTool",
+    "EscalateQuestionTool",
     "McpLifecycleError",
     "PipeApprovalPort",
     "PipeEventSink",
@@ -185,3 +193,33 @@ class AskUserQuestionTool:
         if answer.answer is not None:
             return ToolOutput(f"The user answered: {answer.answer}")
         return ToolOutput(f"Error: {answer.reason or 'the question could not be asked'}", True)
+
+
+class EscalateQuestionTool:
+    """EscalateQuestion: a workflow actor's question for the workflow's creator.
+
+    Only an actor's supervisor answers it; for any other agent the request
+    is refused, and the refusal is the tool's error.
+    """
+
+    aliases: tuple[str, ...] = ()
+    concurrency_safe = False
+    spec = ESCALATE_QUESTION_SPEC
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def __call__(self, call: ToolCall) -> ToolOutput:
+        """Escalate and wait for the creator's answer."""
+        try:
+            question = WorkflowEscalation.model_validate(call.input)
+        except ValidationError as exc:
+            return ToolOutput(
+                f"Error: EscalateQuestion needs a non-empty 'question' ({_first_error(exc)}).",
+                True,
+            )
+        try:
+            answer = await self._link.call(WORKFLOW_ESCALATE, question)
+        except SupervisorError as exc:
+            return ToolOutput(f"Error: {exc.message}", True)
+        return ToolOutput(f"The workflow's creator answered: {answer.answer}")

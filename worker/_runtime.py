@@ -46,6 +46,7 @@ from ._privileges import set_child_subreaper, set_dumpable
 from ._process import apply_resource_limits
 from ._sandbox import apply_sandbox
 from ._subtree import kill_descendants, reap_adopted
+from ._workflow_commands import WORKFLOW_COMMANDS
 from .tools import command_pids
 
 __all__ = ["run_standby", "run_worker", "serve"]
@@ -53,7 +54,11 @@ __all__ = ["run_standby", "run_worker", "serve"]
 SpawnMode = Literal["zygote", "exec"]
 
 #: Everything a worker can be asked to do.
-WORKER_COMMANDS: dict[str, CommandHandler] = {**KERNEL_COMMANDS, **AGENT_COMMANDS}
+WORKER_COMMANDS: dict[str, CommandHandler] = {
+    **KERNEL_COMMANDS,
+    **AGENT_COMMANDS,
+    **WORKFLOW_COMMANDS,
+}
 
 EXIT_OK = 0
 EXIT_PROTOCOL_ERROR = 65

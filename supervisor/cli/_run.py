@@ -33,6 +33,7 @@ from ..policy._approvals import (
 )
 from ..providers import ModelError
 from ..state._task_record import TaskRecord
+from ..workflow import workflow_tools
 from ._control import serve_control
 from ._interrupt import interruptible
 from ._terminal import TerminalConsole
@@ -217,7 +218,9 @@ async def _run(
         interruptible() as interruption,
         Subvisor(request.settings, approval_handler=handler, question_handler=questions) as host,
     ):
-        root = RootSession(host, model=request.model, cwd=request.cwd)
+        root = RootSession(
+            host, model=request.model, cwd=request.cwd, extra_tools=workflow_tools(host)
+        )
         async with serve_control(host, root.session_id, root=root):
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
@@ -250,6 +253,8 @@ async def _run(
             "tasks": [
                 {
                     "agentId": r.task_id,
+                    "kind": r.kind,
+                    "parent_task_id": r.parent_task_id,
                     "description": r.description,
                     "subagent_type": r.subagent_type,
                     "background": r.background,
@@ -284,6 +289,15 @@ def _narrate(message: ChatMessage) -> str | None:
     if message.role == "assistant" and message.content.strip():
         # Long tool results quoted in a message are clipped per section.
         return "\n\n".join(_clip_lines(part) for part in message.content.split("\n\n"))
+    if message.role == "user" and "<workflow-question" in message.content:
+        asked = re.finditer(
+            r'<workflow-question id="(.*?)" run="(.*?)" actor="(.*?)">\n(.*?)\n', message.content
+        )
+        return "\n".join(
+            f"[question {html.unescape(q.group(1))}] actor {html.unescape(q.group(3))} of "
+            f"{html.unescape(q.group(2))} asks: {html.unescape(q.group(4))}"
+            for q in asked
+        )
     if message.role == "user" and "<task-notification>" in message.content:
         lines = []
         for fragment in message.content.split("<task-notification>")[1:]:

@@ -15,14 +15,17 @@ Invariants:
   worker one event of its budget (S-SEC-8), and a coordinator message its
   size; once the budget is spent every such request is refused with why.
 - A worker only ever reaches what its policy lends it: MCP tools by name,
-  tools by name when the policy lists them, the desk with its own identity.
+  tools by name when the policy lists them, the desk with its own identity,
+  a workflow's creator only when it is that workflow's actor (``escalate``).
+  A workflow script's own calls (declare an actor, ask it) are never
+  answered here: only the script host answers them, for its script worker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -41,6 +44,11 @@ from protocol import (
     QuestionAnswer,
     UserQuestionRequest,
     WorkerRequest,
+    WorkflowAskRequest,
+    WorkflowDeclareActorRequest,
+    WorkflowEscalateRequest,
+    WorkflowEscalation,
+    WorkflowEscalationAnswer,
 )
 from worker.tools import resolve_tool_name
 
@@ -67,6 +75,7 @@ _RECORDING = (
     CoordinatorMessageRequest,
     McpToolCallRequest,
     UserQuestionRequest,
+    WorkflowEscalateRequest,
 )
 
 
@@ -83,6 +92,8 @@ class AgentRequestPolicy:
     question: nobody who could answer reads this agent's questions.
     ``on_model_text`` receives the answer's text as it streams (never sent
     to the worker), ``on_model_wait`` whether a call waits for a model slot.
+    ``escalate`` puts a workflow actor's question to the workflow's creator
+    and returns the answer (None: this agent is no workflow's actor).
     """
 
     holder: PolicyHolder
@@ -98,6 +109,11 @@ class AgentRequestPolicy:
     no_questions: str | None = None
     on_model_text: Callable[[str], None] | None = None
     on_model_wait: Callable[[bool], None] | None = None
+    escalate: Callable[[WorkflowEscalation], Awaitable[WorkflowEscalationAnswer]] | None = None
+    no_escalation: str = (
+        "EscalateQuestion is for actors of a workflow a root agent created; nobody here "
+        "answers it: decide for yourself and say what you assumed"
+    )
 
 
 class AgentRequestServer:
@@ -149,6 +165,16 @@ class AgentRequestServer:
                 handle.budget.charge(size=text_size(request.params.text))
                 policy.coordinator(request.params.text)
                 return CoordinatorReceipt()
+            if isinstance(request, WorkflowEscalateRequest):
+                if policy.escalate is None:
+                    raise RequestRefusedError("not_available", policy.no_escalation)
+                handle.budget.charge(size=text_size(request.params.question))
+                return await policy.escalate(request.params)
+            if isinstance(request, WorkflowDeclareActorRequest | WorkflowAskRequest):
+                raise RequestRefusedError(
+                    "not_available",
+                    f"{request.method} is a workflow script's call; an agent cannot make it",
+                )
             assert isinstance(request, EchoRequest), request
             return await default_request_handler(handle, request)
         except EventBudgetExceededError as exc:

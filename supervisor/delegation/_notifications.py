@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 
-#: What a queued command is.
-CommandKind = Literal["task-notification", "subagent-message", "user"]
+#: What a queued command is; a ``workflow-question`` is an actor's escalation, its
+#: text a ready ``<workflow-question>`` fragment.
+CommandKind = Literal["task-notification", "subagent-message", "workflow-question", "user"]
 #: How soon the parent must see it: ``now`` interrupts, ``next`` goes in at the next
 #: step or turn, ``later`` waits until the parent is idle.
 CommandPriority = Literal["now", "next", "later"]
@@ -80,7 +81,9 @@ def build_task_notification(record: TaskRecord, *, max_chars: int = MAX_NOTIFICA
     """
     if not record.is_terminal:
         raise ValueError(f"task {record.task_id!r} is {record.status}: only ended tasks notify")
-    label = "Agent" if record.kind == "local_agent" else "Background command"
+    label = {"local_agent": "Agent", "workflow": "Workflow", "workflow_actor": "Actor"}.get(
+        record.kind, "Background command"
+    )
     description = _clip(record.description, _MAX_DESCRIPTION_CHARS)
     if record.status == "completed":
         tag, body = "result", record.result or ""
@@ -246,7 +249,7 @@ def format_command_turn(commands: Sequence[Command], *, mid_turn: bool = False) 
         user_parts = ["The user sent this while you were working:\n" + "\n\n".join(user_parts)]
     system_parts: list[str] = []
     for command in commands:
-        if command.kind == "task-notification":
+        if command.kind in ("task-notification", "workflow-question"):
             system_parts.append(command.text)
         elif command.kind == "subagent-message":
             sender = _escape(command.task_id or "unknown").replace('"', "&quot;")

@@ -30,9 +30,8 @@ from ._mcp import McpHubTool
 from ._messaging import MessagingHost, SendMessageTool
 from ._notifications import Command, format_command_turn
 from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
-from ._subagents import SubagentRun
 
-__all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "root_usage"]
+__all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "RootToolFactory", "root_usage"]
 
 ROOT_SYSTEM_PROMPT = (
     "You are the main agent of a subvisor session. Do the user's task. Delegate independent "
@@ -42,6 +41,8 @@ ROOT_SYSTEM_PROMPT = (
 )
 
 EventObserver = Callable[[str, str, dict[str, Any]], None]
+#: Tools a higher room offers the root alone (the workflow tools); never a subagent's.
+RootToolFactory = Callable[["RootSession"], Sequence[HostTool]]
 
 
 class RootHost(AgentToolHost, MessagingHost, ShellHost, Protocol):
@@ -50,8 +51,8 @@ class RootHost(AgentToolHost, MessagingHost, ShellHost, Protocol):
     #: Decides the root's tool calls and puts its asks and questions to a person.
     desk: ApprovalDesk
 
-    def running_background(self, parent_session_id: str) -> list[SubagentRun]:
-        """Background runs of a session that have not ended."""
+    def has_background_work(self, parent_session_id: str) -> bool:
+        """Whether a background run of the session (an agent, a workflow) has not ended."""
         ...
 
 
@@ -146,6 +147,7 @@ class RootSession:
         catalog: ProfileCatalog | None = None,
         session_id: str | None = None,
         observer: EventObserver | None = None,
+        extra_tools: RootToolFactory | None = None,
     ) -> None:
         host.gateway.resolve(model)  # fail now, with the gateway's message, if unusable
         self.host = host
@@ -193,9 +195,14 @@ class RootSession:
             ]
         if "Bash" in local:
             host_tools.append(BashWithBackground(host, self.session_id, context))
+        if extra_tools is not None:
+            # The root's alone: not in ``parent_tools``, so no subagent inherits them.
+            host_tools.extend(extra_tools(self))
+        #: The root's tools: exactly what its model is offered.
+        self.toolbox = Toolbox(local, context, host_tools, approvals=PolicyApprovals(self))
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
-            tools=Toolbox(local, context, host_tools, approvals=PolicyApprovals(self)),
+            tools=self.toolbox,
             events=StoreEventSink(host.store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,
@@ -224,15 +231,15 @@ class RootSession:
     async def run(self, prompt: str) -> AgentOutcome:
         """A whole non-interactive run (S-RUN-8).
 
-        After the root answers, wait for the session's background agents:
-        each batch of notifications becomes a new root turn, and the run
-        ends only when no background agent is left and the root has answered
-        the last notification. A run that fails ends its session ``failed``;
+        After the root answers, wait for the session's background agents and
+        workflows: each batch of notifications becomes a new root turn, and
+        the run ends only when none is left and the root has answered the
+        last notification. A run that fails ends its session ``failed``;
         one cancelled leaves the status to whoever cancelled it.
         """
         try:
             outcome = await self.ask(prompt)
-            while self.host.running_background(self.session_id) or len(self.queue):
+            while self.host.has_background_work(self.session_id) or len(self.queue):
                 await self.queue.wait()
                 commands = self.queue.take()
                 if commands:

@@ -45,6 +45,9 @@ class SubvisorSettings(BaseModel):
     #: A foreground subagent still running after this long moves to the
     #: background and its parent's turn goes on (S-RUN-5); None: never.
     auto_background_ms: int | None = Field(default=None, ge=0)
+    #: How long a workflow actor's escalated question waits for the root's
+    #: ResolveWorkflowQuestion before its ask fails.
+    workflow_question_timeout_s: float = Field(default=600.0, gt=0)
     #: Result text style of the Agent tool: Claude Code's or opencode's (S-TOOL-6).
     result_style: Literal["claude", "opencode"] = "claude"
     #: Levels of delegation (S-POL-4): 0 disables the Agent tool, 1 lets the

@@ -229,6 +229,13 @@ class Subvisor:
             and not run.done.is_set()
         ]
 
+    def has_background_work(self, parent_session_id: str) -> bool:
+        """Whether a background subagent or workflow of the session has not ended."""
+        return bool(self.running_background(parent_session_id)) or any(
+            record.kind == "workflow" and not record.is_terminal
+            for record in self.registry.list(parent_session_id)
+        )
+
     def move_to_background(self, task_id: str) -> bool:
         """Move a running foreground subagent to the background (S-RUN-5)."""
         run = self.runs.get(task_id)

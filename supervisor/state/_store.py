@@ -67,7 +67,8 @@ BUSY_TIMEOUT_MS = 5_000
 MAX_PAGE_SIZE = 100
 
 #: A session's place in the tree: the user's root session or a subagent's (S-RUN-2).
-SessionTaskType = Literal["root", "subagent_child"]
+#: A workflow the root created has a session too, its actors' parent in listings.
+SessionTaskType = Literal["root", "subagent_child", "workflow"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -376,22 +377,24 @@ class SessionStore:
     ) -> list[SessionRow]:
         """One page of a session's subagent children, finished ones included (S-OBS-1).
 
-        Ordered by creation; ``limit`` is clamped to 1..100, ``offset`` to >= 0.
+        A workflow the session created is listed too, its actors (subagents)
+        after it. Ordered by creation; ``limit`` is clamped to 1..100, ``offset`` to >= 0.
         """
         limit = min(max(limit, 1), MAX_PAGE_SIZE)
         offset = max(offset, 0)
         rows = self._db.execute(
             f"SELECT {_SESSION_COLUMNS} FROM sessions"
-            " WHERE parent_id = ? AND task_type = 'subagent_child'"
+            " WHERE parent_id = ? AND task_type IN ('subagent_child', 'workflow')"
             " ORDER BY rowid LIMIT ? OFFSET ?",
             (parent_id, limit, offset),
         ).fetchall()
         return [SessionRow(*row) for row in rows]
 
     def count_child_sessions(self, parent_id: str) -> int:
-        """How many subagent children a session has, finished ones included (S-OBS-1)."""
+        """How many children ``list_child_sessions`` pages through (subagents, workflows)."""
         row = self._db.execute(
-            "SELECT COUNT(*) FROM sessions WHERE parent_id = ? AND task_type = 'subagent_child'",
+            "SELECT COUNT(*) FROM sessions"
+            " WHERE parent_id = ? AND task_type IN ('subagent_child', 'workflow')",
             (parent_id,),
         ).fetchone()
         return int(row[0])

@@ -36,8 +36,9 @@ __all__ = [
 #: (on request, by a timeout, by Ctrl-C); ``interrupted``: its supervisor died
 #: before recording its end, found so by a later start (S-SEC-6).
 TaskStatus = Literal["pending", "running", "completed", "failed", "killed", "interrupted"]
-#: A subagent or a background Bash command (S-RUN-6).
-TaskKind = Literal["local_agent", "local_bash"]
+#: A subagent, a background Bash command (S-RUN-6), a workflow the root created, or
+#: one of its actors (``parent_task_id`` names the workflow).
+TaskKind = Literal["local_agent", "local_bash", "workflow", "workflow_actor"]
 
 #: Statuses a task never leaves.
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "killed", "interrupted"})
@@ -47,7 +48,12 @@ METADATA_FILE = "metadata.json"
 RESULT_FILE = "output.txt"
 LOG_FILE = "task.output"
 
-_ID_PREFIXES: dict[TaskKind, str] = {"local_agent": "agent", "local_bash": "bash"}
+_ID_PREFIXES: dict[TaskKind, str] = {
+    "local_agent": "agent",
+    "local_bash": "bash",
+    "workflow": "wf",
+    "workflow_actor": "actor",
+}
 
 
 class TaskUsage(BaseModel):
@@ -77,7 +83,8 @@ class TaskUsage(BaseModel):
 
 
 class TaskRecord(BaseModel):
-    """One task: a subagent (``local_agent``) or a background command (``local_bash``).
+    """One task: a subagent (``local_agent``), a background command (``local_bash``), a
+    workflow the root created (``workflow``) or one of its actors (``workflow_actor``).
 
     ``task_id`` is the agentId for agents. ``output_dir`` and ``output_file``
     may be left empty: ``TaskRegistry.register`` fills them in (S-RUN-1).
@@ -111,6 +118,8 @@ class TaskRecord(BaseModel):
     sandbox: SandboxReport | None = None
     #: Its caps over the worker's whole process tree, and what enforces them (S-SEC-4).
     caps: str = ""
+    #: The task this one runs under: a workflow actor's workflow.
+    parent_task_id: str | None = None
 
     @model_validator(mode="before")
     @classmethod

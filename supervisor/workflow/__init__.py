@@ -15,6 +15,12 @@ journaled, and replayed by name when the script is amended and run again::
 
 Run it with ``subvisor workflow run review.py --input diff=...``, amend it
 with ``--amend RUN_ID``, look at a run with ``subvisor workflow show RUN_ID``.
+
+A root agent writes workflows too: ``workflow_tools(host)`` gives it
+CreateWorkflow, AmendWorkflow, ResolveWorkflowQuestion and ReadSessionContext.
+A script it writes runs in a sandboxed worker of its own
+(``run_sandboxed_workflow``), where ``supervisor.workflow`` names the
+worker's script API (``worker.workflow``) with the same names.
 """
 
 from ._actor import Actor, ActorDefinition, prompt_hash
@@ -38,14 +44,19 @@ from ._errors import (
     ActorAskFailedError,
     ActorCrashedError,
     DuplicateActorNameError,
+    EscalationUnansweredError,
     WorkflowActorPinnedModelError,
     WorkflowError,
     WorkflowFailedError,
     WorkflowScriptError,
 )
+from ._escalations import EscalationDesk, OpenQuestion
 from ._journal import ActorRecord, AskRecord, AskSource, RunRecord, RunStatus, WorkflowJournal
 from ._model import ActorModel, ModelSource, resolve_actor_model
+from ._root_tools import ROOT_WORKFLOW_TOOLS, WorkflowTools, workflow_tools
+from ._script_host import run_sandboxed_workflow
 from ._sites import ActorSite, analyse_script
+from ._workflow_task import WorkflowTask
 
 # The old names, kept for scripts written before every exception's name ended in ``Error``.
 ActorAnswerInvalid = ActorAnswerInvalidError
@@ -57,6 +68,7 @@ WorkflowFailed = WorkflowFailedError
 __all__ = [
     "ACTOR_DISALLOWED_TOOLS",
     "ACTOR_IDENTITY",
+    "ROOT_WORKFLOW_TOOLS",
     "Actor",
     "ActorAnswerInvalid",
     "ActorAnswerInvalidError",
@@ -72,7 +84,10 @@ __all__ = [
     "AskSource",
     "DuplicateActorName",
     "DuplicateActorNameError",
+    "EscalationDesk",
+    "EscalationUnansweredError",
     "ModelSource",
+    "OpenQuestion",
     "RunRecord",
     "RunStatus",
     "Workflow",
@@ -84,6 +99,8 @@ __all__ = [
     "WorkflowJournal",
     "WorkflowOutcome",
     "WorkflowScriptError",
+    "WorkflowTask",
+    "WorkflowTools",
     "actor_system_prompt",
     "actor_tool_names",
     "agent",
@@ -91,6 +108,8 @@ __all__ = [
     "load_workflow",
     "prompt_hash",
     "resolve_actor_model",
+    "run_sandboxed_workflow",
     "run_workflow",
     "workflow",
+    "workflow_tools",
 ]

@@ -13,6 +13,12 @@ so asks to different actors run at the same time. An ask that fails (a
 crash, a model error, the turn limit, an answer that does not validate)
 leaves the conversation as it was; after a crash the next ask starts a new
 worker on it.
+
+An actor of a workflow a root created may escalate a question to it
+(EscalateQuestion, ``_escalations``): the ask waits for the answer, and an
+unanswered question fails the ask with ``EscalationUnansweredError``, the
+worker's running turn cancelled. An ``ActorObserver`` (the workflow's task)
+hears when the actor is declared, starts its worker and ends, for ``ps``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import trio
 from pydantic import ValidationError
@@ -39,7 +45,10 @@ from protocol import (
     ModelResult,
     ToolSpec,
     Usage,
+    WorkflowEscalation,
+    WorkflowEscalationAnswer,
 )
+from worker.agent import ESCALATE_QUESTION_SPEC
 from worker.tools import LocalToolSet
 
 from ..delegation._agent_requests import AgentRequestPolicy
@@ -53,17 +62,24 @@ from ..kernel import (
 )
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._policy import ToolPolicy
-from ._errors import ActorAnswerInvalidError, ActorAskFailedError, ActorCrashedError, WorkflowError
+from ._errors import (
+    ActorAnswerInvalidError,
+    ActorAskFailedError,
+    ActorCrashedError,
+    EscalationUnansweredError,
+    WorkflowError,
+)
+from ._escalations import EscalationDesk
 from ._journal import AskRecord, WorkflowJournal
 from ._model import ActorModel
-from ._typed import AnswerSchema
+from ._typed import AnswerSchema, AskSchema
 
-__all__ = ["Actor", "ActorDefinition", "ActorEnvironment", "prompt_hash"]
+__all__ = ["Actor", "ActorDefinition", "ActorEnvironment", "ActorObserver", "prompt_hash"]
 
 T = TypeVar("T")
 
 
-def prompt_hash(prompt: str, schema: AnswerSchema[Any] | None) -> str:
+def prompt_hash(prompt: str, schema: AskSchema | None) -> str:
     """What an ask is matched by on an amended re-run: its prompt and its answer type."""
     document = json.dumps({"prompt": prompt, "schema": schema.json_schema if schema else None})
     return hashlib.sha256(document.encode()).hexdigest()
@@ -98,9 +114,28 @@ class ActorDefinition:
         return (self.key, "anonymous" if self.name is None else "actor", "default")
 
 
+class ActorObserver(Protocol):
+    """Who hears of an actor's life (the workflow task that shows it in ``ps``)."""
+
+    def declared(self, actor: Actor) -> None:
+        """The actor was declared."""
+
+    def started(self, actor: Actor, handle: WorkerHandle) -> None:
+        """The actor's worker started."""
+
+    def ended(
+        self, actor: Actor, status: Literal["completed", "failed", "killed"], error: str | None
+    ) -> None:
+        """The run closed the actor."""
+
+
 @dataclass(slots=True)
 class ActorEnvironment:
-    """What the run lends its actors."""
+    """What the run lends its actors.
+
+    ``escalations``: where their questions for the workflow's creator go
+    (None: nobody is there, EscalateQuestion is refused).
+    """
 
     host: Subvisor
     journal: WorkflowJournal
@@ -108,6 +143,8 @@ class ActorEnvironment:
     cwd: str
     nursery: trio.Nursery
     lent_mcp: tuple[ToolSpec, ...] = ()
+    escalations: EscalationDesk | None = None
+    observer: ActorObserver | None = None
 
 
 @dataclass(slots=True)
@@ -119,6 +156,9 @@ class _Round:
     usage: Usage = field(default_factory=Usage)
     last_request: tuple[ChatMessage, ...] = ()
     last_result: ModelResult | None = None
+    #: Cancels the round's ``agent.run``; ``failure`` says why.
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    failure: ActorAskFailedError | None = None
 
 
 class Actor:
@@ -154,14 +194,25 @@ class Actor:
         lent = {spec.name: spec for spec in env.lent_mcp}
         self._mcp_tools = tuple(lent[name] for name in definition.tools if name in lent)
         local = LocalToolSet(name for name in definition.tools if name not in lent)
-        #: Exactly what the model is offered (S-ACT-4).
-        self.tool_specs: tuple[ToolSpec, ...] = (*local.specs, *self._mcp_tools)
+        #: Exactly what the model is offered (S-ACT-4), and the creator's line when there is one.
+        self.tool_specs: tuple[ToolSpec, ...] = (
+            *local.specs,
+            *self._mcp_tools,
+            *((ESCALATE_QUESTION_SPEC,) if env.escalations is not None else ()),
+        )
+        #: What its fresh asks spent, and how its last failed ask failed.
+        self.spent = Usage()
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.last_error: str | None = None
         self._requester = Requester(
             root_session_id=env.run_id,
             origin=ApprovalOrigin(kind="subagent", agent_id=self.agent_id),
             description=f"workflow actor {definition.label}",
             event_sessions=(),
         )
+        if env.observer is not None:
+            env.observer.declared(self)
 
     @property
     def name(self) -> str | None:
@@ -184,6 +235,12 @@ class Actor:
         if not isinstance(prompt, str) or not prompt.strip():
             raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
         answer_schema = AnswerSchema(schema) if schema is not None else None
+        return await self.ask_with(prompt, answer_schema)
+
+    async def ask_with(self, prompt: str, answer_schema: AskSchema | None) -> Any:
+        """``ask`` with the answer's schema already built (a worker's script sends JSON schemas)."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise WorkflowError(f"actor {self.definition.label}: ask() needs a non-empty prompt")
         async with self._lock:
             index = self._asks
             self._asks += 1
@@ -197,7 +254,7 @@ class Actor:
 
     # -- replay ---------------------------------------------------------------------
 
-    def _replay_ask(self, cached: AskRecord, schema: AnswerSchema[Any] | None) -> Any:
+    def _replay_ask(self, cached: AskRecord, schema: AskSchema | None) -> Any:
         now = time.time()
         self.history.extend(cached.messages)
         # The earlier answer, journaled again as this run's, costing nothing.
@@ -222,9 +279,7 @@ class Actor:
 
     # -- fresh asks -----------------------------------------------------------------
 
-    async def _ask_fresh(
-        self, index: int, prompt: str, key: str, schema: AnswerSchema[Any] | None
-    ) -> Any:
+    async def _ask_fresh(self, index: int, prompt: str, key: str, schema: AskSchema | None) -> Any:
         started = time.time()
         base = len(self.history)
         conversation = list(self.history)
@@ -256,6 +311,10 @@ class Actor:
             error = str(exc)
             raise
         finally:
+            self.spent = self.spent + spent.usage
+            self.model_calls += spent.calls
+            self.tool_calls += spent.tool_calls
+            self.last_error = None if answered else (error or "the ask was cancelled")
             if answered:
                 self.history = conversation
             else:
@@ -305,7 +364,10 @@ class Actor:
         )
         self._round = round_ = _Round()
         try:
-            raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+            with round_.scope:
+                raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+            if round_.failure is not None:
+                raise round_.failure
             outcome = AgentOutcome.model_validate(raw)
         except WorkerExitedError as exc:
             await self._release_worker()
@@ -357,6 +419,8 @@ class Actor:
             ) from None
         self._handle = handle
         self._env.nursery.start_soon(self._drain_events, handle)
+        if self._env.observer is not None:
+            self._env.observer.started(self, handle)
         return handle
 
     async def _drain_events(self, handle: WorkerHandle) -> None:
@@ -387,9 +451,22 @@ class Actor:
                 os.killpg(pgid, signal.SIGKILL)
         self._process_groups.clear()
 
-    async def close(self) -> None:
-        """Stop the worker (if any); the run calls this when it ends."""
+    async def close(self, stopped: str | None = None) -> None:
+        """Stop the worker (if any); the run calls this when it ends (``stopped``: why, if so)."""
         await self._release_worker()
+        if self._env.observer is not None:
+            if stopped is not None:
+                self._env.observer.ended(self, "killed", stopped)
+            elif self.last_error is not None:
+                self._env.observer.ended(self, "failed", self.last_error)
+            else:
+                self._env.observer.ended(self, "completed", None)
+
+    async def stop_worker(self, reason: str) -> None:
+        """Kill the worker now: its pending ask fails (``ActorCrashedError``), the run goes on."""
+        handle = self._handle
+        if handle is not None and handle.alive:
+            await handle.kill(reason)
 
     # -- what the worker asks of the supervisor -------------------------------------
 
@@ -400,14 +477,34 @@ class Actor:
             requester=self._requester,
             prepare_model_call=self._prepare_model_call,
             record_model_result=self._record_model_result,
-            tools=frozenset(self.definition.tools),
+            tools=frozenset(self.definition.tools).union(
+                (ESCALATE_QUESTION_SPEC.name,) if self._env.escalations is not None else ()
+            ),
             mcp_tools=self._mcp_names,
             no_coordinator="an actor has no coordinator; put everything in its answer",
             no_questions=(
                 "an actor cannot ask questions: a script, not a person, reads its "
                 "answers (S-ACT-4); decide for yourself and say what you assumed"
             ),
+            escalate=self._escalate if self._env.escalations is not None else None,
+            no_escalation=(
+                "this workflow runs from `subvisor workflow run`: no agent created it, so "
+                "nobody answers escalations; decide for yourself and say what you assumed"
+            ),
         )
+
+    async def _escalate(self, escalation: WorkflowEscalation) -> WorkflowEscalationAnswer:
+        round_, desk = self._round, self._env.escalations
+        if round_ is None or desk is None:
+            raise RequestRefusedError("no_ask", "this actor is not being asked anything")
+        try:
+            answer = await desk.escalate(self._env.run_id, self.definition.label, escalation)
+        except EscalationUnansweredError as exc:
+            # The script hears of it: the ask fails, and the turn stops here.
+            round_.failure = exc
+            round_.scope.cancel()
+            raise RequestRefusedError("escalation_unanswered", str(exc)) from None
+        return WorkflowEscalationAnswer(answer=answer)
 
     def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
         if self._round is None:

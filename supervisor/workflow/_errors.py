@@ -9,6 +9,7 @@ __all__ = [
     "ActorAskFailedError",
     "ActorCrashedError",
     "DuplicateActorNameError",
+    "EscalationUnansweredError",
     "WorkflowActorPinnedModelError",
     "WorkflowError",
     "WorkflowFailedError",
@@ -87,10 +88,32 @@ class ActorAnswerInvalidError(ActorAskFailedError):
         self.answer = answer
 
 
-class WorkflowFailedError(WorkflowError):
-    """The workflow function raised; the run is journaled as failed (see ``__cause__``)."""
+class EscalationUnansweredError(ActorAskFailedError):
+    """An actor escalated a question to the workflow's creator and no answer came in time.
 
-    def __init__(self, run_id: str, error: BaseException) -> None:
-        super().__init__(f"workflow run {run_id} failed: {type(error).__name__}: {error}")
+    The ask fails with it; the script may catch it, and may ask again.
+    """
+
+    def __init__(self, actor: str, question_id: str, timeout_s: float) -> None:
+        super().__init__(
+            actor,
+            f"it escalated question {question_id} to the workflow's creator, who did not "
+            f"answer within {timeout_s:g} s (workflow_question_timeout_s); answer sooner with "
+            "ResolveWorkflowQuestion, or give the actor what it needs in the ask",
+        )
+        self.question_id = question_id
+
+
+class WorkflowFailedError(WorkflowError):
+    """The workflow function raised; the run is journaled as failed (see ``__cause__``).
+
+    ``described`` replaces ``Type: message`` for an error that happened
+    elsewhere (a script in a worker), so the message says what it was.
+    """
+
+    def __init__(self, run_id: str, error: BaseException, *, described: str | None = None) -> None:
+        super().__init__(
+            f"workflow run {run_id} failed: {described or f'{type(error).__name__}: {error}'}"
+        )
         self.run_id = run_id
         self.error = error

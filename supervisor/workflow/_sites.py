@@ -24,7 +24,7 @@ from typing import Literal
 
 from ._errors import DuplicateActorNameError, WorkflowScriptError
 
-__all__ = ["ActorSite", "analyse_script", "check_unique_names"]
+__all__ = ["ActorSite", "analyse_script", "check_unique_names", "workflow_functions"]
 
 _MODULE = "supervisor.workflow"
 
@@ -126,3 +126,19 @@ def _site(call: ast.Call) -> ActorSite:
     if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str):
         return ActorSite(line=call.lineno, kind="named", name=name_node.value)
     return ActorSite(line=call.lineno, kind="dynamic")
+
+
+def workflow_functions(source: str) -> list[str]:
+    """The names of the ``async def`` functions decorated ``@workflow`` or ``@workflow(...)``.
+
+    Parsed, never run (call ``analyse_script`` first for a readable syntax error).
+    """
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                dotted = _dotted(target)
+                if dotted is not None and dotted.rsplit(".", 1)[-1] == "workflow":
+                    names.append(node.name)
+    return names

@@ -71,6 +71,9 @@ from protocol import (
     UserQuestion,
     Welcome,
     WorkerRequest,
+    WorkflowActorDeclaration,
+    WorkflowAsk,
+    WorkflowEscalation,
     encode_frame,
 )
 
@@ -316,6 +319,14 @@ _EXAMPLE_PARAMS: dict[str, BaseModel] = {
     "coordinator.message": CoordinatorMessage(text="halfway there"),
     "mcp.call_tool": McpToolCall(name="mcp__s__t", arguments={"a": 1}),
     "user.question": UserQuestion(question="which?", options=("a", "b")),
+    "workflow.declare_actor": WorkflowActorDeclaration(name="critic", system="You review."),
+    "workflow.ask": WorkflowAsk(
+        actor_id="actor_1",
+        prompt="Review it.",
+        schema_name="Verdict",
+        json_schema={"type": "object"},
+    ),
+    "workflow.escalate": WorkflowEscalation(question="Which release branch?"),
 }
 
 

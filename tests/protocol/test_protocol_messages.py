@@ -64,6 +64,12 @@ from protocol import (
     Welcome,
     WorkerMessage,
     WorkerRequest,
+    WorkflowActorDeclaration,
+    WorkflowAsk,
+    WorkflowAskRequest,
+    WorkflowDeclareActorRequest,
+    WorkflowEscalateRequest,
+    WorkflowEscalation,
     encode_frame,
 )
 
@@ -118,6 +124,23 @@ WORKER_PARAMS: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
     McpToolCallRequest: st.builds(McpToolCall, name=_non_blank, arguments=_json_objects),
     UserQuestionRequest: st.builds(
         UserQuestion, question=_non_blank, options=st.lists(_texts, max_size=3).map(tuple)
+    ),
+    WorkflowDeclareActorRequest: st.builds(
+        WorkflowActorDeclaration,
+        name=st.none() | _non_blank,
+        system=_texts,
+        tools=st.none() | st.lists(_non_blank, max_size=3).map(tuple),
+        line=st.integers(0, 10_000),
+    ),
+    WorkflowAskRequest: st.builds(
+        WorkflowAsk,
+        actor_id=_non_blank,
+        prompt=_non_blank,
+        schema_name=st.none() | _non_blank,
+        json_schema=st.none() | _json_objects,
+    ),
+    WorkflowEscalateRequest: st.builds(
+        WorkflowEscalation, question=_non_blank, options=st.lists(_texts, max_size=3).map(tuple)
     ),
 }
 

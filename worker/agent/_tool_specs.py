@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from protocol import ToolSpec
 
-__all__ = ["ASK_USER_QUESTION_SPEC", "RESPOND_TO_COORDINATOR_SPEC"]
+__all__ = ["ASK_USER_QUESTION_SPEC", "ESCALATE_QUESTION_SPEC", "RESPOND_TO_COORDINATOR_SPEC"]
 
 RESPOND_TO_COORDINATOR_SPEC = ToolSpec(
     name="RespondToCoordinator",
@@ -30,6 +30,25 @@ ASK_USER_QUESTION_SPEC = ToolSpec(
     description=(
         "Ask the user a question and wait for the answer: for a choice only they can make. "
         "Offer options when the answer is one of a few."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "question": {"type": "string"},
+            "options": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+#: A workflow actor's one line to a person: the workflow's creator answers (S-ACT-4).
+ESCALATE_QUESTION_SPEC = ToolSpec(
+    name="EscalateQuestion",
+    description=(
+        "Put a question to whoever created this workflow, and wait for the answer: only for "
+        "a decision you cannot make yourself (a choice of policy, a missing fact). Your ask "
+        "fails if nobody answers in time."
     ),
     input_schema={
         "type": "object",

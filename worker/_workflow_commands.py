@@ -1,0 +1,117 @@
+"""The ``workflow.run`` command: run one workflow script in this (sandboxed) worker.
+
+The script is a model's code. It runs here, under the worker's sandbox (no
+keys, no network, its filesystem rules, its caps), and reaches the
+supervisor only through the script API's two requests (``worker.workflow``).
+
+How ``from supervisor.workflow import agent`` resolves here: before the
+script runs, ``sys.modules`` gets a module named ``supervisor`` that is not a
+package and holds one attribute, ``workflow``, and ``supervisor.workflow``
+names ``worker.workflow``. Scripts keep the one import name the docs,
+``subvisor workflow run`` and the site analysis use, and the worker still
+never imports the real ``supervisor``: anything else under that name
+(``supervisor.delegation``, ``Subvisor``) fails to import. A script that
+digs the real package out anyway gains nothing: it holds no key, cannot
+write subvisor's home, and a supervisor started in a worker tree refuses to
+run (S-SEC-7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import trio
+from pydantic import ValidationError
+
+from protocol import WORKFLOW_SCRIPT_ERROR, WorkflowScriptOutcome, WorkflowScriptSpec
+
+from . import workflow as script_api
+from ._commands import CommandContext, CommandError, CommandHandler
+from .workflow import (
+    ScriptError,
+    ScriptRun,
+    WorkflowContext,
+    bind_inputs,
+    dump_value,
+    enter_run,
+    find_workflow,
+    leave_run,
+)
+
+__all__ = ["WORKFLOW_COMMANDS", "install_script_api"]
+
+#: The error code of a workflow function that raised.
+SCRIPT_FAILED = "script_failed"
+
+
+def install_script_api() -> None:
+    """Make ``supervisor.workflow`` name the script API, and nothing else under ``supervisor``."""
+    package = ModuleType(
+        "supervisor",
+        "Inside a script worker only supervisor.workflow, the script API, exists.",
+    )
+    package.workflow = script_api  # type: ignore[attr-defined]
+    sys.modules["supervisor"] = package
+    sys.modules["supervisor.workflow"] = script_api
+
+
+def _load(spec: WorkflowScriptSpec) -> ModuleType:
+    digest = hashlib.sha256(spec.source.encode()).hexdigest()[:12]
+    module = ModuleType(f"_subvisor_workflow_{digest}")
+    module.__file__ = spec.filename
+    # Registered first, so the script's pydantic models and dataclasses can
+    # resolve their own annotations.
+    sys.modules[module.__name__] = module
+    try:
+        code = compile(spec.source, spec.filename, "exec")
+        exec(code, module.__dict__)
+    except Exception as exc:
+        raise CommandError(
+            WORKFLOW_SCRIPT_ERROR,
+            f"{spec.filename}: importing the script failed: {type(exc).__name__}: {exc}",
+        ) from None
+    return module
+
+
+async def _run_script(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    try:
+        spec = WorkflowScriptSpec.model_validate(params)
+    except ValidationError as exc:
+        raise CommandError("bad_params", f"invalid workflow.run spec: {exc}") from None
+    install_script_api()
+    module = _load(spec)
+    try:
+        flow = find_workflow(module)
+        arguments = bind_inputs(flow, spec.inputs)
+    except ScriptError as exc:
+        raise CommandError(WORKFLOW_SCRIPT_ERROR, f"{spec.filename}: {exc}") from None
+    context = WorkflowContext(
+        run_id=spec.run_id,
+        cwd=Path(spec.cwd),
+        model=spec.model,
+        inputs=dict(spec.inputs),
+        amends=spec.amends,
+    )
+    value: Any = None
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        token = enter_run(ScriptRun(ctx.link, nursery, spec.filename))
+        try:
+            value = await flow.fn(context, **arguments)
+        except Exception as exc:
+            # Raised after the nursery, so it is reported unwrapped.
+            failure = exc
+        finally:
+            leave_run(token)
+            # Declarations nobody asked are not waited for.
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise CommandError(SCRIPT_FAILED, f"{type(failure).__name__}: {failure}")
+    return WorkflowScriptOutcome(value=dump_value(value)).model_dump(mode="json")
+
+
+WORKFLOW_COMMANDS: dict[str, CommandHandler] = {"workflow.run": _run_script}

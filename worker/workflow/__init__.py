@@ -1,0 +1,85 @@
+"""The workflow script API inside a script worker: what ``supervisor.workflow`` is there.
+
+A workflow script the root model writes is untrusted code: it runs in a
+sandboxed worker of its own, never in the supervisor, and a worker never
+imports ``supervisor``. So the script worker makes ``supervisor.workflow``
+name this module before it runs the script (``worker._workflow_commands``),
+and a script written for ``subvisor workflow run`` runs here unchanged::
+
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def review(ctx, diff: str) -> Verdict:
+        critic = agent("critic", system="You review patches.")
+        return await critic.ask(f"Review: {diff}", schema=Verdict)
+
+``agent()`` and ``ask()`` cross the pipe as ``workflow.declare_actor`` and
+``workflow.ask`` requests; the supervisor runs the actors as it always does
+and answers. Errors arrive as codes and become the classes below, named as
+the supervisor's are, so ``except ActorCrashedError`` means the same thing
+in both places.
+"""
+
+from ._api import (
+    ERROR_CODES,
+    Actor,
+    ActorAnswerInvalid,
+    ActorAnswerInvalidError,
+    ActorAskFailed,
+    ActorAskFailedError,
+    ActorCrashed,
+    ActorCrashedError,
+    DuplicateActorName,
+    DuplicateActorNameError,
+    EscalationUnansweredError,
+    ScriptRun,
+    WorkflowActorPinnedModelError,
+    WorkflowError,
+    WorkflowFailed,
+    WorkflowFailedError,
+    WorkflowScriptError,
+    agent,
+    enter_run,
+    leave_run,
+)
+from ._script import (
+    ScriptError,
+    Workflow,
+    WorkflowContext,
+    bind_inputs,
+    dump_value,
+    find_workflow,
+    strip_fence,
+    workflow,
+)
+
+__all__ = [
+    "ERROR_CODES",
+    "Actor",
+    "ActorAnswerInvalid",
+    "ActorAnswerInvalidError",
+    "ActorAskFailed",
+    "ActorAskFailedError",
+    "ActorCrashed",
+    "ActorCrashedError",
+    "DuplicateActorName",
+    "DuplicateActorNameError",
+    "EscalationUnansweredError",
+    "ScriptError",
+    "ScriptRun",
+    "Workflow",
+    "WorkflowActorPinnedModelError",
+    "WorkflowContext",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowFailedError",
+    "WorkflowScriptError",
+    "agent",
+    "bind_inputs",
+    "dump_value",
+    "enter_run",
+    "find_workflow",
+    "leave_run",
+    "strip_fence",
+    "workflow",
+]
