@@ -1,6 +1,7 @@
-"""Choosing a subagent's sandbox (S-SBX-1, S-SBX-3).
+"""Choosing a subagent's sandbox, or a workflow actor's (S-SBX-1, S-SBX-3).
 
-Which mode a subagent gets, first match wins:
+Which mode a subagent gets, first match wins (an actor has no profile, so
+step 2 never applies to it):
 
 1. ``subvisor run --sandbox MODE`` (``SandboxSettings.force_mode``);
 2. its profile's ``sandbox`` field (``full`` never from a project profile);
@@ -54,7 +55,7 @@ class SandboxSettings(BaseModel):
 
 
 def choose_sandbox(
-    profile: AgentProfile,
+    profile: AgentProfile | None,
     tools: Sequence[str],
     settings: SandboxSettings,
     *,
@@ -64,12 +65,15 @@ def choose_sandbox(
 ) -> SandboxPolicy:
     """The sandbox a launch of ``profile`` with ``tools`` gets (see the module doc).
 
+    ``profile`` None: an agent with no profile (a workflow actor), whose
+    tools and the settings alone decide.
+
     Raises ``SubvisorError`` for a project profile that asks for ``full``
     (S-SBX-3), whatever path the profile took to get here, and for
     ``workspace-write`` in a project dir that holds subvisor's ``home``
     (S-SEC-3): the subagent could rewrite the user's config and database.
     """
-    if profile.scope == "project" and profile.sandbox == "full":
+    if profile is not None and profile.scope == "project" and profile.sandbox == "full":
         raise SubvisorError(
             f"profile {profile.name!r} ({profile.source}) is a project profile that sets "
             "sandbox: full; a repository may not lift its own sandbox (S-SBX-3): move it to "
@@ -78,11 +82,13 @@ def choose_sandbox(
     default_mode: SandboxMode = (
         "workspace-write" if WRITING_TOOLS.intersection(tools) else "read-only"
     )
-    mode = settings.force_mode or profile.sandbox or settings.mode or default_mode
+    wanted_mode = profile.sandbox if profile is not None else None
+    wanted_network = profile.network if profile is not None else None
+    mode = settings.force_mode or wanted_mode or settings.mode or default_mode
     # S-SBX-3: a read-only subagent gets the network only when asked for it
     # by name (its profile, or --network), never from a default.
     default_network = settings.network if mode != "read-only" else None
-    network = settings.force_network or profile.network or default_network or "deny"
+    network = settings.force_network or wanted_network or default_network or "deny"
     roots: list[str] = []
     if mode == "workspace-write":
         if home is not None and home.resolve().is_relative_to(project_dir.resolve()):

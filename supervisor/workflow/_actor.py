@@ -32,6 +32,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, overload
 
 import trio
@@ -62,6 +63,7 @@ from ..kernel import (
 )
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._policy import ToolPolicy
+from ..policy._sandbox import choose_sandbox
 from ._errors import (
     ActorAnswerInvalidError,
     ActorAskFailedError,
@@ -409,8 +411,18 @@ class Actor:
             return self._handle
         host = self._env.host
         try:
+            # An actor runs model-driven tools like any subagent: the same
+            # sandbox a subagent with its tools would get (S-SBX-1).
+            sandbox = choose_sandbox(
+                None,
+                self.definition.tools,
+                host.settings.sandbox,
+                project_dir=Path(self._env.cwd),
+                home=host.home,
+            )
             handle = await host.fleet.spawn(
                 host.settings.subagent_limits,
+                sandbox=sandbox,
                 handler=host.requests.handler(self._request_policy()),
             )
         except SubvisorError as exc:
