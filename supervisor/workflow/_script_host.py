@@ -76,7 +76,7 @@ from ._errors import (
 from ._escalations import EscalationDesk
 from ._journal import RunRecord, WorkflowJournal
 from ._roster import ActorRoster, EarlierActor, earlier_actors
-from ._sites import analyse_script, workflow_functions
+from ._sites import analyse_script, workflow_functions, workflow_model
 from ._typed import JsonAnswerSchema, dump_value
 
 __all__ = ["MAX_ACTORS", "SCRIPT_SANDBOX", "analyse_source", "run_sandboxed_workflow"]
@@ -106,10 +106,12 @@ def _refusal(exc: WorkflowError) -> RequestRefusedError:
 def analyse_source(source: str, filename: str) -> tuple[str, list[dict[str, Any]]]:
     """Step 1: the workflow function's name and the actor sites, before anything runs.
 
-    Raises ``WorkflowScriptError`` (not Python, not exactly one ``@workflow``)
-    or ``DuplicateActorNameError``, each saying what to fix.
+    Raises ``WorkflowScriptError`` (not Python, not exactly one ``@workflow``,
+    a ``model=`` that is no string literal) or ``DuplicateActorNameError``,
+    each saying what to fix.
     """
     sites = analyse_script(source, filename)
+    workflow_model(source, filename)  # a model that is no literal is the script's to fix
     names = workflow_functions(source)
     if len(names) != 1:
         raise WorkflowScriptError(
@@ -215,13 +217,17 @@ async def run_sandboxed_workflow(
 ) -> Any:
     """Run ``source`` in a script worker (see the module doc); return its JSON value.
 
-    ``parent_model``: the model actors inherit (the creator's current model,
-    S-ACT-5); ``model``: the run's model for every actor. Raises
+    ``parent_model``: the model actors inherit (the script's
+    ``@workflow(model=...)``, else the creator's current model, S-ACT-5);
+    ``model``: the run's model for every actor. Raises
     ``WorkflowScriptError``/``DuplicateActorNameError``/``WorkflowError``
     before the run is journaled, and ``WorkflowFailedError`` once it was.
     """
     inputs = dict(inputs or {})
     name, sites = analyse_source(source, filename)
+    # The script's own default model, as `@workflow(model=...)` gives it in
+    # `subvisor workflow run` too (S-ACT-5): what its actors inherit.
+    parent_model = workflow_model(source, filename) or parent_model
     earlier: dict[str, EarlierActor] = {}
     amends: str | None = None
     if amend is not None:

@@ -128,6 +128,37 @@ def _site(call: ast.Call) -> ActorSite:
     return ActorSite(line=call.lineno, kind="dynamic")
 
 
+def workflow_model(source: str, filename: str = "<workflow>") -> str | None:
+    """The ``model=`` of the script's ``@workflow(...)`` decorator, read without running it.
+
+    A model-written script runs in a worker the supervisor does not trust, so
+    its default model is read from the source: a string literal, or nothing.
+    Raises ``WorkflowScriptError`` for anything else.
+    """
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.AsyncFunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            if not isinstance(decorator, ast.Call):
+                continue
+            dotted = _dotted(decorator.func)
+            if dotted is None or dotted.rsplit(".", 1)[-1] != "workflow":
+                continue
+            for keyword in decorator.keywords:
+                if keyword.arg != "model":
+                    continue
+                value = keyword.value
+                if isinstance(value, ast.Constant) and (
+                    value.value is None or isinstance(value.value, str)
+                ):
+                    return value.value or None
+                raise WorkflowScriptError(
+                    f"{filename}:{decorator.lineno}: @workflow(model=...) must be a string "
+                    'literal such as "openai:gpt-4o-mini" (or left out)'
+                )
+    return None
+
+
 def workflow_functions(source: str) -> list[str]:
     """The names of the ``async def`` functions decorated ``@workflow`` or ``@workflow(...)``.
 

@@ -140,6 +140,11 @@ async def test_a_scripted_root_creates_then_amends_a_two_actor_workflow(tmp_path
             "declared twice, on line 4 and on line 5",
         ),
         ("async def f(ctx):\n    return 1\n", "defines exactly one `@workflow async def`"),
+        (
+            "from supervisor.workflow import workflow\nM = 'x:y'\n"
+            "@workflow(model=M)\nasync def f(ctx):\n    return 1\n",
+            "@workflow(model=...) must be a string literal",
+        ),
     ],
 )
 async def test_a_script_that_cannot_run_is_a_fixable_tool_error(
@@ -158,6 +163,37 @@ async def test_a_script_that_cannot_run_is_a_fixable_tool_error(
         assert host.registry.list(root.session_id) == []
     assert says in outcome.text
     assert "Fix the script and call CreateWorkflow again" in outcome.text
+
+
+async def test_a_scripts_own_model_is_what_its_actors_run_on(tmp_path: Path) -> None:
+    """S-ACT-5: ``@workflow(model=...)`` in a model-written script is the model its
+    actors inherit, as in ``subvisor workflow run``, not the creator's."""
+    own = write_scenario(tmp_path / "own.yaml", {"writer": [{"text": "from the script's model"}]})
+    script = textwrap.dedent(
+        f"""
+        from supervisor.workflow import agent, workflow
+
+        @workflow(model={own!r})
+        async def draft(ctx):
+            return await agent("writer").ask("write")
+        """
+    )
+    root_model = write_scenario(
+        tmp_path / "root.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(script, "draft it")]},
+                {"text": "started"},
+                {"text": "done"},
+            ],
+            "writer": [{"text": "from the root's model"}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=root_model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        await root.run("go")
+    [sent] = notifications(root.loop.messages)
+    assert "from the script's model" in sent and "from the root's model" not in sent
 
 
 DECIDE = textwrap.dedent(
