@@ -244,7 +244,8 @@ class WorkflowTask:
     def ended(
         self, actor: Actor, status: Literal["completed", "failed", "killed"], error: str | None
     ) -> None:
-        """The run closed the actor: its record ends with what its asks spent."""
+        """The run closed the actor: its conversation joins its session (``subvisor logs``),
+        and its record ends with what its asks spent."""
         usage = TaskUsage(
             input_tokens=actor.spent.input_tokens,
             output_tokens=actor.spent.output_tokens,
@@ -256,6 +257,8 @@ class WorkflowTask:
         host = self.host
         session = f"sess_actor_{actor.agent_id}"
         with host.store.batch():
+            for message in actor.history:
+                host.store.append_message(session, message)
             record = host.registry.finish(
                 actor.agent_id,
                 status,

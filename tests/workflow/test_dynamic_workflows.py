@@ -101,7 +101,15 @@ async def test_a_scripted_root_creates_then_amends_a_two_actor_workflow(tmp_path
         records = host.registry.list(root.session_id)
         spawned = host.fleet.spawned_total
         children = host.store.list_child_sessions(root.session_id, limit=100)
+        conversations = [
+            [m for _, m in host.store.messages_after(c.session_id, after_seq=0)]
+            for c in children
+            if c.agent_type == "workflow actor"
+        ]
     assert outcome.status == "completed" and outcome.text == "both done"
+    # Each actor's conversation is in its session (``subvisor logs``): asked, answered.
+    assert len(conversations) == 4
+    assert all([m.role for m in c][-2:] == ["user", "assistant"] for c in conversations)
     runs = [r for r in records if r.kind == "workflow"]
     assert [r.status for r in runs] == ["completed", "completed"]
     first, second = (r.task_id for r in runs)
