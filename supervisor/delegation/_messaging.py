@@ -1,14 +1,17 @@
 """``SendMessage``: the root talks to a subagent it launched (S-MSG-1).
 
 Running: the message steers its current turn. Not started yet: queued and
-given to it when it starts. Finished: it is resumed from the session store
-in a new worker for one more turn, in the background, and its end arrives
-as a notification.
+given to it when it starts. Running but its turn ending (no active turn
+after 21 tries, 10 ms apart): queued, and given to it in a new turn once
+this one has ended. Finished: it is resumed from the session store in a new
+worker for one more turn, in the background, and its end arrives as a
+notification.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from protocol import ToolCall, ToolSpec
@@ -20,6 +23,8 @@ from ._agent_tool import AgentTool
 from ._subagents import SubagentRun
 
 __all__ = ["COORDINATOR_INPUT", "MessagingHost", "SendMessageTool"]
+
+log = logging.getLogger("subvisor")
 
 COORDINATOR_INPUT = (
     "<coordinator-message>\n{text}\n</coordinator-message>\n"
@@ -33,6 +38,10 @@ class MessagingHost(Protocol):
     store: SessionStore
     registry: TaskRegistry
     runs: dict[str, SubagentRun]
+
+    def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
+        ...
 
 
 class SendMessageTool:
@@ -79,21 +88,49 @@ class SendMessageTool:
                 return ToolOutput(
                     f"queued: agent {to} has not started yet; it gets the message when it does."
                 )
+            if outcome == "undelivered":
+                # S-MSG-1: delivery failed, so it is queued: the run holds it
+                # until it ends, then a new turn starts with it.
+                self._host.spawn_background(self._resume_after, run, message, call.id)
+                return ToolOutput(
+                    f"queued: agent {to} is ending its turn; it gets the message in a new "
+                    "turn, in the background, once this one has ended."
+                )
         record = self._host.registry.get(to) or self._host.store.find_task(to)
         if record is None or record.parent_session_id != self._session_id:
             return ToolOutput(f"Error: no agent {to!r} was launched in this session.", True)
         if record.kind != "local_agent":
             return ToolOutput(f"Error: {to} is a shell command, not an agent.", True)
-        resumed = await self._agent_tool.invoke(
-            {
-                "description": record.description,
-                # S-MSG-3 coordinator_input: a new turn, from the coordinator.
-                "prompt": COORDINATOR_INPUT.format(text=message),
-                "task_id": record.task_id,
-                "run_in_background": True,
-            },
-            tool_use_id=call.id,
-        )
+        resumed = await self._resume(record.task_id, record.description, message, call.id)
         if resumed.is_error:
             return resumed
         return ToolOutput(f"resumed_background: agent {to} had finished.\n{resumed.text}")
+
+    async def _resume(
+        self, task_id: str, description: str, message: str, tool_use_id: str | None
+    ) -> ToolOutput:
+        return await self._agent_tool.invoke(
+            {
+                "description": description,
+                # S-MSG-3 coordinator_input: a new turn, from the coordinator.
+                "prompt": COORDINATOR_INPUT.format(text=message),
+                "task_id": task_id,
+                "run_in_background": True,
+            },
+            tool_use_id=tool_use_id,
+        )
+
+    async def _resume_after(self, run: SubagentRun, message: str, tool_use_id: str) -> None:
+        """The queued message of a run whose turn was ending: a new turn once it ended.
+
+        It runs in the host's nursery, which must live: a resume that fails
+        is logged (its launch error is in the registry), never raised.
+        """
+        await run.done.wait()
+        try:
+            resumed = await self._resume(run.task_id, run.launch.description, message, tool_use_id)
+        except Exception:
+            log.exception("the message queued for %s could not start its new turn", run.task_id)
+            return
+        if resumed.is_error:
+            log.warning("the message queued for %s: %s", run.task_id, resumed.text)

@@ -409,14 +409,15 @@ class SubagentRun:
         self._publish("task.backgrounded")
         return True
 
-    async def steer(self, text: str) -> Literal["delivered", "queued", "ended"]:
+    async def steer(self, text: str) -> Literal["delivered", "queued", "undelivered", "ended"]:
         """Deliver a parent's message into the running agent's turn (S-MSG-1).
 
-        Not started yet: queued, and given to the agent at its first step.
-        Running: inserted between its steps; while the worker reports no
-        active turn (a turn is just starting or ending) it is retried every
-        10 ms, 21 tries in all. ``ended`` when the run is over (or ends
-        meanwhile): the caller resumes it instead.
+        Not started yet: ``queued``, and given to the agent at its first
+        step. Running: inserted between its steps; while the worker reports
+        no active turn (a turn is just starting or ending) it is retried
+        every 10 ms, 21 tries in all, then ``undelivered``: its turn is
+        ending, and the caller queues the message for a new turn once this
+        one has ended. ``ended`` when the run is already over.
         """
         if self.done.is_set():
             return "ended"
@@ -435,8 +436,7 @@ class SubagentRun:
                 )
                 return "delivered"
             await trio.sleep(0.01)
-        await self.done.wait()
-        return "ended"
+        return "ended" if self.done.is_set() else "undelivered"
 
     async def stop(self, reason: str = "stopped by request") -> None:
         """Stop the run (S-RUN-6 stop); returns once it has ended.

@@ -200,8 +200,8 @@ async def test_s_msg_1_no_active_turn_is_retried_21_times_10_ms_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """S-MSG-1: a running child's real worker that has no active turn is asked 21 times,
-    with a 10 ms pause after each try; then the message waits for the run to end (the
-    caller resumes the child with it, as for a finished child)."""
+    with a 10 ms pause after each try; then delivery has failed (``undelivered``), and
+    SendMessage queues it for a new turn (the next test)."""
     from supervisor.delegation._agent_tool_schema import AgentToolInput
     from supervisor.delegation._subagents import SubagentRun
 
@@ -250,15 +250,80 @@ async def test_s_msg_1_no_active_turn_is_retried_21_times_10_ms_apart(
                     outcome.append(await run.steer("check X"))
 
                 nursery.start_soon(steer, name="steering")
-                while len(answers) < 21 or len(pauses) < 21:
-                    await sleep(0.01)
-                run.done.set()  # the run ends: steer gives the message back
             monkeypatch.undo()
         finally:
             await handle.shutdown(grace_s=2.0)
     assert answers == [{"delivered": False, "reason": "no active turn"}] * 21
     assert pauses == [0.01] * 21
-    assert outcome == ["ended"]
+    assert outcome == ["undelivered"]
+
+
+async def _the_next_run(host: Any, after: Any) -> Any:
+    """The run started after ``after`` (a resumed child is a new run, with its history)."""
+    with host.lifecycle.subscribe() as events, trio.fail_after(60):
+        async for event in events:
+            found = host.runs.get(event["agentId"])
+            if found is not None and found is not after:
+                return found
+    raise AssertionError("no new run")
+
+
+async def test_s_msg_1_delivery_fails_so_it_is_queued_and_given_in_a_new_turn(
+    tmp_path: Path,
+) -> None:
+    """S-MSG-1: SendMessage to a child whose turn is ending (its real worker has no active
+    turn) answers ``queued`` at once; when that turn has ended, the child gets the message
+    in a new turn, in the background, and its end is a notification."""
+    from protocol import ToolCall
+    from supervisor.delegation._agent_tool_schema import AgentToolInput
+    from supervisor.delegation._messaging import SendMessageTool
+    from supervisor.delegation._subagents import SubagentRun
+
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {"root": [{"text": "unused"}], "idle": [{"text": "second turn: read the message"}]},
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        launch = root.agent_tool._plan(
+            AgentToolInput(description="idle", prompt="p"), tool_use_id=None, override=None
+        )
+        parent = launch.parent_session_id
+        run = SubagentRun(
+            launch,
+            host.run_services,
+            launch_order=host.launch_order(parent),
+            parent_queue=host.command_queue(parent),
+            output_dir=host.output_dir(parent, launch.agent_id),
+        )
+        run.register()
+        host.runs[run.task_id] = run
+        # A real worker, ready, that runs no agent: its turn has no room for a message.
+        run.handle = await host.fleet.spawn(launch.limits)
+        run.launch_order.pass_turn(run.ticket)  # it has its worker: later launches go on
+        run.ready.set()
+        try:
+            send = SendMessageTool(host, parent, root.agent_tool)
+            with trio.fail_after(30):  # at once: it does not wait for the turn to end
+                answer = await send(
+                    ToolCall(
+                        id="c1", name="SendMessage", input={"to": run.task_id, "message": "check X"}
+                    )
+                )
+            assert answer.text.startswith(f"queued: agent {run.task_id} is ending its turn")
+            # The turn ends.
+            await run.handle.shutdown(grace_s=2.0)
+            run._finish("completed", "first answer", None, None, None)
+        finally:
+            run.done.set()  # never leave the host waiting on this hand-made run
+        resumed = await _the_next_run(host, after=run)
+        with trio.fail_after(60):
+            await resumed.done.wait()
+        messages = [m for _, m in host.store.messages_after(resumed.launch.child_session_id)]
+        record = host.registry.get(resumed.task_id)
+    assert record is not None and record.status == "completed"
+    assert record.result == "second turn: read the message"
+    assert any("check X" in m.content and "<coordinator-message>" in m.content for m in messages)
 
 
 # --- S-RUN-2 / S-RUN-3: the order of a launch's effects ------------------------------------
