@@ -316,7 +316,18 @@ class SubagentRun:
         launch = self.launch
         return AgentRequestPolicy(
             holder=self,
-            requester=self.requester,
+            # The asking worker's budget is set per request by the server (S-SEC-8).
+            requester=Requester(
+                root_session_id=launch.parent_session_id,
+                origin=ApprovalOrigin(
+                    kind="subagent",
+                    agent_id=self.task_id,
+                    session_id=launch.child_session_id,
+                    parent_tool_call_id=launch.tool_use_id,
+                ),
+                description=launch.description,
+                event_sessions=(launch.child_session_id, launch.parent_session_id),
+            ),
             prepare_model_call=self._prepare_model_call,
             record_model_result=self._record_model_result,
             mcp_tools=frozenset(spec.name for spec in launch.mcp_tools),
@@ -365,23 +376,6 @@ class SubagentRun:
         # S-MSG-2: into the parent's command queue with priority `next`:
         # between steps of its running turn, or a new turn when it is idle.
         self._parent_queue.enqueue(subagent_message_command(self.task_id, text))
-
-    @property
-    def requester(self) -> Requester:
-        """This agent as the asker of approvals and questions (S-APR-1, S-APR-2)."""
-        launch = self.launch
-        return Requester(
-            root_session_id=launch.parent_session_id,
-            origin=ApprovalOrigin(
-                kind="subagent",
-                agent_id=self.task_id,
-                session_id=launch.child_session_id,
-                parent_tool_call_id=launch.tool_use_id,
-            ),
-            description=launch.description,
-            event_sessions=(launch.child_session_id, launch.parent_session_id),
-            budget=self.handle.budget if self.handle is not None else None,
-        )
 
     @property
     def started_at(self) -> float:

@@ -196,29 +196,36 @@ def test_s_model_1_the_sessions_model_selection_reaches_the_child(tmp_path: Path
 # --- S-MSG-1: the 21 x 10 ms delivery retry ----------------------------------------------
 
 
+def _unstarted_run(host: Subvisor, root: RootSession) -> Any:
+    """A subagent run of ``root`` planned as the Agent tool would, that nothing drives:
+    the test gives it a worker and ends it."""
+    from supervisor.delegation._agent_tool_schema import AgentToolInput
+    from supervisor.delegation._subagents import SubagentRun
+
+    launch = root.agent_tool._plan(
+        AgentToolInput(description="idle", prompt="p"), tool_use_id=None, override=None
+    )
+    parent = launch.parent_session_id
+    return SubagentRun(
+        launch,
+        host.run_services,
+        launch_order=host.launch_order(parent),
+        parent_queue=host.command_queue(parent),
+        output_dir=host.output_dir(parent, launch.agent_id),
+    )
+
+
 async def test_s_msg_1_no_active_turn_is_retried_21_times_10_ms_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """S-MSG-1: a running child's real worker that has no active turn is asked 21 times,
     with a 10 ms pause after each try; then delivery has failed (``undelivered``), and
     SendMessage queues it for a new turn (the next test)."""
-    from supervisor.delegation._agent_tool_schema import AgentToolInput
-    from supervisor.delegation._subagents import SubagentRun
-
     model = write_scenario(tmp_path / "s.yaml", {"root": [{"text": "unused"}]})
     async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
-        launch = root.agent_tool._plan(
-            AgentToolInput(description="idle", prompt="p"), tool_use_id=None, override=None
-        )
-        parent = launch.parent_session_id
-        run = SubagentRun(
-            launch,
-            host.run_services,
-            launch_order=host.launch_order(parent),
-            parent_queue=host.command_queue(parent),
-            output_dir=host.output_dir(parent, launch.agent_id),
-        )
+        run = _unstarted_run(host, root)
+        launch = run.launch
         handle = await host.fleet.spawn(launch.limits)
         try:
             # A real worker, ready, that runs no agent: it has no active turn.
@@ -275,9 +282,7 @@ async def test_s_msg_1_delivery_fails_so_it_is_queued_and_given_in_a_new_turn(
     turn) answers ``queued`` at once; when that turn has ended, the child gets the message
     in a new turn, in the background, and its end is a notification."""
     from protocol import ToolCall
-    from supervisor.delegation._agent_tool_schema import AgentToolInput
     from supervisor.delegation._messaging import SendMessageTool
-    from supervisor.delegation._subagents import SubagentRun
 
     model = write_scenario(
         tmp_path / "s.yaml",
@@ -285,17 +290,8 @@ async def test_s_msg_1_delivery_fails_so_it_is_queued_and_given_in_a_new_turn(
     )
     async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=tmp_path)
-        launch = root.agent_tool._plan(
-            AgentToolInput(description="idle", prompt="p"), tool_use_id=None, override=None
-        )
-        parent = launch.parent_session_id
-        run = SubagentRun(
-            launch,
-            host.run_services,
-            launch_order=host.launch_order(parent),
-            parent_queue=host.command_queue(parent),
-            output_dir=host.output_dir(parent, launch.agent_id),
-        )
+        run = _unstarted_run(host, root)
+        launch = run.launch
         run.register()
         host.runs[run.task_id] = run
         # A real worker, ready, that runs no agent: its turn has no room for a message.
@@ -303,7 +299,7 @@ async def test_s_msg_1_delivery_fails_so_it_is_queued_and_given_in_a_new_turn(
         run.launch_order.pass_turn(run.ticket)  # it has its worker: later launches go on
         run.ready.set()
         try:
-            send = SendMessageTool(host, parent, root.agent_tool)
+            send = SendMessageTool(host, launch.parent_session_id, root.agent_tool)
             with trio.fail_after(30):  # at once: it does not wait for the turn to end
                 answer = await send(
                     ToolCall(
