@@ -26,6 +26,15 @@ op                        reply
                           event (``supervisor.delegation._lifecycle``) until either end
                           closes; ``{"event": "resync"}`` when some were
                           dropped because the client read too slowly
+``follow``                ``{"ok": true, "task": ...}``, then one task's
+                          stored messages (``{"event": "message", "seq",
+                          "message"}``), the text its current answer has
+                          streamed so far, and from then on its new
+                          messages and ``text.streamed`` events as they
+                          come, until ``{"event": "task.ended", "task":
+                          ...}`` ends the connection (``subvisor logs -f``);
+                          ``{"event": "resync"}`` when streamed text was
+                          dropped (the messages never are)
 ``stop``                  stop a task (``task_id``)
 ``background``            move a foreground agent to the background
 ========================  ==================================================
@@ -37,6 +46,7 @@ instead; the connection and the server live on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -71,6 +81,7 @@ from ._control_ops import (
     BackgroundOp,
     ControlRequest,
     ControlRequestError,
+    FollowOp,
     ListOp,
     SessionOp,
     StopOp,
@@ -97,6 +108,16 @@ _LOGGED_REFUSALS = 20
 
 #: A ``transcript`` reply stops adding messages past this many bytes (one at least).
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
+
+#: Messages read from the store at a time by ``follow``.
+_FOLLOW_PAGE = 200
+
+#: Events of the followed task held for a slow ``follow`` client; past this,
+#: streamed text is dropped (and ``resync`` sent), never a message.
+_FOLLOW_BACKLOG = 1024
+
+#: The lifecycle events ``follow`` passes on (the others do not change a transcript).
+_FOLLOWED = frozenset({"text.streamed", "message.appended", "task.ended"})
 
 
 class _LineStream:
@@ -166,6 +187,9 @@ class _ControlServer:
                     if isinstance(request, SubscribeOp):
                         await self._subscribe(conn)
                         return
+                    if isinstance(request, FollowOp):
+                        await self._follow(conn, request)
+                        return
                     await conn.send(await self._answer(request))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away
@@ -223,8 +247,8 @@ class _ControlServer:
                             "not_running",
                         )
                     return {"ok": True, "task_id": record.task_id, "status": "running"}
-                case SubscribeOp():  # answered by ``serve``: it takes over the connection
-                    raise ControlRequestError("subscribe is a connection's last request")
+                case SubscribeOp() | FollowOp():  # answered by ``serve``: they take over
+                    raise ControlRequestError(f"{request.op} is a connection's last request")
         except ControlRequestError as exc:
             return {"ok": False, "error": str(exc), "code": exc.code}
         except TaskError as exc:
@@ -457,6 +481,107 @@ class _ControlServer:
                             await conn.send(event)
                 # The feed dropped us: we fell behind. The client re-reads.
                 await conn.send({"event": "resync", "session_id": self.session_id})
+
+    async def _follow(self, conn: _LineStream, request: FollowOp) -> None:
+        """Stream one task's transcript and live text until it ends (``subvisor logs -f``).
+
+        Race handled: what is stored and what has streamed of the answer in
+        progress are read in the tick the subscription starts, so every later
+        message and piece of text is an event on it, and none is sent twice.
+        A message is stored only after its answer has finished streaming, so
+        the text read here belongs to a message not stored yet.
+        """
+        try:
+            record = self._find(request.task_id)
+        except ControlRequestError as exc:
+            await conn.send({"ok": False, "error": str(exc), "code": exc.code})
+            return
+        task_id, transcript = record.task_id, record.child_session_id
+        run = self.host.runs.get(task_id)
+        backlog_send, backlog = trio.open_memory_channel[dict[str, Any] | None](_FOLLOW_BACKLOG)
+        with self.host.lifecycle.subscribe() as events:
+            stored = self.host.store.last_message_seq(transcript) if transcript else 0
+            streamed = run.live_text.text if run is not None and not run.done.is_set() else ""
+            await conn.send({"ok": True, "op": "follow", "task": record.model_dump(mode="json")})
+            sent = await self._send_messages(conn, transcript, after=0, upto=stored)
+            if streamed:
+                await conn.send(
+                    {"event": "text.streamed", "agentId": task_id, "text": streamed, "offset": 0}
+                )
+            async with trio.open_nursery() as nursery:
+
+                async def until_closed() -> None:
+                    while await conn.stream.receive_some(4096):
+                        pass
+                    nursery.cancel_scope.cancel()
+
+                def resync() -> None:
+                    with contextlib.suppress(trio.WouldBlock):
+                        backlog_send.send_nowait({"event": "resync"})
+
+                async def relay(feed: trio.MemoryReceiveChannel[dict[str, Any]]) -> None:
+                    async for event in feed:
+                        if event["agentId"] == task_id and event["event"] in _FOLLOWED:
+                            try:
+                                backlog_send.send_nowait(event)
+                            except trio.WouldBlock:
+                                # The client reads slowly: text is dropped; messages are
+                                # re-read from the store at the next message.appended.
+                                resync()
+
+                async def forward() -> None:
+                    await relay(events)
+                    while True:
+                        # The feed dropped us (it fell behind): subscribe again.
+                        resync()
+                        with self.host.lifecycle.subscribe() as again:
+                            await relay(again)
+
+                async def until_ended() -> None:
+                    # Tasks without lifecycle events (background Bash) end here too.
+                    with contextlib.suppress(TaskError):
+                        await self.host.registry.wait(task_id)
+                        await backlog_send.send(None)
+
+                nursery.start_soon(until_closed)
+                nursery.start_soon(forward)
+                nursery.start_soon(until_ended)
+                async for event in backlog:
+                    if event is None or event["event"] == "task.ended":
+                        break
+                    if event["event"] == "message.appended":
+                        sent = await self._send_messages(conn, transcript, after=sent)
+                    else:
+                        await conn.send(event)
+                # Every message is stored before the task's end is recorded.
+                await self._send_messages(conn, transcript, after=sent)
+                final = self.host.registry.get(task_id) or record
+                await conn.send(
+                    {
+                        "event": "task.ended",
+                        "agentId": task_id,
+                        "status": final.status,
+                        "task": final.model_dump(mode="json"),
+                    }
+                )
+                nursery.cancel_scope.cancel()
+
+    async def _send_messages(
+        self, conn: _LineStream, transcript: str | None, *, after: int, upto: int | None = None
+    ) -> int:
+        """Send the messages with ``after < seq <= upto``, one line each; the last seq sent."""
+        while transcript is not None:
+            page = self.host.store.messages_after(transcript, after_seq=after, limit=_FOLLOW_PAGE)
+            for seq, message in page:
+                if upto is not None and seq > upto:
+                    return after
+                await conn.send(
+                    {"event": "message", "seq": seq, "message": message.model_dump(mode="json")}
+                )
+                after = seq
+            if len(page) < _FOLLOW_PAGE:
+                break
+        return after
 
 
 @asynccontextmanager

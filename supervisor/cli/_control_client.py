@@ -6,7 +6,8 @@
 - ``control_request``: one request on its own connection, its reply. Every
   client uses it: ``subvisor ps``/``logs``/``stop``/``bg`` directly, ``subvisor
   top`` (asyncio, under Textual) through ``ControlClient``, which adds the
-  one streaming op, ``subscribe``.
+  one streaming op, ``subscribe``; ``follow_task`` streams one task
+  (``subvisor logs -f``).
 
 A process the channel refuses (another uid, or one inside a worker tree:
 S-SEC-2) gets ``ControlError`` with code ``refused``.
@@ -18,14 +19,14 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..kernel import SubvisorError
 from ._control_channel import LiveSession, read_address_file, socket_address
-from ._control_ops import ControlRequest, ListOp, SubscribeOp
+from ._control_ops import ControlRequest, FollowOp, ListOp, SubscribeOp
 
 __all__ = [
     "AgentPage",
@@ -33,6 +34,7 @@ __all__ = [
     "ControlClient",
     "ControlError",
     "control_request",
+    "follow_task",
     "live_sessions",
 ]
 
@@ -132,6 +134,24 @@ def control_request(
         with conn.makefile("rb") as lines:
             line = lines.readline(_MAX_REPLY_BYTES)
     return _reply(line, address)
+
+
+def follow_task(address: str, task_id: str) -> Iterator[dict[str, Any]]:
+    """The ``follow`` op's reply, then its events as they come, until the session closes it.
+
+    Blocking: each item waits for the next line. Raises ``ControlError`` for an
+    error reply (an unknown task), ``OSError`` when nobody serves ``address``.
+    """
+    with _connect(address, timeout=30.0) as conn:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.sendall(_request_line(FollowOp(task_id=task_id)))
+        with conn.makefile("rb") as lines:
+            yield _reply(lines.readline(_MAX_REPLY_BYTES), address)
+            conn.settimeout(None)  # a task may stream nothing for a long while
+            while line := lines.readline(_MAX_REPLY_BYTES):
+                if not line.endswith(b"\n"):
+                    return  # cut off: the session ended mid-line
+                yield json.loads(line)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ __all__ = [
     "ControlOp",
     "ControlRequest",
     "ControlRequestError",
+    "FollowOp",
     "ListOp",
     "SessionOp",
     "StopOp",
@@ -36,7 +37,7 @@ __all__ = [
 
 #: Every op the channel answers.
 ControlOp = Literal[
-    "session", "list", "tasks", "task", "transcript", "subscribe", "stop", "background"
+    "session", "list", "tasks", "task", "transcript", "subscribe", "follow", "stop", "background"
 ]
 CONTROL_OPS: tuple[ControlOp, ...] = get_args(ControlOp)
 
@@ -99,6 +100,14 @@ class SubscribeOp(_Op):
     op: Literal["subscribe"] = "subscribe"
 
 
+class FollowOp(_Op):
+    """One task's transcript, then its new messages and streamed text until it ends
+    (``subvisor logs -f``); the connection's last request."""
+
+    op: Literal["follow"] = "follow"
+    task_id: str = Field(min_length=1)
+
+
 class StopOp(_Op):
     """Stop a task."""
 
@@ -114,7 +123,15 @@ class BackgroundOp(_Op):
 
 
 ControlRequest = Annotated[
-    SessionOp | ListOp | TasksOp | TaskOp | TranscriptOp | SubscribeOp | StopOp | BackgroundOp,
+    SessionOp
+    | ListOp
+    | TasksOp
+    | TaskOp
+    | TranscriptOp
+    | SubscribeOp
+    | FollowOp
+    | StopOp
+    | BackgroundOp,
     Field(discriminator="op"),
 ]
 CONTROL_REQUEST: TypeAdapter[ControlRequest] = TypeAdapter(ControlRequest)

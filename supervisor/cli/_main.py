@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     logs = commands.add_parser("logs", help="a subagent's transcript and output")
     logs.add_argument("task_id", help="agentId (a unique prefix is enough)")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="then follow it live (new messages, the answer as it streams) until it ends",
+    )
     logs.set_defaults(handler=lambda a: _tasks("logs", a))
 
     stop = commands.add_parser("stop", help="stop a running subagent")
@@ -532,7 +538,7 @@ def _tasks(command: str, args: argparse.Namespace) -> int:
     if command == "ps":
         return ps_command(args.session, args.json)
     if command == "logs":
-        return logs_command(args.task_id)
+        return logs_command(args.task_id, args.follow)
     if command == "bg":
         return background_command(args.task_id)
     return stop_command(args.task_id)

@@ -24,7 +24,7 @@ from ..state._store import SessionStore
 from ..state._task_record import TaskRecord
 from ..state._usage import UsageRollup
 from ._control_channel import LiveSession
-from ._control_client import ControlError, control_request, live_sessions
+from ._control_client import ControlError, control_request, follow_task, live_sessions
 from ._control_ops import BackgroundOp, StopOp, TaskOp, TasksOp, TranscriptOp
 from ._run import tasks_table, wide_console
 
@@ -218,26 +218,58 @@ def _load_task(console: Console, task_id: str) -> tuple[TaskRecord, list[ChatMes
     return record, messages
 
 
-def logs_command(task_id: str) -> int:
-    """Print a subagent's transcript and its output."""
+def logs_command(task_id: str, follow: bool = False) -> int:
+    """Print a subagent's transcript and its output; with ``follow``, follow it until it ends."""
     console = wide_console()
+    if follow:
+        try:
+            live = _find_live(task_id)
+        except ControlError as exc:
+            console.print(f"[red]{escape(str(exc))}[/]")
+            return 1
+        if live is not None and not live.record.is_terminal:
+            try:
+                return _follow(console, live)
+            except KeyboardInterrupt:
+                return 130  # Ctrl-C: the user stopped following, nothing went wrong
     found = _load_task(console, task_id)
     if found is None:
         return 1
     record, messages = found
+    _print_header(console, record)
+    for message in messages:
+        _print_message(console, message)
+    _print_output(console, record)
+    return 0
+
+
+def _print_header(console: Console, record: TaskRecord) -> None:
     console.rule(f"{record.task_id}: {record.description} ({record.status})")
     if record.sandbox is not None:
         colour = "red" if record.sandbox.requested and not record.sandbox.enforced else "dim"
         console.print(f"[{colour}]sandbox: {escape(record.sandbox.summary)}[/]", highlight=False)
     if record.caps:
         console.print(f"[dim]caps: {escape(record.caps)}[/]", highlight=False)
-    for message in messages:
-        label = {"user": "user", "assistant": "assistant", "tool": "tool result"}[message.role]
-        console.print(f"[bold]{label}[/]", highlight=False)
-        if message.content:
-            console.print(message.content, markup=False, highlight=False)
-        for call in message.tool_calls:
-            console.print(f"  -> {call.name} {json.dumps(call.input)}", markup=False)
+
+
+def _print_label(console: Console, role: str) -> None:
+    label = {"user": "user", "assistant": "assistant", "tool": "tool result"}[role]
+    console.print(f"[bold]{label}[/]", highlight=False)
+
+
+def _print_message(console: Console, message: ChatMessage, streamed: str = "") -> None:
+    """One message; ``streamed`` is its text's start, printed already (its label too)."""
+    if not streamed:
+        _print_label(console, message.role)
+    content = message.content[len(streamed) :]
+    if content or streamed:
+        # soft_wrap: the text as it is, however it arrived (whole or streamed in pieces).
+        console.print(content, markup=False, highlight=False, soft_wrap=True)
+    for call in message.tool_calls:
+        console.print(f"  -> {call.name} {json.dumps(call.input)}", markup=False, soft_wrap=True)
+
+
+def _print_output(console: Console, record: TaskRecord) -> None:
     console.rule("output")
     try:
         with open(record.output_file, encoding="utf-8") as f:
@@ -246,7 +278,108 @@ def logs_command(task_id: str) -> int:
         console.print(f"[yellow]cannot read {record.output_file}: {exc}[/]")
     if record.error:
         console.print(f"[red]error:[/] {record.error}", highlight=False)
+
+
+class _LiveAnswer:
+    """The answer streaming now, as printed: the text so far, on a line left open.
+
+    Streamed text is a prefix of the message it becomes, so that message prints
+    only what did not stream. Text of an answer joined mid-way (after a
+    ``resync``) is not printed; its message then prints whole.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.text = ""
+        self.joined = True
+
+    def add(self, text: str, offset: int) -> None:
+        if offset == 0:
+            self.close()
+            self.joined = True
+            _print_label(self.console, "assistant")
+        elif not self.joined or offset > len(self.text):
+            self.joined = False
+            return
+        new = text[len(self.text) - offset :]
+        self.text += new
+        self.console.print(new, end="", markup=False, highlight=False, soft_wrap=True)
+
+    def land(self, message: ChatMessage) -> None:
+        """``message`` was stored: print what of it has not streamed."""
+        streamed = self.text
+        if message.role != "assistant" or not message.content.startswith(streamed):
+            self.close()
+            streamed = ""
+        self.text = ""
+        _print_message(self.console, message, streamed)
+
+    def close(self) -> None:
+        """End the open line of text that never became a message (a retried call)."""
+        if self.text:
+            self.console.print()
+            self.text = ""
+
+    def lost(self) -> None:
+        """Some text was dropped: print no more of this answer."""
+        self.joined = False
+
+
+def _follow(console: Console, live: _LiveTask) -> int:
+    """``logs -f``: the transcript so far, then as it grows, until the task ends."""
+    answer = _LiveAnswer(console)
+    seq = 0
+    events = follow_task(live.session.address, live.record.task_id)
+    try:
+        reply = next(events)
+    except (OSError, ControlError) as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return 1
+    record = TaskRecord.model_validate(reply["task"])
+    _print_header(console, record)
+    try:
+        for event in events:
+            kind = event.get("event")
+            if kind == "message":
+                seq = int(event["seq"])
+                answer.land(ChatMessage.model_validate(event["message"]))
+            elif kind == "text.streamed":
+                answer.add(str(event["text"]), int(event["offset"]))
+            elif kind == "resync":
+                answer.lost()
+            elif kind == "task.ended":
+                answer.close()
+                return _followed_to_the_end(console, TaskRecord.model_validate(event["task"]))
+    except OSError:
+        pass  # the session ended meanwhile: the store has the rest
+    answer.close()
+    return _rest_from_the_store(console, record, seq)
+
+
+def _followed_to_the_end(console: Console, record: TaskRecord) -> int:
+    _print_output(console, record)
+    console.print(f"task {record.task_id} ended: {record.status}", highlight=False)
     return 0
+
+
+def _rest_from_the_store(console: Console, record: TaskRecord, seq: int) -> int:
+    """The session ended before the task's end came: what the store has after ``seq``."""
+    store = _open_store()
+    if store is None:
+        return _no_state(console)
+    with store:
+        stored = store.get_task(record.task_id) or record
+        transcript = record.child_session_id
+        messages = store.messages_after(transcript, after_seq=seq) if transcript else []
+    for _, message in messages:
+        _print_message(console, message)
+    if not stored.is_terminal:
+        console.print(
+            f"[red]the session of task {record.task_id} ended without recording its end[/]:"
+            " `subvisor ps` shows its state"
+        )
+        return 1
+    return _followed_to_the_end(console, stored)
 
 
 def stop_command(task_id: str) -> int:

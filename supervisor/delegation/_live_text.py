@@ -9,7 +9,9 @@ answer. Nothing of it goes to a worker; the answer reaches the agent whole,
 as the call's result.
 
 Invariant: the text published for one call, in order, is a prefix of that
-call's answer (the last pieces are published by ``finish``).
+call's answer (the last pieces are published by ``finish``); ``text`` is
+that prefix, so a watcher that joins mid-answer (``subvisor logs -f``) starts
+from it and the next event's offset is its length.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class LiveText:
         self._publish = publish
         self._interval_s = interval_s
         self._pending: list[str] = []
+        self._published: list[str] = []
         self._offset = 0
         self._next_at = 0.0
         self._tail = ""
@@ -43,6 +46,11 @@ class LiveText:
         return self._offset + sum(len(piece) for piece in self._pending)
 
     @property
+    def text(self) -> str:
+        """What has been published of the current answer: the next event's offset is its length."""
+        return "".join(self._published)
+
+    @property
     def tail(self) -> str:
         """The last characters of the current answer received so far, on one line."""
         text = (self._tail + "".join(self._pending))[-_TAIL_CHARS:]
@@ -51,6 +59,7 @@ class LiveText:
     def start(self) -> None:
         """A new answer begins: offsets count from 0 again."""
         self._pending.clear()
+        self._published.clear()
         self._offset = 0
         self._tail = ""
 
@@ -73,5 +82,6 @@ class LiveText:
         text = "".join(self._pending)
         self._pending.clear()
         offset, self._offset = self._offset, self._offset + len(text)
+        self._published.append(text)
         self._tail = (self._tail + text)[-_TAIL_CHARS:]
         self._publish(text, offset)

@@ -461,6 +461,13 @@ class SessionStore:
         ).fetchall()
         return [(seq, ChatMessage.model_validate_json(message)) for seq, message in rows]
 
+    def last_message_seq(self, session_id: str) -> int:
+        """The ``seq`` of a session's latest message; 0 when it has none."""
+        row = self._db.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0])
+
     def _append(self, table: str, columns: str, session_id: str, values: tuple[object, ...]) -> int:
         # The next seq per (table, session) is kept in memory: this process is
         # the only writer of its sessions, so one INSERT (one commit) per

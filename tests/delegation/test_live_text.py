@@ -15,12 +15,14 @@ def test_live_text_publishes_a_prefix_at_a_bounded_rate_then_the_rest() -> None:
     # One event for the first piece; the interval holds back the other 499.
     assert published == [("tok0 ", 0)]
     assert live.chars == len("".join(pieces))
+    # What was published of the answer so far: where a watcher joining now starts.
+    assert live.text == "tok0 "
     live.finish()
     assert len(published) == 2
     assert "".join(text for text, _ in published) == "".join(pieces)
     assert published[1][1] == len(published[0][0])
     # A new answer counts from 0 again.
-    assert live.chars == 0
+    assert live.chars == 0 and live.text == ""
     live.add("next")
     live.finish()
     assert published[-1] == ("next", 0)
