@@ -241,10 +241,20 @@ class ControlClient:
 
     async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
         """The session's lifecycle events as they happen; ends when the session does."""
+        async for event in self._stream(SubscribeOp()):
+            yield event
+
+    async def follow(self, task_id: str) -> AsyncIterator[dict[str, Any]]:
+        """One task's messages and streamed text (the ``follow`` op), until it ends."""
+        async for event in self._stream(FollowOp(task_id=task_id)):
+            yield event
+
+    async def _stream(self, request: SubscribeOp | FollowOp) -> AsyncIterator[dict[str, Any]]:
+        """The lines after ``request``'s ``ok`` reply: its events, until either end closes."""
         conn = await asyncio.to_thread(_connect, self.address, 30.0)
         reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_MAX_REPLY_BYTES)
         try:
-            writer.write(_request_line(SubscribeOp()))
+            writer.write(_request_line(request))
             await writer.drain()
             _reply(await reader.readline(), self.address)
             while line := await reader.readline():

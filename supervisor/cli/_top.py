@@ -7,6 +7,11 @@ running workers' RSS and CPU% every ``resource_refresh_s``; it never polls
 per token. Finished subagents stay listed; pages hold 20 by default, at most
 100.
 
+The open transcript follows its agent through the channel's ``follow`` op:
+new messages as they are stored and, below them, the answer as it streams
+(``text.streamed``, coalesced by the supervisor), from the events themselves.
+Streamed text changes nothing in the table, so it never refetches a page.
+
 Keys: ``n``/``p`` next/previous page, ``enter`` opens the selected agent's
 transcript (read-only; it follows the agent live), ``escape`` closes it,
 ``s`` stops the selected agent, ``b`` moves a selected foreground agent to
@@ -33,7 +38,7 @@ from ..state._recovery import open_recovered_store
 from ..state._store import MAX_PAGE_SIZE, SessionStore
 from ..state._usage import UsageRollup, format_bytes
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
-from ._control_ops import BackgroundOp, StopOp, TranscriptOp
+from ._control_ops import BackgroundOp, StopOp
 
 __all__ = ["COLUMNS", "TopApp", "top_command"]
 
@@ -50,6 +55,9 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("cpu", "CPU%", 5),
     ("elapsed", "elapsed", 8),
 )
+
+#: Lifecycle events that change nothing the table or header shows: no page refetch.
+_NOT_ON_THE_PAGE = frozenset({"text.streamed", "model.waiting"})
 
 _STATUS_STYLES = {
     "running": "cyan",
@@ -88,6 +96,8 @@ class TopApp(App[None]):
     #pager { height: 1; padding: 0 1; color: $text-muted; }
     #transcript { height: 1fr; border-top: solid $accent; display: none; }
     #transcript.open { display: block; }
+    #streaming { height: auto; max-height: 12; padding: 0 1; display: none; }
+    #streaming.open { display: block; }
     #status { height: 1; padding: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -118,15 +128,16 @@ class TopApp(App[None]):
         self.page = 1
         #: The last page shown; ``None`` before the first answer.
         self.shown: AgentPage | None = None
-        #: The agent whose transcript is open, and the last message seq shown.
+        #: The agent whose transcript is open.
         self.transcript_agent: str | None = None
-        self.transcript_seq = 0
+        #: Its answer streaming now, as shown below its transcript ("" when none).
+        self.streaming = ""
+        self._streaming_joined = True
         #: Set once the supervisor has gone (the view keeps its last state).
         self.session_ended = False
         self._redraw_interval_s = redraw_interval_s
         self._resource_refresh_s = resource_refresh_s
         self._dirty = asyncio.Event()
-        self._transcript_dirty = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         """Header, table, pager line, transcript pane, status line, key help."""
@@ -137,6 +148,7 @@ class TopApp(App[None]):
         yield table
         yield Static("", id="pager")
         yield RichLog(id="transcript", wrap=True, markup=False, auto_scroll=True)
+        yield Static("", id="streaming")
         yield Static("", id="status")
         yield Footer()
 
@@ -146,20 +158,16 @@ class TopApp(App[None]):
         self.run_worker(self._redraw_loop(), name="redraw", exclusive=False)
         self.run_worker(self._follow_events(), name="events", exclusive=False)
         self.run_worker(self._resource_ticks(), name="resources", exclusive=False)
-        self.run_worker(self._transcript_loop(), name="transcript", exclusive=False)
 
     # -- following the session ------------------------------------------------------
 
     async def _follow_events(self) -> None:
         try:
             async for event in self.client.subscribe():
+                if event.get("event") in _NOT_ON_THE_PAGE:
+                    continue  # the open transcript's follow shows streamed text
                 self._apply(event)
                 self._dirty.set()
-                if event.get("agentId") == self.transcript_agent and event.get("event") in (
-                    "message.appended",
-                    "task.ended",
-                ):
-                    self._transcript_dirty.set()
         except (OSError, ControlError, ValueError) as exc:
             self.say(f"lost the session's events: {exc}")
         self.session_ended = True
@@ -260,35 +268,47 @@ class TopApp(App[None]):
 
     # -- the transcript pane --------------------------------------------------------
 
-    async def _transcript_loop(self) -> None:
-        while True:
-            await self._transcript_dirty.wait()
-            self._transcript_dirty.clear()
-            await self._fetch_transcript()
-
-    async def _fetch_transcript(self) -> None:
-        agent = self.transcript_agent
-        if agent is None:
-            return
+    async def _follow_transcript(self, agent: str) -> None:
         pane = self.query_one("#transcript", RichLog)
-        while agent == self.transcript_agent:
-            try:
-                reply = await self.client.request(
-                    TranscriptOp(task_id=agent, after_seq=self.transcript_seq)
-                )
-            except (OSError, ControlError) as exc:
+        try:
+            async for event in self.client.follow(agent):
+                if agent != self.transcript_agent:
+                    return  # closed, or another agent opened meanwhile
+                kind = event.get("event")
+                if kind == "message":
+                    # The answer that streamed has landed whole: shown once, in the pane.
+                    message = event["message"]
+                    self._show_streaming("")
+                    for line in _transcript_lines({"seq": event.get("seq"), **message}):
+                        pane.write(line)
+                elif kind == "text.streamed":
+                    self._stream(str(event.get("text") or ""), int(event.get("offset") or 0))
+                elif kind == "resync":
+                    self._streaming_joined = False
+                elif kind == "task.ended":
+                    self._show_streaming("")
+                    pane.border_subtitle = f"{event.get('status')} · esc closes"
+                    return
+        except (OSError, ControlError, ValueError) as exc:
+            if agent == self.transcript_agent:
                 pane.write(Text(f"[transcript unavailable: {exc}]", style="yellow"))
-                return
-            if agent != self.transcript_agent:
-                return  # another agent was opened meanwhile
-            for message in reply["messages"]:
-                for line in _transcript_lines(message):
-                    pane.write(line)
-            if reply["after_seq"] == self.transcript_seq:
-                if reply["ended"]:
-                    pane.border_subtitle = f"{reply['status']} · esc closes"
-                return
-            self.transcript_seq = reply["after_seq"]
+
+    def _stream(self, text: str, offset: int) -> None:
+        """Show a ``text.streamed`` event: the answer so far, below the transcript."""
+        if offset == 0:
+            self._streaming_joined = True
+            self._show_streaming(text)
+        elif self._streaming_joined and offset <= len(self.streaming):
+            self._show_streaming(self.streaming[:offset] + text)
+        else:
+            # Text went missing (a resync): show the rest once its message lands.
+            self._streaming_joined = False
+
+    def _show_streaming(self, text: str) -> None:
+        self.streaming = text
+        live = self.query_one("#streaming", Static)
+        live.update(Text.assemble(("── assistant (streaming)\n", "bold"), text) if text else "")
+        live.set_class(bool(text), "open")
 
     def action_open_transcript(self) -> None:
         """Open the selected agent's transcript; it follows the agent live."""
@@ -301,8 +321,12 @@ class TopApp(App[None]):
         pane.add_class("open")
         pane.border_title = f"transcript of {agent} (read-only, live)"
         pane.border_subtitle = "esc closes"
-        self.transcript_agent, self.transcript_seq = agent, 0
-        self._transcript_dirty.set()
+        self.transcript_agent = agent
+        self._show_streaming("")
+        # Exclusive: the agent open before stops being followed.
+        self.run_worker(
+            self._follow_transcript(agent), name="transcript", group="transcript", exclusive=True
+        )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row opens its transcript."""
@@ -311,7 +335,9 @@ class TopApp(App[None]):
     def action_close_transcript(self) -> None:
         """Hide the transcript pane."""
         self.transcript_agent = None
+        self.workers.cancel_group(self, "transcript")
         self.query_one("#transcript", RichLog).remove_class("open")
+        self._show_streaming("")
 
     # -- paging and actions ---------------------------------------------------------
 

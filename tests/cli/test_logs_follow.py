@@ -21,55 +21,12 @@ from typing import IO
 from supervisor.state._paths import database_path
 from supervisor.state._store import SessionStore
 from tests.support.cli import cli_env, run_cli
-from tests.support.delegation import agent_call, home_for, readme_project, write_scenario
-from tests.support.provider_server import CannedResponse, ProviderServer
+from tests.support.delegation import home_for, readme_project, write_scenario
+from tests.support.live_text import ANSWER, held_answer, streaming_setup
+from tests.support.provider_server import ProviderServer
 
 #: Long enough for a loaded machine; a hang fails the test instead of blocking it.
 HANG = 60
-
-ANSWER = ("Hello ", "streamed ", "world, in three pieces.")
-
-
-def _chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
-
-
-def _held_answer(resume: threading.Event) -> CannedResponse:
-    """The subagent's answer as an OpenAI stream, held after its first two pieces."""
-    events = [_chunk({"role": "assistant", "content": ANSWER[0]})]
-    events += [_chunk({"content": piece}) for piece in ANSWER[1:]]
-    events.append(_chunk({}, "stop"))
-    canned = CannedResponse.sse([*((None, e) for e in events), (None, "[DONE]")])
-    return CannedResponse(
-        headers=canned.headers, chunks=canned.chunks, pause_after=2, resume=resume
-    )
-
-
-def _setup(tmp_path: Path, server: ProviderServer) -> tuple[Path, Path, str]:
-    """Home (the provider configured), project (a `streamer` profile on it), root model."""
-    home = home_for(tmp_path)
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[gateway.providers.local]\napi = "openai"\nbase_url = "{server.base_url}/v1"\n'
-        'api_key = "sk-test"\n'
-    )
-    project = readme_project(tmp_path)
-    agents = project / ".subvisor" / "agents"
-    agents.mkdir(parents=True)
-    (agents / "streamer.md").write_text(
-        "---\nname: streamer\ndescription: Streams\nmodel: local:m\ntools: []\n---\nAnswer.\n"
-    )
-    model = write_scenario(
-        tmp_path / "root.yaml",
-        {
-            "root": [
-                {"tool_calls": [agent_call("stream it", "say it", subagent_type="streamer")]},
-                {"text": "relayed: {{tool_result}}"},
-            ]
-        },
-    )
-    return home, project, model
 
 
 def _subvisor(home: Path, project: Path, *args: str) -> subprocess.Popen[str]:
@@ -125,7 +82,7 @@ def _streamer(home: Path, project: Path) -> tuple[str, str]:
     tasks = _ps(home, project)["tasks"]
     assert isinstance(tasks, list)
     for task in tasks:
-        if task["description"] == "stream it":
+        if task["description"] == "stream 0":
             activity = _ps(home, project)["activity"]
             assert isinstance(activity, dict)
             return str(task["task_id"]), str(activity.get(task["task_id"]) or "")
@@ -155,8 +112,8 @@ def test_logs_follow_shows_the_answer_as_it_streams_and_ends_with_the_task(
     printed exactly once, as `logs` prints it."""
     resume = threading.Event()
     with ProviderServer() as server:
-        server.enqueue(_held_answer(resume))
-        home, project, model = _setup(tmp_path, server)
+        server.enqueue(held_answer((2, resume)))
+        home, project, model = streaming_setup(tmp_path, server)
         runner = _subvisor(home, project, "run", "--json", "--model", model, "go")
         followers: list[subprocess.Popen[str]] = []
         try:
@@ -200,8 +157,8 @@ def test_logs_follow_on_a_finished_task_prints_it_and_exits(tmp_path: Path) -> N
     with ProviderServer() as server:
         resume = threading.Event()
         resume.set()
-        server.enqueue(_held_answer(resume))
-        home, project, model = _setup(tmp_path, server)
+        server.enqueue(held_answer((2, resume)))
+        home, project, model = streaming_setup(tmp_path, server)
         done = run_cli(home, "run", "--json", "--model", model, "go", cwd=project, timeout=HANG)
     assert done.returncode == 0, done.stderr
     task_id = json.loads(done.stdout)["tasks"][0]["agentId"]

@@ -13,9 +13,12 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,8 +26,8 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
 from supervisor.cli._control_channel import LiveSession, address_file, write_address_file
-from supervisor.cli._control_client import control_request, live_sessions
-from supervisor.cli._control_ops import ListOp
+from supervisor.cli._control_client import ControlClient, control_request, live_sessions
+from supervisor.cli._control_ops import ControlRequest, ListOp
 from supervisor.cli._top import TopApp
 from tests.support.cli import cli_env
 from tests.support.delegation import (
@@ -34,6 +37,8 @@ from tests.support.delegation import (
     readme_project,
     write_scenario,
 )
+from tests.support.live_text import ANSWER, held_answer, streaming_setup
+from tests.support.provider_server import ProviderServer
 
 
 @pytest.fixture
@@ -288,3 +293,115 @@ def test_a_stale_address_file_gives_one_line(tmp_path: Path) -> None:
     assert top.returncode == 1
     assert "no live session 'sess_dead'" in top.stderr and "Traceback" not in top.stderr
     assert len(top.stderr.strip().splitlines()) == 1, top.stderr
+
+
+class _CountingClient(ControlClient):
+    """The app's client, counting its requests by op and the lifecycle events it got."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.requests: Counter[str] = Counter()
+        self.in_flight = 0
+        self.events: Counter[str] = Counter()
+        self.streamed_by: Counter[str] = Counter()
+
+    async def request(self, request: ControlRequest) -> dict[str, Any]:
+        self.requests[request.op] += 1
+        self.in_flight += 1
+        try:
+            return await super().request(request)
+        finally:
+            self.in_flight -= 1
+
+    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
+        async for event in super().subscribe():
+            self.events[event["event"]] += 1
+            if event["event"] == "text.streamed":
+                self.streamed_by[event["agentId"]] += 1
+            yield event
+
+
+def _idle(app: TopApp, client: _CountingClient) -> bool:
+    """Nothing left to redraw and no request on its way."""
+    return not app._dirty.is_set() and client.in_flight == 0
+
+
+STREAMERS = 3
+
+
+def test_top_shows_streamed_text_from_the_events_without_refetching(tmp_path: Path) -> None:
+    """Issue 19, S-OBS-2: while agents stream, `top` applies each text.streamed event
+    itself: not one page (`list`) or transcript request more, however many arrive; the
+    open transcript shows the answer as it streams, then the stored message once."""
+    start, finish = threading.Event(), threading.Event()
+    with ProviderServer() as server:
+        server.enqueue(*(held_answer((0, start), (2, finish)) for _ in range(STREAMERS)))
+        home, project, model = streaming_setup(tmp_path, server, agents=STREAMERS)
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+            cwd=project,
+            env=cli_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            session = _wait_live(home, runner)
+            counts = asyncio.run(_drive_streaming_top(session, server, start, finish))
+            out, err = runner.communicate(timeout=60)
+        finally:
+            start.set()
+            finish.set()
+            runner.kill()
+    assert runner.returncode == 0, err
+    tasks = json.loads(out)["tasks"]
+    assert [t["status"] for t in tasks] == ["completed"] * STREAMERS
+    assert counts["text.streamed"] >= STREAMERS
+    assert counts["refetches while streaming"] == 0
+    assert counts["transcript requests"] == 0
+
+
+async def _drive_streaming_top(
+    session: LiveSession, server: ProviderServer, start: threading.Event, finish: threading.Event
+) -> dict[str, int]:
+    app = TopApp(session.address, session.session_id, redraw_interval_s=0, resource_refresh_s=3600)
+    client = app.client = _CountingClient(session.address)
+    async with app.run_test(size=(170, 40)) as pilot:
+        # Every streamer runs, its model call held before the first piece of its answer.
+        await _until(
+            pilot,
+            lambda: (
+                app.shown is not None
+                and app.shown.counts.get("running") == STREAMERS
+                and len(server.requests) == STREAMERS
+            ),
+            "every streamer in its model call",
+        )
+        _select(app, "stream 0")
+        await pilot.press("enter")
+        await _until(pilot, lambda: "say it" in _transcript_text(app), "the open transcript")
+        await _until(pilot, lambda: _idle(app, client), "the view settled")
+        before = client.requests["list"]
+        start.set()
+        # The first piece of each answer is published at once; the rest is held.
+        await _until(
+            pilot, lambda: len(client.streamed_by) == STREAMERS, "text from every streamer"
+        )
+        # What streamed before the hold (one network read or two), the rest still held.
+        await _until(pilot, lambda: app.streaming.startswith(ANSWER[0]), "the streaming answer")
+        assert ANSWER[2] not in app.streaming
+        assert ANSWER[0] not in _transcript_text(app)
+        await _until(pilot, lambda: _idle(app, client), "the view settled")
+        refetches_while_streaming = client.requests["list"] - before
+        finish.set()
+        whole = "".join(ANSWER)
+        await _until(pilot, lambda: whole in _transcript_text(app), "the answer stored")
+        await _until(pilot, lambda: app.session_ended, "the session's end")
+        assert _transcript_text(app).count(whole) == 1
+        assert app.streaming == ""
+        await pilot.press("q")
+    return {
+        "text.streamed": client.events["text.streamed"],
+        "refetches while streaming": refetches_while_streaming,
+        "transcript requests": client.requests["transcript"],
+    }

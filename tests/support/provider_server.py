@@ -30,9 +30,9 @@ class CannedResponse:
 
     With ``chunks`` the body is sent with chunked transfer encoding, one
     flushed chunk each; ``drop_connection`` then closes the socket before the
-    body is complete. ``delay_s`` waits before answering. With ``resume``
-    the first ``pause_after`` chunks are sent, then the rest once the test
-    sets it (a stream held mid-answer for as long as the test needs).
+    body is complete. ``delay_s`` waits before answering. ``holds`` pairs a
+    chunk's index with an event: that chunk waits until the test sets it (a
+    stream held mid-answer for as long as the test needs).
     """
 
     status: int = 200
@@ -41,8 +41,7 @@ class CannedResponse:
     chunks: tuple[bytes, ...] = ()
     drop_connection: bool = False
     delay_s: float = 0.0
-    pause_after: int = 0
-    resume: threading.Event | None = None
+    holds: tuple[tuple[int, threading.Event], ...] = ()
 
     @classmethod
     def json(
@@ -244,9 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
+        holds = dict(canned.holds)
         for index, chunk in enumerate(canned.chunks):
-            if canned.resume is not None and index == canned.pause_after:
-                canned.resume.wait()
+            if index in holds:
+                holds[index].wait()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.flush()
         if canned.drop_connection:
