@@ -553,7 +553,7 @@ class _ControlServer:
                         sent = await self._send_messages(conn, transcript, after=sent)
                     else:
                         await conn.send(event)
-                # Every message is stored before the task's end is recorded.
+                # The rest of the transcript, as stored now that the task has ended.
                 await self._send_messages(conn, transcript, after=sent)
                 final = self.host.registry.get(task_id) or record
                 await conn.send(
