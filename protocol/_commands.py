@@ -25,7 +25,7 @@ Invariants:
   params are strict: ``"30"`` is not a number of seconds.
 - The supervisor's requests are validated once, when their params model is
   built: ``request_for`` wraps the already valid params without validating
-  them again (the request's id comes from the connection).
+  them again.
 """
 
 from __future__ import annotations
@@ -380,7 +380,9 @@ class CommandSpec(Generic[P, R]):
             raise TypeError(
                 f"{self.name} takes {self.params.__name__}, not {type(params).__name__}"
             )
-        return self.request.model_construct(id=request_id, params=params)
+        # A model instance is taken as it is (pydantic does not revalidate
+        # instances): only the id is checked.
+        return self.request(id=request_id, params=params)
 
     def parse_result(self, raw: object) -> R:
         """Validate what the worker answered (raises pydantic's ``ValidationError``)."""

@@ -198,7 +198,8 @@ class EventSpec(Generic[D]):
         """The event message carrying ``data`` (validated when built)."""
         if type(data) is not self.data:
             raise TypeError(f"{self.name} carries {self.data.__name__}, not {type(data).__name__}")
-        return self.event.model_construct(data=data)
+        # A model instance is taken as it is (pydantic does not revalidate instances).
+        return self.event(data=data)
 
 
 MESSAGE = EventSpec("message", MessageEvent, MessageAppended)
