@@ -382,7 +382,7 @@ class CommandSpec(Generic[P, R]):
             )
         # A model instance is taken as it is (pydantic does not revalidate
         # instances): only the id is checked.
-        return self.request(id=request_id, params=params)
+        return self.request(id=request_id, method=self.name, params=params)
 
     def parse_result(self, raw: object) -> R:
         """Validate what the worker answered (raises pydantic's ``ValidationError``)."""

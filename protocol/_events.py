@@ -199,7 +199,7 @@ class EventSpec(Generic[D]):
         if type(data) is not self.data:
             raise TypeError(f"{self.name} carries {self.data.__name__}, not {type(data).__name__}")
         # A model instance is taken as it is (pydantic does not revalidate instances).
-        return self.event(data=data)
+        return self.event(name=self.name, data=data)
 
 
 MESSAGE = EventSpec("message", MessageEvent, MessageAppended)
