@@ -107,7 +107,10 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
-_Pending = Outcome[Response | ErrorReply | WorkerExit]
+class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
+    # A class, not the alias ``Outcome[...]``: calling an alias tries to set
+    # ``__orig_class__`` on the (slotted) instance and swallows the error, per request.
+    __slots__ = ()
 
 
 class WorkerHandle:
