@@ -171,7 +171,7 @@ def _protocol_round(count: int, payload: str, out: list[float]) -> None:
         [request] = theirs.receive_data(frame)
         assert isinstance(request, SupervisorRequest)
         answer = EchoResult(value=request.params.value)  # type: ignore[attr-defined]
-        [reply] = ours.receive_data(theirs.send(Response(id=request.id, result=answer)))
+        [reply] = ours.receive_data(theirs.send(Response.answering(request.id, answer)))
         assert isinstance(reply, Response)
         result = KERNEL_ECHO.parse_result(reply.result)
         out.append((time.perf_counter_ns() - started) / 1000)

@@ -31,13 +31,15 @@ Invariants:
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
-from typing import Annotated, Generic, Literal, TypeVar, get_args
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ._agent import AgentOutcome, AgentRunSpec
 from ._methods import EchoParams, EchoResult
+from ._trusted import trusted
 from ._workflow import WorkflowScriptOutcome, WorkflowScriptSpec
 
 __all__ = [
@@ -373,20 +375,31 @@ class CommandSpec(Generic[P, R]):
     request: type[SupervisorRequest]
     params: type[P]
     result: type[R]
+    _validate_result: Callable[[Any], R] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_validate_result", self.result.__pydantic_validator__.validate_python
+        )
 
     def request_for(self, request_id: int, params: P) -> SupervisorRequest:
-        """The request message asking this method with ``params`` (validated when built)."""
+        """The request message asking this method with ``params`` (validated when built).
+
+        ``request_id`` is the connection's (``Connection.next_request_id``).
+        """
         if type(params) is not self.params:
             raise TypeError(
                 f"{self.name} takes {self.params.__name__}, not {type(params).__name__}"
             )
-        # A model instance is taken as it is (pydantic does not revalidate
-        # instances): only the id is checked.
-        return self.request(id=request_id, method=self.name, params=params)
+        fields = {"type": "request", "id": request_id, "method": self.name, "params": params}
+        return trusted(self.request, fields, _REQUEST_FIELDS_SET)
 
     def parse_result(self, raw: object) -> R:
         """Validate what the worker answered (raises pydantic's ``ValidationError``)."""
-        return self.result.model_validate(raw)
+        return self._validate_result(raw)
+
+
+_REQUEST_FIELDS_SET = frozenset({"id", "method", "params"})
 
 
 KERNEL_ECHO = CommandSpec("echo", KernelEchoRequest, EchoParams, EchoResult)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._chat import ChatMessage
 from ._methods import JsonObject
+from ._trusted import trusted
 
 __all__ = [
     "FAULT_MEMORY",
@@ -198,8 +199,11 @@ class EventSpec(Generic[D]):
         """The event message carrying ``data`` (validated when built)."""
         if type(data) is not self.data:
             raise TypeError(f"{self.name} carries {self.data.__name__}, not {type(data).__name__}")
-        # A model instance is taken as it is (pydantic does not revalidate instances).
-        return self.event(name=self.name, data=data)
+        fields = {"type": "event", "name": self.name, "data": data}
+        return trusted(self.event, fields, _EVENT_FIELDS_SET)
+
+
+_EVENT_FIELDS_SET = frozenset({"name", "data"})
 
 
 MESSAGE = EventSpec("message", MessageEvent, MessageAppended)

@@ -59,6 +59,7 @@ from ._methods import (
     WorkflowEscalateRequest,
 )
 from ._sandbox import SandboxReport
+from ._trusted import trusted
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -159,11 +160,26 @@ class Shutdown(_Frozen):
 
 
 class Response(_Frozen):
-    """Successful answer to the peer's request ``id``."""
+    """Successful answer to the peer's request ``id``.
+
+    ``result`` is an instance of the result model of the request's method; the
+    asker validates it against that model (``MethodSpec.parse_result``,
+    ``CommandSpec.parse_result``).
+    """
 
     type: Literal["response"] = "response"
     id: int = Field(ge=0)
     result: Any = None
+
+    @classmethod
+    def answering(cls, request_id: int, result: BaseModel) -> Response:
+        """The answer ``result`` (a model, valid since it was built) to the received
+        request ``request_id``, built without validating either again."""
+        fields = {"type": "response", "id": request_id, "result": result}
+        return trusted(cls, fields, _RESPONSE_FIELDS_SET)
+
+
+_RESPONSE_FIELDS_SET = frozenset({"id", "result"})
 
 
 class ErrorReply(_Frozen):

@@ -155,7 +155,7 @@ class _Session:
                 result = await command.handler(
                     request.params, CommandContext(self.link, request.id)
                 )
-                reply = Response(id=request.id, result=result)
+                reply = Response.answering(request.id, result)
             if scope.cancelled_caught:
                 reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
         except CommandError as exc:

@@ -489,7 +489,7 @@ class WorkerHandle:
                 raise TypeError(
                     f"the handler answered {type(result).__name__}, not {expected.__name__}"
                 )
-            reply = Response(id=request.id, result=result)
+            reply = Response.answering(request.id, result)
         except RequestRefusedError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
         except Exception as exc:
