@@ -16,6 +16,10 @@ import signal
 
 import trio
 
+from protocol import (
+    KERNEL_ECHO,
+    EchoParams,
+)
 from supervisor import ExitKind, SpawnMode, Supervisor, SupervisorConfig
 
 from . import Report
@@ -38,7 +42,7 @@ async def _measure(mode: SpawnMode, samples: int, warmup: int) -> tuple[list[flo
     async with Supervisor(SupervisorConfig(max_workers=4, spawn_mode=mode)) as sup:
         for i in range(warmup + samples):
             handle = await sup.spawn()
-            await handle.request("echo", {"value": i})
+            await handle.request(KERNEL_ECHO, EchoParams(value=i))
             started = trio.current_time()
             os.kill(handle.pid, signal.SIGKILL)
             exit = await handle.wait()

@@ -14,6 +14,10 @@ import argparse
 import psutil
 import trio
 
+from protocol import (
+    KERNEL_ECHO,
+    EchoParams,
+)
 from supervisor import SpawnMode, Supervisor, SupervisorConfig, WorkerHandle
 
 from . import Report
@@ -45,7 +49,7 @@ class _Memory:
 async def _idle_workers(sup: Supervisor, mode: SpawnMode, n: int) -> list[WorkerHandle]:
     handles = [await sup.spawn(mode=mode) for _ in range(n)]
     for i, handle in enumerate(handles):
-        if await handle.request("echo", {"value": i}) != i:
+        if (await handle.request(KERNEL_ECHO, EchoParams(value=i))).value != i:
             raise RuntimeError(f"worker {handle.worker_id} answered the echo wrongly")
     return handles
 

@@ -33,7 +33,11 @@ _READ_SIZE = 64 * 1024
 
 def reply_to(request: dict[str, Any]) -> dict[str, Any]:
     """The response a subvisor worker sends for an ``echo`` request."""
-    return {"type": "response", "id": request["id"], "result": request["params"]["value"]}
+    return {
+        "type": "response",
+        "id": request["id"],
+        "result": {"value": request["params"]["value"]},
+    }
 
 
 class FrameReader:

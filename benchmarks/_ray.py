@@ -31,6 +31,10 @@ from typing import Any
 import psutil
 import trio
 
+from protocol import (
+    KERNEL_ECHO,
+    EchoParams,
+)
 from supervisor import Supervisor, SupervisorConfig
 
 from . import Report
@@ -128,12 +132,12 @@ async def _supervisor_samples(config: SupervisorConfig, args: argparse.Namespace
         handle = await sup.spawn()
         for index in range(args.samples * 10):
             started = time.perf_counter()
-            await handle.request("echo", {"value": index})
+            await handle.request(KERNEL_ECHO, EchoParams(value=index))
             out["round"].append((time.perf_counter() - started) * 1e6)
         await handle.shutdown()
         idle = [await sup.spawn() for _ in range(args.idle)]
         for index, worker in enumerate(idle):
-            await worker.request("echo", {"value": index})
+            await worker.request(KERNEL_ECHO, EchoParams(value=index))
         await trio.sleep(0.2)
         out["uss"] = [psutil.Process(w.pid).memory_full_info().uss / MIB for w in idle]
         out["nodes"] = len({w.node for w in idle})
@@ -147,7 +151,7 @@ async def _supervisor_samples(config: SupervisorConfig, args: argparse.Namespace
         async def agent(index: int) -> None:
             async with limit:
                 worker = await sup.spawn()
-                await worker.request("echo", {"value": index})
+                await worker.request(KERNEL_ECHO, EchoParams(value=index))
                 await worker.shutdown()
 
         async with trio.open_nursery() as nursery:

@@ -1,4 +1,4 @@
-"""Request/response latency: ``WorkerHandle.request("echo")`` against baselines.
+"""Request/response latency: ``WorkerHandle.request(KERNEL_ECHO, ...)`` against baselines.
 
 - subvisor: one zygote worker; each sample is one ``await handle.request``
   (frame encode, protocol checks, pipe write, the worker's trio loop, reply).
@@ -41,8 +41,11 @@ import msgpack
 import trio
 
 from protocol import (
+    KERNEL_ECHO,
     PROTOCOL_VERSION,
     Connection,
+    EchoParams,
+    EchoResult,
     Hello,
     Response,
     Role,
@@ -80,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _request(request_id: int, payload: str) -> dict[str, Any]:
-    """The dict subvisor encodes for ``request("echo", {"value": payload})``."""
-    message = SupervisorRequest(id=request_id, method="echo", params={"value": payload})
+    """The dict subvisor encodes for ``request(KERNEL_ECHO, EchoParams(value=payload))``."""
+    message = KERNEL_ECHO.request_for(request_id, EchoParams(value=payload))
     wire: dict[str, Any] = message.model_dump(mode="python")
     return wire
 
@@ -154,18 +157,25 @@ def _connected_pair() -> tuple[Connection, Connection]:
 
 
 def _protocol_round(count: int, payload: str, out: list[float]) -> None:
-    """Both ends' protocol work for ``request("echo")``, with the pipe taken out."""
+    """Both ends' protocol work for ``request(KERNEL_ECHO)``, with the pipe taken out.
+
+    As in ``WorkerHandle.request`` and the worker's runtime: the params model
+    built, the request sent and decoded (params validated), the result model
+    built, sent and decoded, and the result validated against its model.
+    """
     ours, theirs = _connected_pair()
-    params = {"value": payload}
     for _ in range(count):
         started = time.perf_counter_ns()
         request_id = ours.next_request_id()
-        frame = ours.send(SupervisorRequest(id=request_id, method="echo", params=params))
+        frame = ours.send(KERNEL_ECHO.request_for(request_id, EchoParams(value=payload)))
         [request] = theirs.receive_data(frame)
         assert isinstance(request, SupervisorRequest)
-        [reply] = ours.receive_data(theirs.send(Response(id=request.id, result=payload)))
+        answer = EchoResult(value=request.params.value)  # type: ignore[attr-defined]
+        [reply] = ours.receive_data(theirs.send(Response.answering(request.id, answer)))
+        assert isinstance(reply, Response)
+        result = KERNEL_ECHO.parse_result(reply.result)
         out.append((time.perf_counter_ns() - started) / 1000)
-        assert isinstance(reply, Response) and reply.result == payload, reply
+        assert result.value == payload, result
 
 
 def _raw_codec_round(count: int, payload: str, out: list[float]) -> None:
@@ -179,7 +189,7 @@ def _raw_codec_round(count: int, payload: str, out: list[float]) -> None:
         reply: bytes = msgpack.packb(reply_to(request), use_bin_type=True)
         answer = msgpack.unpackb((HEADER.pack(len(reply)) + reply)[HEADER.size :], raw=False)
         out.append((time.perf_counter_ns() - started) / 1000)
-        assert answer["result"] == payload, answer
+        assert answer["result"]["value"] == payload, answer
 
 
 def _sync_round(
@@ -194,12 +204,11 @@ def _sync_round(
 
 
 async def _subvisor_round(handle: WorkerHandle, count: int, payload: str, out: list[float]) -> None:
-    params = {"value": payload}
     for _ in range(count):
         started = time.perf_counter_ns()
-        result = await handle.request("echo", params)
+        result = await handle.request(KERNEL_ECHO, EchoParams(value=payload))
         out.append((time.perf_counter_ns() - started) / 1000)
-        assert result == payload, result
+        assert result.value == payload, result
 
 
 async def _trio_round(pipe: PipeStream, count: int, payload: str, out: list[float]) -> None:

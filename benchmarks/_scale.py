@@ -13,6 +13,10 @@ import argparse
 import psutil
 import trio
 
+from protocol import (
+    KERNEL_ECHO,
+    EchoParams,
+)
 from supervisor import Supervisor, SupervisorConfig, WorkerHandle
 
 from . import Report
@@ -65,7 +69,7 @@ async def _measure(n: int) -> Report:
 
         async def echo(handle: WorkerHandle, value: int) -> None:
             nonlocal answered
-            if await handle.request("echo", {"value": value}) == value:
+            if (await handle.request(KERNEL_ECHO, EchoParams(value=value))).value == value:
                 answered += 1
 
         started = trio.current_time()

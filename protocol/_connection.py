@@ -33,6 +33,7 @@ from typing import Annotated, Any, get_args, get_origin
 import msgpack
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ._commands import SupervisorRequest
 from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._frame import FrameDecoder, FrameLimits, encode_frame, frame_body
 from ._messages import (
@@ -43,7 +44,6 @@ from ._messages import (
     Progress,
     Response,
     SupervisorMessage,
-    SupervisorRequest,
     Welcome,
     WorkerMessage,
     supervisor_message_adapter,
@@ -112,15 +112,6 @@ _ADAPTERS: dict[Role, TypeAdapter[Any]] = {
 }
 
 
-def _known_types(adapter: TypeAdapter[Any]) -> frozenset[str]:
-    schema = adapter.json_schema()
-    mapping = schema.get("discriminator", {}).get("mapping", {})
-    return frozenset(mapping)
-
-
-_KNOWN_TYPES: dict[Role, frozenset[str]] = {role: _known_types(a) for role, a in _ADAPTERS.items()}
-
-
 def _classes(union: Any) -> tuple[type, ...]:
     """The message classes of a (nested, ``Annotated``) discriminated union."""
     args = get_args(union)
@@ -135,6 +126,11 @@ def _classes(union: Any) -> tuple[type, ...]:
 _SENDABLE: dict[Role, tuple[type, ...]] = {
     _W: _classes(WorkerMessage),
     _S: _classes(SupervisorMessage),
+}
+#: The ``type`` tags each role may send.
+_KNOWN_TYPES: dict[Role, frozenset[str]] = {
+    role: frozenset(cls.model_fields["type"].default for cls in classes)  # type: ignore[attr-defined]
+    for role, classes in _SENDABLE.items()
 }
 # Tuples, not ``A | B``: that would build a union object on every check.
 _ANSWERS = (Response, ErrorReply)
@@ -152,6 +148,9 @@ _MOVES: dict[tuple[ConnectionState, Role], dict[str, ConnectionState]] = {
     for role in Role
 }
 
+
+#: The field that picks the class within a message type that has several.
+_INNER_TAGS = {"request": "method", "event": "name"}
 
 _PACKER_KEEP = 64 * 1024
 
@@ -310,8 +309,9 @@ class Connection:
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = first["loc"][1:]
-            if loc and loc[0] == raw.get("method"):
-                loc = loc[1:]  # the request's method tag: its params are what failed
+            tag = _INNER_TAGS.get(kind)
+            if tag is not None and loc and loc[0] == raw.get(tag):
+                loc = loc[1:]  # a request's method, an event's name: its body is what failed
             if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
                 loc = (str(first.get("ctx", {}).get("discriminator", "")).strip("'"),)
             where = ".".join(str(p) for p in loc) or "message"

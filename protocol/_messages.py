@@ -6,6 +6,12 @@ the supervisor may send. A tag that is not in the sender's union is a protocol
 violation, so capabilities are a property of the schema: there is no message
 by which a worker could ask for a process to be spawned (S-POL-4), and no way
 for a worker to send a ``welcome`` or ``shutdown``.
+
+Requests nest a second union, by ``method`` (``protocol._methods`` for a
+worker's, ``protocol._commands`` for the supervisor's), and events one by
+``name`` (``protocol._events``): no message carries an untyped dict, except
+``Response.result``, which the asker validates against its method's result
+model, and ``Progress.data``, which no method sends today.
 """
 
 from __future__ import annotations
@@ -14,9 +20,35 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ._commands import (
+    AgentRunRequest,
+    AgentSteerRequest,
+    KernelAllocateRequest,
+    KernelAskSupervisorRequest,
+    KernelBurnCpuRequest,
+    KernelCrashRequest,
+    KernelEchoRequest,
+    KernelFloodRequest,
+    KernelForbiddenRequest,
+    KernelHangRequest,
+    KernelInfoRequest,
+    KernelSleepRequest,
+    SupervisorRequest,
+    WorkflowRunRequest,
+)
+from ._events import (
+    Event,
+    FaultMemoryEvent,
+    FloodEvent,
+    MessageEvent,
+    ProcessGroupEvent,
+    ToolFinishedEvent,
+    ToolStartedEvent,
+)
 from ._methods import (
     CoordinatorMessageRequest,
     EchoRequest,
+    JsonObject,
     McpToolCallRequest,
     ModelCallRequest,
     PermissionCheckRequest,
@@ -27,12 +59,12 @@ from ._methods import (
     WorkflowEscalateRequest,
 )
 from ._sandbox import SandboxReport
+from ._trusted import trusted
 
 __all__ = [
     "PROTOCOL_VERSION",
     "Cancel",
     "ErrorReply",
-    "Event",
     "Heartbeat",
     "Hello",
     "Message",
@@ -41,7 +73,6 @@ __all__ = [
     "Response",
     "Shutdown",
     "SupervisorMessage",
-    "SupervisorRequest",
     "Welcome",
     "WorkerMessage",
     "supervisor_message_adapter",
@@ -100,14 +131,6 @@ class Hello(_Frozen):
     sandbox: SandboxReport | None = None
 
 
-class Event(_Frozen):
-    """Something happened in the worker (tool started, text delta, ...)."""
-
-    type: Literal["event"] = "event"
-    name: str = Field(min_length=1, max_length=128)
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
 # -- supervisor -> worker -------------------------------------------------------
 
 
@@ -117,15 +140,6 @@ class Welcome(_Frozen):
     type: Literal["welcome"] = "welcome"
     protocol_version: int
     worker_id: str
-
-
-class SupervisorRequest(_Frozen):
-    """A request from the supervisor to a worker (a command to run)."""
-
-    type: Literal["request"] = "request"
-    id: int = Field(ge=0)
-    method: str = Field(min_length=1, max_length=128)
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 class Cancel(_Frozen):
@@ -146,11 +160,26 @@ class Shutdown(_Frozen):
 
 
 class Response(_Frozen):
-    """Successful answer to the peer's request ``id``."""
+    """Successful answer to the peer's request ``id``.
+
+    ``result`` is an instance of the result model of the request's method; the
+    asker validates it against that model (``MethodSpec.parse_result``,
+    ``CommandSpec.parse_result``).
+    """
 
     type: Literal["response"] = "response"
     id: int = Field(ge=0)
     result: Any = None
+
+    @classmethod
+    def answering(cls, request_id: int, result: BaseModel) -> Response:
+        """The answer ``result`` (a model, valid since it was built) to the received
+        request ``request_id``, built without validating either again."""
+        fields = {"type": "response", "id": request_id, "result": result}
+        return trusted(cls, fields, _RESPONSE_FIELDS_SET)
+
+
+_RESPONSE_FIELDS_SET = frozenset({"id", "result"})
 
 
 class ErrorReply(_Frozen):
@@ -163,11 +192,16 @@ class ErrorReply(_Frozen):
 
 
 class Progress(_Frozen):
-    """Partial output of a request still being answered (stream deltas)."""
+    """Partial output of a request still being answered.
+
+    Reserved: no method of either table streams progress today, so neither
+    end sends one; a receiver checks that it names a request it asked and
+    drops it. A method that streams will give it a typed model of its own.
+    """
 
     type: Literal["progress"] = "progress"
     id: int = Field(ge=0)
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: JsonObject = Field(default_factory=dict)
 
 
 class Heartbeat(_Frozen):
@@ -190,12 +224,46 @@ _AnyWorkerRequest = Annotated[
     | WorkflowEscalateRequest,
     Field(discriminator="method"),
 ]
+#: A worker's event, by name (``protocol._events`` holds the table).
+_AnyEvent = Annotated[
+    MessageEvent
+    | ToolStartedEvent
+    | ToolFinishedEvent
+    | ProcessGroupEvent
+    | FaultMemoryEvent
+    | FloodEvent,
+    Field(discriminator="name"),
+]
+#: The supervisor's request, by method (``protocol._commands`` holds the table).
+_AnySupervisorRequest = Annotated[
+    KernelEchoRequest
+    | KernelSleepRequest
+    | KernelAllocateRequest
+    | KernelBurnCpuRequest
+    | KernelCrashRequest
+    | KernelHangRequest
+    | KernelFloodRequest
+    | KernelForbiddenRequest
+    | KernelInfoRequest
+    | KernelAskSupervisorRequest
+    | AgentRunRequest
+    | AgentSteerRequest
+    | WorkflowRunRequest,
+    Field(discriminator="method"),
+]
 WorkerMessage = Annotated[
-    Hello | _AnyWorkerRequest | Response | ErrorReply | Progress | Event | Heartbeat,
+    Hello | _AnyWorkerRequest | Response | ErrorReply | Progress | _AnyEvent | Heartbeat,
     Field(discriminator="type"),
 ]
 SupervisorMessage = Annotated[
-    Welcome | SupervisorRequest | Response | ErrorReply | Progress | Cancel | Heartbeat | Shutdown,
+    Welcome
+    | _AnySupervisorRequest
+    | Response
+    | ErrorReply
+    | Progress
+    | Cancel
+    | Heartbeat
+    | Shutdown,
     Field(discriminator="type"),
 ]
 Message = (

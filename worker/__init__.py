@@ -5,7 +5,14 @@ speaks the protocol over its own pipes.
 """
 
 from ._agent_ports import BorrowedMcpTool, McpLifecycleError
-from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._commands import (
+    KERNEL_COMMANDS,
+    Command,
+    CommandContext,
+    CommandError,
+    CommandHandler,
+    command_table,
+)
 from ._outcome import Outcome
 from ._pipe import PipeStream
 from ._runtime import run_worker, serve
@@ -14,6 +21,7 @@ from ._sandbox import apply_sandbox, landlock_abi
 __all__ = [
     "KERNEL_COMMANDS",
     "BorrowedMcpTool",
+    "Command",
     "CommandContext",
     "CommandError",
     "CommandHandler",
@@ -21,6 +29,7 @@ __all__ = [
     "Outcome",
     "PipeStream",
     "apply_sandbox",
+    "command_table",
     "landlock_abi",
     "run_worker",
     "serve",

@@ -5,11 +5,17 @@ steer it while it runs (S-MSG-1).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-from protocol import AgentRunSpec
+from protocol import (
+    AGENT_RUN,
+    AGENT_STEER,
+    PROCESS_GROUP,
+    AgentOutcome,
+    AgentRunSpec,
+    ProcessGroupStarted,
+    SteerMessage,
+    SteerReceipt,
+)
 
 from ._agent_ports import (
     AskUserQuestionTool,
@@ -21,7 +27,7 @@ from ._agent_ports import (
     PipeModelPort,
 )
 from ._channel import SupervisorError
-from ._commands import CommandContext, CommandError, CommandHandler
+from ._commands import Command, CommandContext, CommandError, command_table
 from .agent import AgentLoop, Toolbox
 from .tools import LocalToolSet, ToolContext
 
@@ -52,27 +58,20 @@ class _SteeringInbox:
 _inbox = _SteeringInbox()
 
 
-async def _steer(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-    text = params.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise CommandError("bad_params", "agent.steer needs a non-empty 'text'")
+async def _steer(message: SteerMessage, ctx: CommandContext) -> SteerReceipt:
     if _inbox.pending is None:
-        return {"delivered": False, "reason": "no active turn"}
-    _inbox.pending.append(text)
-    return {"delivered": True}
+        return SteerReceipt(delivered=False, reason="no active turn")
+    _inbox.pending.append(message.text)
+    return SteerReceipt(delivered=True)
 
 
-async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-    try:
-        spec = AgentRunSpec.model_validate(params)
-    except ValidationError as exc:
-        raise CommandError("bad_params", f"invalid agent.run spec: {exc}") from None
+async def _run_agent(spec: AgentRunSpec, ctx: CommandContext) -> AgentOutcome:
     events = PipeEventSink(ctx.link)
 
     def report_process_group(pgid: int) -> None:
         # Bash runs each command in its own process group, out of reach of a
         # kill of this worker's group: the supervisor must learn of it.
-        ctx.link.emit_soon("process_group", {"pgid": pgid})
+        ctx.link.emit_soon(PROCESS_GROUP, ProcessGroupStarted(pgid=pgid))
 
     context = ToolContext(
         cwd=Path(spec.cwd),
@@ -102,12 +101,11 @@ async def _run_agent(params: dict[str, Any], ctx: CommandContext) -> dict[str, A
     # Messages queued before the run started are delivered at its first step.
     _inbox.pending = list(spec.pending_messages)
     try:
-        outcome = await loop.run(spec.prompt)
+        return await loop.run(spec.prompt)
     except SupervisorError as exc:
         raise CommandError(exc.code, exc.message) from None
     finally:
         _inbox.pending = None
-    return outcome.model_dump(mode="python")
 
 
-AGENT_COMMANDS: dict[str, CommandHandler] = {"agent.run": _run_agent, "agent.steer": _steer}
+AGENT_COMMANDS = command_table(Command(AGENT_RUN, _run_agent), Command(AGENT_STEER, _steer))

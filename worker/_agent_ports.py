@@ -10,9 +10,9 @@ violation and end this worker).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from protocol import (
     COORDINATOR_MESSAGE,
@@ -22,6 +22,7 @@ from protocol import (
     USER_QUESTION,
     WORKFLOW_ESCALATE,
     CoordinatorMessage,
+    EventSpec,
     McpToolCall,
     ModelRequest,
     ModelResult,
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 
+D = TypeVar("D", bound=BaseModel)
+
+
 def _first_error(exc: ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"]) or "input"
@@ -71,7 +75,7 @@ class PipeModelPort:
         # specs need not cross the pipe on every call.
         result = await self._link.call(MODEL_CALL, request.model_copy(update={"tools": ()}))
         if result.fault is not None:
-            await commit_fault(result.fault, self._link.emit)
+            await commit_fault(result.fault, self._link)
         return result
 
 
@@ -81,9 +85,9 @@ class PipeEventSink:
     def __init__(self, link: SupervisorLink) -> None:
         self._link = link
 
-    async def emit(self, name: str, data: dict[str, Any]) -> None:
+    async def emit(self, event: EventSpec[D], data: D) -> None:
         """Send one event frame."""
-        await self._link.emit(name, data)
+        await self._link.emit(event, data)
 
 
 class PipeApprovalPort:

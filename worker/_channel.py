@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 from pydantic import BaseModel, ValidationError
@@ -11,7 +11,7 @@ from protocol import (
     Connection,
     ConnectionClosed,
     ErrorReply,
-    Event,
+    EventSpec,
     Message,
     MethodSpec,
     Progress,
@@ -28,6 +28,7 @@ _READ_SIZE = 256 * 1024
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
+D = TypeVar("D", bound=BaseModel)
 
 
 class SupervisorError(Exception):
@@ -52,11 +53,11 @@ class SupervisorLink:
         """Give the link a nursery for sends started from synchronous code."""
         self._background = nursery
 
-    def emit_soon(self, name: str, data: dict[str, Any]) -> None:
+    def emit_soon(self, event: EventSpec[D], data: D) -> None:
         """Send an event from synchronous code (a callback); it goes out shortly."""
         if self._background is None:
             raise RuntimeError("SupervisorLink.emit_soon needs attach() first")
-        self._background.start_soon(self.emit, name, data)
+        self._background.start_soon(self.emit, event, data)
 
     async def send(self, message: Message) -> None:
         """Validate ``message`` against the protocol state and write it."""
@@ -66,9 +67,9 @@ class SupervisorLink:
         """Write bytes that bypass the protocol checks (fault injection only)."""
         await self._pipe.send_all(data)
 
-    async def emit(self, name: str, data: dict[str, Any] | None = None) -> None:
-        """Send an event."""
-        await self.send(Event(name=name, data=data or {}))
+    async def emit(self, event: EventSpec[D], data: D) -> None:
+        """Send the event ``event`` of the table, carrying ``data``."""
+        await self.send(event.event_for(data))
 
     async def receive(self) -> list[Message | ConnectionClosed]:
         """The next batch of messages from the supervisor (``ConnectionClosed`` at EOF)."""

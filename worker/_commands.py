@@ -16,16 +16,58 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, NoReturn, TypeVar
 
 import msgpack
 import trio
+from pydantic import BaseModel
 
-from protocol import ECHO, EchoParams
+from protocol import (
+    ECHO,
+    FLOOD,
+    KERNEL_ALLOCATE,
+    KERNEL_ASK_SUPERVISOR,
+    KERNEL_BURN_CPU,
+    KERNEL_CRASH,
+    KERNEL_ECHO,
+    KERNEL_FLOOD,
+    KERNEL_FORBIDDEN,
+    KERNEL_HANG,
+    KERNEL_INFO,
+    KERNEL_SLEEP,
+    Allocated,
+    AllocateParams,
+    BurnCpuParams,
+    CommandSpec,
+    CpuBurned,
+    CrashParams,
+    EchoParams,
+    EchoResult,
+    Flooded,
+    FloodItem,
+    FloodParams,
+    ForbiddenFrame,
+    ForbiddenParams,
+    HangParams,
+    InfoParams,
+    SleepParams,
+    Slept,
+    WorkerInfo,
+)
 
 from ._channel import SupervisorLink
 
-__all__ = ["KERNEL_COMMANDS", "CommandContext", "CommandError", "CommandHandler"]
+__all__ = [
+    "KERNEL_COMMANDS",
+    "Command",
+    "CommandContext",
+    "CommandError",
+    "CommandHandler",
+    "command_table",
+]
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 
 class CommandError(Exception):
@@ -44,27 +86,34 @@ class CommandContext:
     request_id: int
 
 
-CommandHandler = Callable[[dict[str, Any], CommandContext], Awaitable[Any]]
+#: Answers one method: given its params model, returns its result model.
+CommandHandler = Callable[[P, CommandContext], Awaitable[R]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command(Generic[P, R]):
+    """A method of ``protocol.SUPERVISOR_METHODS`` and the handler that answers it here."""
+
+    spec: CommandSpec[P, R]
+    handler: CommandHandler[P, R]
+
+
+def command_table(*commands: Command[Any, Any]) -> dict[str, Command[Any, Any]]:
+    """The commands by method name."""
+    return {command.spec.name: command for command in commands}
+
 
 # Memory the ``allocate`` command holds on purpose until the worker exits.
 _held: list[bytes] = []
 
 
-def _number(params: dict[str, Any], key: str, default: float | None = None) -> float:
-    value = params.get(key, default)
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise CommandError("bad_params", f"parameter {key!r} must be a number, got {value!r}")
-    return float(value)
+async def _echo(params: EchoParams, ctx: CommandContext) -> EchoResult:
+    return EchoResult(value=params.value)
 
 
-async def _echo(params: dict[str, Any], ctx: CommandContext) -> Any:
-    return params.get("value")
-
-
-async def _sleep(params: dict[str, Any], ctx: CommandContext) -> float:
-    seconds = _number(params, "seconds")
-    await trio.sleep(seconds)
-    return seconds
+async def _sleep(params: SleepParams, ctx: CommandContext) -> Slept:
+    await trio.sleep(params.seconds)
+    return Slept(seconds=params.seconds)
 
 
 def _rss_mb() -> float:
@@ -73,13 +122,10 @@ def _rss_mb() -> float:
     return pages * resource.getpagesize() / 1e6
 
 
-async def _allocate(params: dict[str, Any], ctx: CommandContext) -> dict[str, float]:
-    total_mb = _number(params, "mb")
-    step_mb = _number(params, "step_mb", 16)
-    delay = _number(params, "step_delay_s", 0.0)
+async def _allocate(params: AllocateParams, ctx: CommandContext) -> Allocated:
     done = 0.0
-    while done < total_mb:
-        size = int(min(step_mb, total_mb - done) * 1024 * 1024)
+    while done < params.mb:
+        size = int(min(params.step_mb, params.mb - done) * 1024 * 1024)
         try:
             # Multiplying a non-zero byte writes every page, so the memory
             # really becomes resident (a zeroed calloc would not).
@@ -87,54 +133,46 @@ async def _allocate(params: dict[str, Any], ctx: CommandContext) -> dict[str, fl
         except MemoryError:
             raise CommandError("memory_error", f"allocation failed after {done:.0f} MB") from None
         done += size / (1024 * 1024)
-        await trio.sleep(delay)
-    return {"allocated_mb": done, "rss_mb": _rss_mb()}
+        await trio.sleep(params.step_delay_s)
+    return Allocated(allocated_mb=done, rss_mb=_rss_mb())
 
 
-async def _burn_cpu(params: dict[str, Any], ctx: CommandContext) -> float:
-    seconds = params.get("seconds")
-    limit = None if seconds is None else _number(params, "seconds")
+async def _burn_cpu(params: BurnCpuParams, ctx: CommandContext) -> CpuBurned:
+    limit = params.seconds
     start = time.process_time()
     while limit is None or time.process_time() - start < limit:
         deadline = time.perf_counter() + 0.01
         while time.perf_counter() < deadline:
             pass
         await trio.lowlevel.checkpoint()
-    return time.process_time() - start
+    return CpuBurned(cpu_seconds=time.process_time() - start)
 
 
-async def _crash(params: dict[str, Any], ctx: CommandContext) -> None:
-    how = params.get("how")
-    if how == "segfault":
+async def _crash(params: CrashParams, ctx: CommandContext) -> NoReturn:
+    if params.how == "segfault":
         ctypes.string_at(0)
-    elif how == "exit":
-        os._exit(int(_number(params, "code", 1)))
-    elif how == "signal":
-        name = str(params.get("signal", "SIGKILL"))
-        try:
-            sig = signal.Signals[name]
-        except KeyError:
-            raise CommandError("bad_params", f"unknown signal {name!r}") from None
-        os.kill(os.getpid(), sig)
-        await trio.sleep_forever()
-    elif how == "abort":
+    elif params.how == "exit":
+        os._exit(params.code)
+    elif params.how == "signal":
+        os.kill(os.getpid(), signal.Signals[params.signal])
+    else:
         os.abort()
-    raise CommandError(
-        "bad_params", f"unknown crash kind {how!r}: use segfault, exit, signal, abort"
-    )
+    # A signal this process survives (or a segfault that was not one): it
+    # stays, as a crash that did not happen would.
+    await trio.sleep_forever()
 
 
-async def _hang(params: dict[str, Any], ctx: CommandContext) -> None:
+async def _hang(params: HangParams, ctx: CommandContext) -> Slept:
     # Blocks the whole process, event loop included, like a wedged C call.
-    time.sleep(_number(params, "seconds", 3600))  # noqa: ASYNC251
+    time.sleep(params.seconds)  # noqa: ASYNC251
+    return Slept(seconds=params.seconds)
 
 
-async def _flood(params: dict[str, Any], ctx: CommandContext) -> int:
-    count = int(_number(params, "count"))
-    payload = "x" * int(_number(params, "size", 64))
-    for i in range(count):
-        await ctx.link.emit("flood", {"seq": i, "payload": payload})
-    return count
+async def _flood(params: FloodParams, ctx: CommandContext) -> Flooded:
+    payload = "x" * params.size
+    for i in range(params.count):
+        await ctx.link.emit(FLOOD, FloodItem(seq=i, payload=payload))
+    return Flooded(count=params.count)
 
 
 def _raw_frame(obj: Any) -> bytes:
@@ -142,7 +180,7 @@ def _raw_frame(obj: Any) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-_FORBIDDEN_FRAMES: dict[str, bytes] = {
+_FORBIDDEN_FRAMES: dict[ForbiddenFrame, bytes] = {
     # A spawn request: no such message exists on the worker side (S-POL-4).
     "spawn": _raw_frame({"type": "spawn", "worker_id": "grandchild", "limits": {}}),
     # Asking the parent to run an agent: not a method a worker has (S-POL-4).
@@ -156,6 +194,10 @@ _FORBIDDEN_FRAMES: dict[str, bytes] = {
     "shutdown": _raw_frame({"type": "shutdown", "reason": "forged"}),
     # An answer to a request that was never made.
     "unsolicited_response": _raw_frame({"type": "response", "id": 999_999, "result": None}),
+    # An event that is not in the table (S-POL-4: events ask for nothing).
+    "unknown_event": _raw_frame({"type": "event", "name": "spawn", "data": {}}),
+    # An event whose data does not fit its model.
+    "bad_event": _raw_frame({"type": "event", "name": "process_group", "data": {"pgid": [7]}}),
     # 0xc1 is never valid msgpack.
     "garbage": struct.pack(">I", 5) + b"\xc1\xc1\xc1\xc1\xc1",
     # A length prefix far beyond the frame size limit.
@@ -163,14 +205,8 @@ _FORBIDDEN_FRAMES: dict[str, bytes] = {
 }
 
 
-async def _forbidden(params: dict[str, Any], ctx: CommandContext) -> None:
-    kind = str(params.get("kind", "spawn"))
-    frame = _FORBIDDEN_FRAMES.get(kind)
-    if frame is None:
-        raise CommandError(
-            "bad_params", f"unknown frame kind {kind!r}: {sorted(_FORBIDDEN_FRAMES)}"
-        )
-    await ctx.link.write_raw(frame)
+async def _forbidden(params: ForbiddenParams, ctx: CommandContext) -> NoReturn:
+    await ctx.link.write_raw(_FORBIDDEN_FRAMES[params.kind])
     await trio.sleep_forever()
 
 
@@ -184,36 +220,35 @@ def _open_fds() -> dict[str, str]:
     return targets
 
 
-async def _info(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+async def _info(params: InfoParams, ctx: CommandContext) -> WorkerInfo:
     limits = {
         name: resource.getrlimit(getattr(resource, name))
         for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_CORE")
     }
-    return {
-        "pid": os.getpid(),
-        "ppid": os.getppid(),
-        "pgid": os.getpgid(0),
-        "env": dict(os.environ),
-        "rlimits": limits,
-        "fds": _open_fds(),
-        "rss_mb": _rss_mb(),
-    }
+    return WorkerInfo(
+        pid=os.getpid(),
+        ppid=os.getppid(),
+        pgid=os.getpgid(0),
+        env=dict(os.environ),
+        rlimits=limits,
+        fds=_open_fds(),
+        rss_mb=_rss_mb(),
+    )
 
 
-async def _ask_supervisor(params: dict[str, Any], ctx: CommandContext) -> Any:
-    answer = await ctx.link.call(ECHO, EchoParams(value=params.get("value")))
-    return answer.value
+async def _ask_supervisor(params: EchoParams, ctx: CommandContext) -> EchoResult:
+    return await ctx.link.call(ECHO, params)
 
 
-KERNEL_COMMANDS: dict[str, CommandHandler] = {
-    "echo": _echo,
-    "sleep": _sleep,
-    "allocate": _allocate,
-    "burn_cpu": _burn_cpu,
-    "crash": _crash,
-    "hang": _hang,
-    "flood": _flood,
-    "forbidden": _forbidden,
-    "info": _info,
-    "ask_supervisor": _ask_supervisor,
-}
+KERNEL_COMMANDS = command_table(
+    Command(KERNEL_ECHO, _echo),
+    Command(KERNEL_SLEEP, _sleep),
+    Command(KERNEL_ALLOCATE, _allocate),
+    Command(KERNEL_BURN_CPU, _burn_cpu),
+    Command(KERNEL_CRASH, _crash),
+    Command(KERNEL_HANG, _hang),
+    Command(KERNEL_FLOOD, _flood),
+    Command(KERNEL_FORBIDDEN, _forbidden),
+    Command(KERNEL_INFO, _info),
+    Command(KERNEL_ASK_SUPERVISOR, _ask_supervisor),
+)

@@ -40,7 +40,7 @@ from protocol import (
 
 from ._agent_commands import AGENT_COMMANDS
 from ._channel import SupervisorError, SupervisorLink
-from ._commands import KERNEL_COMMANDS, CommandContext, CommandError, CommandHandler
+from ._commands import KERNEL_COMMANDS, Command, CommandContext, CommandError
 from ._fdpass import FD_SIZE, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
 from ._process import apply_resource_limits
@@ -54,7 +54,7 @@ __all__ = ["run_standby", "run_worker", "serve"]
 SpawnMode = Literal["zygote", "exec"]
 
 #: Everything a worker can be asked to do.
-WORKER_COMMANDS: dict[str, CommandHandler] = {
+WORKER_COMMANDS: dict[str, Command[Any, Any]] = {
     **KERNEL_COMMANDS,
     **AGENT_COMMANDS,
     **WORKFLOW_COMMANDS,
@@ -79,7 +79,7 @@ class _Session:
     concurrently, each in its own task with its own cancel scope.
     """
 
-    def __init__(self, link: SupervisorLink, commands: dict[str, CommandHandler]) -> None:
+    def __init__(self, link: SupervisorLink, commands: dict[str, Command[Any, Any]]) -> None:
         self.link = link
         self.commands = commands
         self.scopes: dict[int, trio.CancelScope] = {}
@@ -138,18 +138,24 @@ class _Session:
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def run_request(self, request: SupervisorRequest) -> None:
-        handler = self.commands.get(request.method)
+        command = self.commands.get(request.method)
         scope = self.scopes[request.id] = trio.CancelScope()
         reply: Response | ErrorReply
         try:
             with scope:
-                if handler is None:
+                if command is None:
+                    # A method of the protocol that this worker was not given
+                    # (``serve(commands=...)``).
                     raise CommandError(
                         "unknown_method",
-                        f"unknown method {request.method!r}; known: {sorted(self.commands)}",
+                        f"this worker does not serve {request.method!r}; "
+                        f"it serves: {sorted(self.commands)}",
                     )
-                result = await handler(request.params, CommandContext(self.link, request.id))
-                reply = Response(id=request.id, result=result)
+                # The connection validated the params against the method's model.
+                result = await command.handler(
+                    request.params, CommandContext(self.link, request.id)
+                )
+                reply = Response.answering(request.id, result)
             if scope.cancelled_caught:
                 reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
         except CommandError as exc:
@@ -184,7 +190,7 @@ async def serve(
     spawn_mode: SpawnMode,
     rlimits: dict[str, list[int]],
     sandbox: SandboxReport | None = None,
-    commands: dict[str, CommandHandler] | None = None,
+    commands: dict[str, Command[Any, Any]] | None = None,
 ) -> int:
     """Handshake with the supervisor and answer its requests until told to stop."""
     await link.send(

@@ -25,12 +25,16 @@ from types import ModuleType
 from typing import Any
 
 import trio
-from pydantic import ValidationError
 
-from protocol import WORKFLOW_SCRIPT_ERROR, WorkflowScriptOutcome, WorkflowScriptSpec
+from protocol import (
+    WORKFLOW_RUN,
+    WORKFLOW_SCRIPT_ERROR,
+    WorkflowScriptOutcome,
+    WorkflowScriptSpec,
+)
 
 from . import workflow as script_api
-from ._commands import CommandContext, CommandError, CommandHandler
+from ._commands import Command, CommandContext, CommandError, command_table
 from .workflow import (
     ScriptError,
     ScriptRun,
@@ -77,11 +81,7 @@ def _load(spec: WorkflowScriptSpec) -> ModuleType:
     return module
 
 
-async def _run_script(params: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-    try:
-        spec = WorkflowScriptSpec.model_validate(params)
-    except ValidationError as exc:
-        raise CommandError("bad_params", f"invalid workflow.run spec: {exc}") from None
+async def _run_script(spec: WorkflowScriptSpec, ctx: CommandContext) -> WorkflowScriptOutcome:
     install_script_api()
     module = _load(spec)
     try:
@@ -111,7 +111,7 @@ async def _run_script(params: dict[str, Any], ctx: CommandContext) -> dict[str, 
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise CommandError(SCRIPT_FAILED, f"{type(failure).__name__}: {failure}")
-    return WorkflowScriptOutcome(value=dump_value(value)).model_dump(mode="json")
+    return WorkflowScriptOutcome(value=dump_value(value))
 
 
-WORKFLOW_COMMANDS: dict[str, CommandHandler] = {"workflow.run": _run_script}
+WORKFLOW_COMMANDS = command_table(Command(WORKFLOW_RUN, _run_script))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol import NETWORK_ABI, ResourceLimits, SandboxPolicy
+from protocol import KERNEL_ECHO, NETWORK_ABI, EchoParams, ResourceLimits, SandboxPolicy
 from worker import landlock_abi
 
 from ..kernel import (
@@ -89,7 +89,7 @@ async def _spawn_check(sup: Supervisor, mode: SpawnMode) -> Check:
         handle = await sup.spawn(ResourceLimits(), mode=mode)
         ready_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        echoed = await handle.request("echo", {"value": "doctor"})
+        echoed = (await handle.request(KERNEL_ECHO, EchoParams(value="doctor"))).value
         roundtrip_us = (time.perf_counter() - started) * 1e6
         exit = await handle.shutdown()
     except SubvisorError as exc:

@@ -7,12 +7,20 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psutil
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from protocol import AgentOutcome, ChatMessage, ModelRequest, ModelResult, ToolCall, UserQuestion
+from protocol import (
+    AgentOutcome,
+    EventSpec,
+    MessageAppended,
+    ModelRequest,
+    ModelResult,
+    ToolCall,
+    UserQuestion,
+)
 from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
 from worker.tools import LOCAL_TOOL_NAMES, LocalToolSet, ToolContext, ToolOutput
 
@@ -41,6 +49,7 @@ ROOT_SYSTEM_PROMPT = (
 )
 
 EventObserver = Callable[[str, str, dict[str, Any]], None]
+D = TypeVar("D", bound=BaseModel)
 #: Tools a higher room offers the root alone (the workflow tools); never a subagent's.
 RootToolFactory = Callable[["RootSession"], Sequence[HostTool]]
 
@@ -122,16 +131,14 @@ class StoreEventSink:
         self._session_id = session_id
         self._observer = observer
 
-    async def emit(self, name: str, data: dict[str, Any]) -> None:
+    async def emit(self, event: EventSpec[D], data: D) -> None:
         """Persist one event (messages into the transcript)."""
-        if name == "message":
-            self._store.append_message(
-                self._session_id, ChatMessage.model_validate(data["message"])
-            )
+        if isinstance(data, MessageAppended):
+            self._store.append_message(self._session_id, data.message)
         else:
-            self._store.append_event(self._session_id, name, data)
+            self._store.append_event(self._session_id, event.name, data.model_dump(mode="python"))
         if self._observer is not None:
-            self._observer(self._session_id, name, data)
+            self._observer(self._session_id, event.name, data.model_dump(mode="python"))
 
 
 class RootSession:

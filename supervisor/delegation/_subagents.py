@@ -29,15 +29,22 @@ from typing import Any, Literal
 import trio
 
 from protocol import (
+    AGENT_RUN,
+    AGENT_STEER,
     AgentOutcome,
     AgentRunSpec,
     ChatMessage,
     Event,
+    MessageAppended,
     ModelRequest,
     ModelResult,
+    ProcessGroupStarted,
     ResourceLimits,
     SandboxPolicy,
+    SteerMessage,
+    ToolFinished,
     ToolSpec,
+    ToolStarted,
     Usage,
 )
 from worker.agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC
@@ -421,10 +428,10 @@ class SubagentRun:
             return "queued"
         for _ in range(21):
             try:
-                answer = await handle.request("agent.steer", {"text": text})
+                receipt = await handle.request(AGENT_STEER, SteerMessage(text=text))
             except SubvisorError:
                 break
-            if isinstance(answer, dict) and answer.get("delivered") is True:
+            if receipt.delivered:
                 self._store.append_event(
                     self.launch.child_session_id, "SteerDelivered", {"text": text}
                 )
@@ -464,14 +471,14 @@ class SubagentRun:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._record_events, handle)
             try:
-                raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+                outcome = await handle.request(AGENT_RUN, spec)
             except Exception as exc:
                 # Raised outside the nursery, so callers see it unwrapped.
                 failure = exc
             nursery.cancel_scope.cancel()
         if failure is not None:
             raise failure
-        return AgentOutcome.model_validate(raw)
+        return outcome
 
     async def _record_events(self, handle: WorkerHandle) -> None:
         store = self._store
@@ -493,38 +500,35 @@ class SubagentRun:
     def _record_event(self, event: Event, budget: EventBudget) -> None:
         store, registry = self._store, self._registry
         session = self.launch.child_session_id
+        # The connection validated the data against the event's model.
         data = event.data
-        if event.name == "message":
-            message = ChatMessage.model_validate(data.get("message"))
-            seq = store.append_message(session, message, budget=budget)
+        if isinstance(data, MessageAppended):
+            seq = store.append_message(session, data.message, budget=budget)
             self._publish("message.appended", seq=seq)
-        elif event.name == "process_group":
-            pgid = data.get("pgid")
-            if isinstance(pgid, int) and pgid > 1:
-                self._process_groups.add(pgid)
+        elif isinstance(data, ProcessGroupStarted):
+            self._process_groups.add(data.pgid)
         else:
-            store.append_event(session, event.name, data, budget=budget)
-            if event.name in ("tool.started", "tool.finished"):
+            fields = data.model_dump(mode="python")
+            store.append_event(session, event.name, fields, budget=budget)
+            if isinstance(data, ToolStarted | ToolFinished):
                 # S-APR-2: the parent's timeline shows the child's tool activity
                 # (never its text), under an id that names the child.
                 store.append_event(
                     self.launch.parent_session_id,
                     event.name,
                     {
-                        **data,
-                        "call_id": f"tool_subagent_{self.task_id}_{data.get('call_id')}",
+                        **fields,
+                        "call_id": f"tool_subagent_{self.task_id}_{data.call_id}",
                         "source": "subagent",
                         "agentId": self.task_id,
                     },
                     budget=budget,
                 )
-            if event.name == "tool.started":
-                registry.append_output(
-                    self.task_id, f"[tool] {data.get('name')} {_brief(data.get('input'))}\n"
-                )
-            elif event.name == "tool.finished":
+            if isinstance(data, ToolStarted):
+                registry.append_output(self.task_id, f"[tool] {data.name} {_brief(data.input)}\n")
+            elif isinstance(data, ToolFinished):
                 self.tool_calls += 1
-                self._publish("tool.finished", tool=data.get("name"))
+                self._publish("tool.finished", tool=data.name)
 
     def count_model_call(self, usage: Usage) -> None:
         """Account one model call made for this run."""

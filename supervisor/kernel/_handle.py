@@ -32,16 +32,17 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TypeVar
 
 import psutil
 import trio
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from protocol import (
     PROTOCOL_VERSION,
     WORKER_METHODS,
     Cancel,
+    CommandSpec,
     Connection,
     ConnectionClosed,
     ConnectionState,
@@ -59,7 +60,6 @@ from protocol import (
     Role,
     SandboxReport,
     Shutdown,
-    SupervisorRequest,
     Welcome,
     WorkerRequest,
 )
@@ -77,8 +77,10 @@ __all__ = ["RequestHandler", "RequestRefusedError", "WireTap", "WorkerHandle"]
 _READ_SIZE = 256 * 1024
 _EOF_AFTER_EXIT_S = 1.0
 
-ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 _ANSWERS = (Response, ErrorReply)
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 
 class RequestRefusedError(SubvisorError):
@@ -106,11 +108,9 @@ def _innermost(exc: BaseException) -> BaseException:
 
 
 class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
-    __slots__ = ("on_progress",)
-
-    def __init__(self, on_progress: ProgressCallback | None) -> None:
-        super().__init__()
-        self.on_progress = on_progress
+    # A class, not the alias ``Outcome[...]``: calling an alias tries to set
+    # ``__orig_class__`` on the (slotted) instance and swallows the error, per request.
+    __slots__ = ()
 
 
 class WorkerHandle:
@@ -179,25 +179,21 @@ class WorkerHandle:
         """The sandbox the worker stated in its hello (None before the handshake)."""
         return self.hello.sandbox if self.hello is not None else None
 
-    async def request(
-        self,
-        method: str,
-        params: dict[str, Any] | None = None,
-        *,
-        on_progress: ProgressCallback | None = None,
-    ) -> Any:
-        """Run ``method`` in the worker and return its result.
+    async def request(self, method: CommandSpec[P, R], params: P) -> R:
+        """Run ``method`` (of ``protocol.SUPERVISOR_METHODS``) in the worker; return its result.
 
+        The worker's answer is validated against the method's result model;
+        one that does not fit raises ``WorkerRequestError`` (``bad_result``).
         Raises ``WorkerRequestError`` if the worker answers with an error and
         ``WorkerExitedError`` if it ends first. Cancelling the caller sends the
         worker a ``cancel`` for this request.
         """
         self._raise_if_ended()
         request_id = self._connection.next_request_id()
-        pending = self._pending[request_id] = _Pending(on_progress)
+        pending = self._pending[request_id] = _Pending()
         try:
             self.last_activity = trio.current_time()
-            await self._send(SupervisorRequest(id=request_id, method=method, params=params or {}))
+            await self._send(method.request_for(request_id, params))
             await pending.wait()
         except trio.Cancelled:
             if self.alive:
@@ -210,9 +206,19 @@ class WorkerHandle:
         if isinstance(outcome, WorkerExit):
             raise WorkerExitedError(outcome)
         if isinstance(outcome, ErrorReply):
-            raise WorkerRequestError(method, outcome.code, outcome.message)
+            raise WorkerRequestError(method.name, outcome.code, outcome.message)
         assert isinstance(outcome, Response)
-        return outcome.result
+        try:
+            return method.parse_result(outcome.result)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "result"
+            raise WorkerRequestError(
+                method.name,
+                "bad_result",
+                f"the worker's answer does not fit {method.result.__name__}: "
+                f"{where}: {error['msg']}",
+            ) from None
 
     async def receive_event(self) -> Event:
         """The next event from the worker; ``WorkerExitedError`` once it ended and all were read."""
@@ -455,9 +461,7 @@ class WorkerHandle:
             if pending is not None:
                 pending.set(message)
         elif isinstance(message, Progress):
-            pending = self._pending.get(message.id)
-            if pending is not None and pending.on_progress is not None:
-                await pending.on_progress(message.data)
+            pass  # no method streams progress (``protocol.Progress``); the connection checked it
         elif isinstance(message, WorkerRequest):
             nursery.start_soon(self._answer, message)
         elif isinstance(message, Heartbeat):
@@ -485,7 +489,7 @@ class WorkerHandle:
                 raise TypeError(
                     f"the handler answered {type(result).__name__}, not {expected.__name__}"
                 )
-            reply = Response(id=request.id, result=result)
+            reply = Response.answering(request.id, result)
         except RequestRefusedError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
         except Exception as exc:

@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, overload
 
 import trio
-from pydantic import ValidationError
 
 from protocol import (
-    AgentOutcome,
+    AGENT_RUN,
     AgentRunSpec,
     ChatMessage,
     ModelRequest,
     ModelResult,
+    ProcessGroupStarted,
     ToolSpec,
     Usage,
     WorkflowEscalation,
@@ -367,17 +367,14 @@ class Actor:
         self._round = round_ = _Round()
         try:
             with round_.scope:
-                raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+                outcome = await handle.request(AGENT_RUN, spec)
             if round_.failure is not None:
                 raise round_.failure
-            outcome = AgentOutcome.model_validate(raw)
         except WorkerExitedError as exc:
             await self._release_worker()
             raise ActorCrashedError(definition.label, exc.exit.reason) from None
         except WorkerRequestError as exc:
             raise ActorAskFailedError(definition.label, f"{exc.code}: {exc.message}") from None
-        except ValidationError as exc:
-            raise ActorAskFailedError(definition.label, f"malformed outcome: {exc}") from None
         finally:
             self._round = None
             spent.calls += round_.calls
@@ -445,9 +442,8 @@ class Actor:
             except WorkerExitedError:
                 return
             for event in batch:
-                pgid = event.data.get("pgid") if event.name == "process_group" else None
-                if isinstance(pgid, int) and pgid > 1:
-                    self._process_groups.add(pgid)
+                if isinstance(event.data, ProcessGroupStarted):
+                    self._process_groups.add(event.data.pgid)
 
     async def _release_worker(self) -> None:
         handle, self._handle = self._handle, None

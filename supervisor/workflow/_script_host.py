@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from protocol import (
+    WORKFLOW_RUN,
     WORKFLOW_SCRIPT_ERROR,
     EchoRequest,
     SandboxPolicy,
@@ -47,7 +48,6 @@ from protocol import (
     WorkflowAnswer,
     WorkflowAskRequest,
     WorkflowDeclareActorRequest,
-    WorkflowScriptOutcome,
     WorkflowScriptSpec,
 )
 
@@ -297,8 +297,7 @@ async def run_sandboxed_workflow(
                 if on_script_worker is not None:
                     on_script_worker(handle)
                 nursery.start_soon(_discard_events, handle)
-                raw = await handle.request("workflow.run", spec.model_dump(mode="json"))
-                value = WorkflowScriptOutcome.model_validate(raw).value
+                value = (await handle.request(WORKFLOW_RUN, spec)).value
             except WorkerRequestError as exc:
                 failure = (
                     exc.message
@@ -307,8 +306,6 @@ async def run_sandboxed_workflow(
                 )
             except WorkerExitedError as exc:
                 failure = f"the script's worker ended: {exc.exit.reason}"
-            except ValidationError as exc:
-                failure = f"the script's worker answered nonsense: {exc.errors()[0]['msg']}"
             except SubvisorError as exc:
                 failure = f"the script's worker could not be started: {exc}"
             except trio.Cancelled:

@@ -17,8 +17,17 @@ from typing import Any
 
 import pytest
 import trio
+from pydantic import BaseModel
 
-from protocol import ModelRequest, ModelResult, ResourceLimits, ToolCall
+from protocol import (
+    AGENT_STEER,
+    CommandSpec,
+    ModelRequest,
+    ModelResult,
+    ResourceLimits,
+    SteerReceipt,
+    ToolCall,
+)
 from supervisor import RootSession, Subvisor, SubvisorSettings
 from supervisor.delegation._mcp import McpServerConfig
 from supervisor.policy._approvals import ApprovalDecision, ApprovalRequest
@@ -231,12 +240,12 @@ async def test_s_msg_1_no_active_turn_is_retried_21_times_10_ms_apart(
             # A real worker, ready, that runs no agent: it has no active turn.
             run.handle = handle
             run.ready.set()
-            answers: list[object] = []
+            answers: list[BaseModel] = []
             request = handle.request
 
-            async def counted(method: str, params: Any = None, **kw: Any) -> Any:
-                answer = await request(method, params, **kw)
-                if method == "agent.steer":
+            async def counted(method: CommandSpec[Any, Any], params: BaseModel) -> BaseModel:
+                answer = await request(method, params)
+                if method is AGENT_STEER:
                     answers.append(answer)
                 return answer
 
@@ -260,7 +269,7 @@ async def test_s_msg_1_no_active_turn_is_retried_21_times_10_ms_apart(
             monkeypatch.undo()
         finally:
             await handle.shutdown(grace_s=2.0)
-    assert answers == [{"delivered": False, "reason": "no active turn"}] * 21
+    assert answers == [SteerReceipt(delivered=False, reason="no active turn")] * 21
     assert pauses == [0.01] * 21
     assert outcome == ["undelivered"]
 

@@ -18,6 +18,22 @@ from typing import Any
 import pytest
 import trio
 
+from protocol import (
+    KERNEL_ALLOCATE,
+    KERNEL_ASK_SUPERVISOR,
+    KERNEL_CRASH,
+    KERNEL_ECHO,
+    KERNEL_FLOOD,
+    KERNEL_INFO,
+    KERNEL_SLEEP,
+    AllocateParams,
+    CrashParams,
+    EchoParams,
+    FloodItem,
+    FloodParams,
+    InfoParams,
+    SleepParams,
+)
 from supervisor import ExitKind, Supervisor, SupervisorConfig, WorkerExitedError
 from tests.distributed.conftest import NODES, RAY, node_args
 from tests.support.cli import CHECKOUT, cli_env, run_cli
@@ -57,7 +73,7 @@ async def test_workers_spread_over_every_node_and_answer_S_DIST_1(remote: Superv
     # Spread by live workers: one per node.
     assert {h.node for h in handles} == set(remote.remote_nodes)
     for index, handle in enumerate(handles):
-        assert await handle.request("echo", {"value": index}) == index
+        assert (await handle.request(KERNEL_ECHO, EchoParams(value=index))).value == index
         assert await handle.ping() > 0
         sandbox = handle.sandbox
         assert sandbox is not None
@@ -67,11 +83,11 @@ async def test_workers_spread_over_every_node_and_answer_S_DIST_1(remote: Superv
         assert sandbox.privileges_dropped
         assert "on node" in handle.caps_summary
         # Its environment is the allowlist: nothing of Ray's, no keys; its pid is its node's.
-        info = await handle.request("info")
-        assert info["pid"] == handle.pid
-        assert not [name for name in info["env"] if "RAY" in name or "KEY" in name]
+        info = await handle.request(KERNEL_INFO, InfoParams())
+        assert info.pid == handle.pid
+        assert not [name for name in info.env if "RAY" in name or "KEY" in name]
         # It asks the supervisor through its node host, as a local worker asks over its pipe.
-        assert await handle.request("ask_supervisor", {"value": "up"}) == "up"
+        assert (await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value="up"))).value == "up"
     # The worker is the one its node's zygote forked, in this supervisor's tree.
     tree = set(processes_in_tree(remote.tree_id))
     assert {h.pid for h in handles} <= tree
@@ -84,7 +100,7 @@ async def test_segfault_on_a_remote_node_is_named_S_DIST_1(remote: Supervisor) -
     handle = await remote.spawn()
     assert handle.node is not None
     with pytest.raises(WorkerExitedError):
-        await handle.request("crash", {"how": "segfault"})
+        await handle.request(KERNEL_CRASH, CrashParams(how="segfault"))
     exit = await handle.wait()
     assert exit.kind is ExitKind.SIGNALED
     assert exit.signal == "SIGSEGV"
@@ -92,7 +108,7 @@ async def test_segfault_on_a_remote_node_is_named_S_DIST_1(remote: Supervisor) -
     assert await handle.wait() is exit
     # The node serves the next worker.
     after = await remote.spawn()
-    assert await after.request("echo", {"value": 1}) == 1
+    assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
     await after.shutdown()
 
 
@@ -107,14 +123,17 @@ async def test_a_flood_of_events_is_carried_whole_with_backpressure_S_DIST_1(
     async def read() -> None:
         while len(seen) < count:
             for event in await handle.receive_event_batch():
-                seen.append(event.data["seq"])
+                assert isinstance(event.data, FloodItem)
+                seen.append(event.data.seq)
             await trio.sleep(0.001)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read)
-        assert await handle.request("flood", {"count": count, "size": 2048}) == count
+        assert (
+            await handle.request(KERNEL_FLOOD, FloodParams(count=count, size=2048))
+        ).count == count
     assert seen == list(range(count))
-    assert await handle.request("echo", {"value": 5}) == 5
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value=5))).value == 5
     await handle.shutdown()
 
 
@@ -126,7 +145,9 @@ async def test_a_cap_breached_on_a_remote_node_is_named_by_its_host_S_DIST_1(
 
     handle = await remote.spawn(ResourceLimits(memory_mb=150))
     with pytest.raises(WorkerExitedError):
-        await handle.request("allocate", {"mb": 4000, "step_mb": 16, "step_delay_s": 0.005})
+        await handle.request(
+            KERNEL_ALLOCATE, AllocateParams(mb=4000, step_mb=16, step_delay_s=0.005)
+        )
     exit = await handle.wait()
     assert exit.kind is ExitKind.MEMORY_CAP
     assert "150 MB cap" in exit.reason
@@ -149,7 +170,7 @@ async def test_a_node_removed_mid_run_ends_its_workers_once_as_node_lost_S_DIST_
 
             async def waits_on(handle: Any) -> None:
                 try:
-                    outcomes.append(await handle.request("sleep", {"seconds": 600}))
+                    outcomes.append(await handle.request(KERNEL_SLEEP, SleepParams(seconds=600)))
                 except WorkerExitedError as exc:
                     outcomes.append(exc)
 
@@ -172,10 +193,10 @@ async def test_a_node_removed_mid_run_ends_its_workers_once_as_node_lost_S_DIST_
             assert await trio.to_thread.run_sync(_wait_gone, pids, 30) == []
             # The other nodes go on; the next spawn lands on a live node.
             for handle in elsewhere:
-                assert await handle.request("echo", {"value": 2}) == 2
+                assert (await handle.request(KERNEL_ECHO, EchoParams(value=2))).value == 2
             after = await sup.spawn()
             assert after.node != doomed.node_id
-            assert await after.request("echo", {"value": 3}) == 3
+            assert (await after.request(KERNEL_ECHO, EchoParams(value=3))).value == 3
     finally:
         if doomed in ray_cluster.worker_nodes:
             ray_cluster.remove_node(doomed, allow_graceful=False)
@@ -192,7 +213,7 @@ async def test_a_dead_node_host_is_replaced_S_DIST_2(remote: Supervisor) -> None
     # The next spawns, wherever placed, all work; that node gets a fresh host.
     fresh = [await remote.spawn() for _ in range(NODES)]
     for worker in fresh:
-        assert await worker.request("echo", {"value": 4}) == 4
+        assert (await worker.request(KERNEL_ECHO, EchoParams(value=4))).value == 4
     assert remote.remote_nodes[handle.node or ""].host_pid != welcome.host_pid
 
 

@@ -8,13 +8,35 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
 import trio.testing
+from pydantic import BaseModel
 
-from protocol import EchoResult, LocalProtocolError, ResourceLimits, WorkerRequest
+from protocol import (
+    KERNEL_ALLOCATE,
+    KERNEL_ASK_SUPERVISOR,
+    KERNEL_BURN_CPU,
+    KERNEL_CRASH,
+    KERNEL_ECHO,
+    KERNEL_FORBIDDEN,
+    KERNEL_HANG,
+    KERNEL_SLEEP,
+    AllocateParams,
+    BurnCpuParams,
+    CommandSpec,
+    CrashParams,
+    EchoParams,
+    EchoResult,
+    ForbiddenParams,
+    HangParams,
+    LocalProtocolError,
+    ResourceLimits,
+    SleepParams,
+    WorkerRequest,
+)
 from supervisor import (
     ExitKind,
     SpawnError,
@@ -29,11 +51,14 @@ from supervisor.kernel import RequestHandler, find_exception
 from supervisor.kernel._spawner import ZygoteSpawner
 from tests.support.processes import processes_in_tree
 
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+
 
 async def _run_until_exit(
     sup: Supervisor,
-    method: str,
-    params: dict[str, Any],
+    method: CommandSpec[P, R],
+    params: P,
     limits: ResourceLimits | None = None,
     mode: str = "zygote",
     handler: RequestHandler | None = None,
@@ -48,7 +73,7 @@ async def _run_until_exit(
     assert not handle.alive
     # ... and the supervisor serves the next spawn.
     after = await sup.spawn()
-    assert await after.request("echo", {"value": 1}) == 1
+    assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
     await after.shutdown()
     return exit
 
@@ -66,14 +91,14 @@ async def test_sigkill_from_outside_is_named(sup: Supervisor, mode: str) -> None
 
 @pytest.mark.parametrize("mode", ["zygote", "exec"])
 async def test_segfault_is_reported_as_sigsegv(sup: Supervisor, mode: str) -> None:
-    exit = await _run_until_exit(sup, "crash", {"how": "segfault"}, mode=mode)
+    exit = await _run_until_exit(sup, KERNEL_CRASH, CrashParams(how="segfault"), mode=mode)
     assert exit.kind is ExitKind.SIGNALED
     assert exit.signal == "SIGSEGV"
     assert "segmentation fault" in exit.reason.lower()
 
 
 async def test_exit_code_is_reported(sup: Supervisor) -> None:
-    exit = await _run_until_exit(sup, "crash", {"how": "exit", "code": 3})
+    exit = await _run_until_exit(sup, KERNEL_CRASH, CrashParams(how="exit", code=3))
     assert exit.kind is ExitKind.EXITED
     assert exit.exit_code == 3
     assert exit.reason == "exited with code 3"
@@ -83,7 +108,7 @@ async def test_exit_code_is_reported(sup: Supervisor) -> None:
 async def test_memory_bomb_over_its_cap_is_killed(sup: Supervisor) -> None:
     limits = ResourceLimits(memory_mb=150)
     exit = await _run_until_exit(
-        sup, "allocate", {"mb": 4000, "step_mb": 16, "step_delay_s": 0.005}, limits
+        sup, KERNEL_ALLOCATE, AllocateParams(mb=4000, step_mb=16, step_delay_s=0.005), limits
     )
     assert exit.kind is ExitKind.MEMORY_CAP
     assert "150 MB cap" in exit.reason
@@ -91,7 +116,9 @@ async def test_memory_bomb_over_its_cap_is_killed(sup: Supervisor) -> None:
 
 
 async def test_cpu_loop_over_its_cap_is_killed_by_the_kernel(sup: Supervisor) -> None:
-    exit = await _run_until_exit(sup, "burn_cpu", {}, ResourceLimits(cpu_seconds=1))
+    exit = await _run_until_exit(
+        sup, KERNEL_BURN_CPU, BurnCpuParams(), ResourceLimits(cpu_seconds=1)
+    )
     assert exit.kind is ExitKind.CPU_CAP
     assert exit.signal in ("SIGXCPU", "SIGKILL")
     # Near the cap, not far under it. Not ">= 1": rusage counts in ticks, and a
@@ -101,7 +128,9 @@ async def test_cpu_loop_over_its_cap_is_killed_by_the_kernel(sup: Supervisor) ->
 
 async def test_silent_worker_past_idle_timeout_is_killed_by_the_watchdog(sup: Supervisor) -> None:
     """S-RUN-3: no frame for idle_timeout while the supervisor waits on it."""
-    exit = await _run_until_exit(sup, "sleep", {"seconds": 60}, ResourceLimits(idle_timeout_s=0.3))
+    exit = await _run_until_exit(
+        sup, KERNEL_SLEEP, SleepParams(seconds=60), ResourceLimits(idle_timeout_s=0.3)
+    )
     assert exit.kind is ExitKind.IDLE_WATCHDOG
     assert "no frame for 0.3 s" in exit.reason
 
@@ -110,7 +139,7 @@ async def test_idle_worker_with_nothing_pending_is_not_killed(sup: Supervisor) -
     handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2))
     await trio.sleep(0.6)
     assert handle.alive
-    assert await handle.request("echo", {"value": 1}) == 1
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
 
 
 async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
@@ -122,18 +151,22 @@ async def test_worker_waiting_on_its_supervisor_is_not_idle() -> None:
 
     async with Supervisor() as sup:
         handle = await sup.spawn(ResourceLimits(idle_timeout_s=0.2), handler=slow_handler)
-        assert await handle.request("ask_supervisor", {"value": "ok"}) == "ok"
+        assert (await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value="ok"))).value == "ok"
         assert handle.alive
 
 
 async def test_wall_timeout(sup: Supervisor) -> None:
-    exit = await _run_until_exit(sup, "sleep", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3))
+    exit = await _run_until_exit(
+        sup, KERNEL_SLEEP, SleepParams(seconds=60), ResourceLimits(wall_timeout_s=0.3)
+    )
     assert exit.kind is ExitKind.WALL_TIMEOUT
 
 
 async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
     """A worker blocked outside its event loop cannot answer SIGTERM politely; SIGKILL follows."""
-    exit = await _run_until_exit(sup, "hang", {"seconds": 60}, ResourceLimits(wall_timeout_s=0.3))
+    exit = await _run_until_exit(
+        sup, KERNEL_HANG, HangParams(seconds=60), ResourceLimits(wall_timeout_s=0.3)
+    )
     assert exit.kind is ExitKind.WALL_TIMEOUT
 
 
@@ -148,16 +181,19 @@ async def test_worker_hung_in_c_code_is_still_killed(sup: Supervisor) -> None:
         ("unsolicited_response", "request id 999999"),
         ("garbage", "undecodable frame body"),
         ("oversized", "exceeds max_frame_size"),
+        ("unknown_event", "invalid 'event' message from worker: name: Input tag 'spawn'"),
+        ("bad_event", "invalid 'event' message from worker: data.pgid: Input should be"),
     ],
 )
 async def test_protocol_violation_kills_the_worker_with_the_reason(
     sup: Supervisor, kind: str, detail: str
 ) -> None:
     """A worker is an untrusted peer: a forbidden or malformed frame ends it (S-POL-4)."""
-    exit = await _run_until_exit(sup, "forbidden", {"kind": kind})
+    exit = await _run_until_exit(sup, KERNEL_FORBIDDEN, ForbiddenParams(kind=kind))
     assert exit.kind is ExitKind.PROTOCOL_VIOLATION
     assert exit.reason.startswith("protocol violation: ")
     assert detail in exit.reason
+    assert "\n" not in exit.reason  # one line, whatever the worker sent
 
 
 async def test_our_own_protocol_bug_is_not_taken_for_a_dead_worker(
@@ -178,11 +214,13 @@ async def test_our_own_protocol_bug_is_not_taken_for_a_dead_worker(
     with caplog.at_level(logging.ERROR, logger="subvisor"):
         async with Supervisor() as sup:
             exit = await _run_until_exit(
-                sup, "ask_supervisor", {"value": 1}, limits, handler=unencodable
+                sup, KERNEL_ASK_SUPERVISOR, EchoParams(value=1), limits, handler=unencodable
             )
             assert exit.kind is ExitKind.KILLED, exit.reason
             assert "LocalProtocolError: cannot encode frame" in exit.reason
-            assert await (await sup.spawn()).request("echo", {"value": "alive"}) == "alive"
+            assert (
+                await (await sup.spawn()).request(KERNEL_ECHO, EchoParams(value="alive"))
+            ).value == "alive"
     logged = [r.exc_info[1] for r in caplog.records if r.exc_info and r.exc_info[1]]
     assert any(find_exception(error, LocalProtocolError) for error in logged), caplog.text
 
@@ -208,7 +246,7 @@ async def test_zygote_death_loses_its_workers_and_the_next_spawn_restarts_it(
     assert exit.kind in (ExitKind.LOST, ExitKind.SIGNALED)
     fresh = await sup.spawn()
     assert sup.zygote_pid not in (None, old_zygote)
-    assert await fresh.request("echo", {"value": "again"}) == "again"
+    assert (await fresh.request(KERNEL_ECHO, EchoParams(value="again"))).value == "again"
 
 
 async def test_a_spawn_its_zygote_took_down_goes_to_the_next_zygote(sup: Supervisor) -> None:
@@ -230,7 +268,7 @@ async def test_a_spawn_its_zygote_took_down_goes_to_the_next_zygote(sup: Supervi
         os.kill(old_zygote, signal.SIGKILL)
     [handle] = spawned
     assert sup.zygote_pid not in (None, old_zygote)
-    assert await handle.request("echo", {"value": "served"}) == "served"
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value="served"))).value == "served"
 
 
 async def test_spawns_right_after_the_zygote_died_succeed(sup: Supervisor) -> None:
@@ -243,7 +281,7 @@ async def test_spawns_right_after_the_zygote_died_succeed(sup: Supervisor) -> No
         os.kill(old_zygote, signal.SIGKILL)
         handle = await sup.spawn()
         assert sup.zygote_pid != old_zygote
-        assert await handle.request("echo", {"value": round_}) == round_
+        assert (await handle.request(KERNEL_ECHO, EchoParams(value=round_))).value == round_
 
 
 async def test_a_closing_supervisor_starts_no_zygote_for_a_spawn_in_flight() -> None:
@@ -295,7 +333,7 @@ async def test_a_spawn_whose_control_socket_closed_under_it_goes_to_the_next_zyg
             await reports_ended.wait()
     [handle] = spawned
     assert zygote.pid != old_zygote
-    assert await handle.request("echo", {"value": "served"}) == "served"
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value="served"))).value == "served"
 
 
 async def test_an_answer_too_large_for_a_frame_is_an_error_and_the_worker_lives() -> None:
@@ -308,8 +346,10 @@ async def test_an_answer_too_large_for_a_frame_is_an_error_and_the_worker_lives(
     async with Supervisor() as sup:
         handle = await sup.spawn(handler=huge)
         with pytest.raises(WorkerRequestError) as raised:
-            await handle.request("ask_supervisor", {"value": 1})
+            await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value=1))
         assert raised.value.code == "too_large"
         assert "supervisor.echo is too large to send" in raised.value.message
-        assert await handle.request("echo", {"value": "still here"}) == "still here"
+        assert (
+            await handle.request(KERNEL_ECHO, EchoParams(value="still here"))
+        ).value == "still here"
         assert handle.alive

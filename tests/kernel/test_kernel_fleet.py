@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
+from protocol import KERNEL_ECHO, EchoParams
 from supervisor import (
     FleetCapacityError,
     FleetExhaustedError,
@@ -35,7 +36,7 @@ async def test_200_concurrent_spawns_under_a_cap_of_32_all_finish() -> None:
             nonlocal alive_peak, finished
             handle = await sup.spawn()
             alive_peak = max(alive_peak, len(sup.workers))
-            assert await handle.request("echo", {"value": i}) == i
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value=i))).value == i
             exit = await handle.shutdown()
             assert exit.ok, exit.reason
             finished += 1
@@ -63,7 +64,7 @@ async def test_spawn_waits_for_a_slot_and_times_out_clearly() -> None:
             await sup.spawn()
         await first.shutdown()
         second = await sup.spawn()  # the slot came back
-        assert await second.request("echo", {"value": 2}) == 2
+        assert (await second.request(KERNEL_ECHO, EchoParams(value=2))).value == 2
 
 
 async def test_no_zombies_and_no_leaked_fds_after_200_spawns() -> None:
@@ -74,7 +75,7 @@ async def test_no_zombies_and_no_leaked_fds_after_200_spawns() -> None:
 
         async def one(i: int) -> None:
             handle = await sup.spawn(mode="exec" if i % 20 == 0 else "zygote")
-            await handle.request("echo", {"value": i})
+            await handle.request(KERNEL_ECHO, EchoParams(value=i))
             if i % 2:
                 await handle.shutdown()
             else:
@@ -248,7 +249,7 @@ async def test_a_spawn_cancelled_while_the_zygote_restarts_leaves_nothing() -> N
                     await trio.sleep(0.01)
             assert processes_in_tree(sup.tree_id) == []
             handle = await sup.spawn()
-            assert await handle.request("echo", {"value": 1}) == 1
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
 
     assert await _ends_leaving_nothing(body)
 

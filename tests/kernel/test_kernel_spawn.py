@@ -9,12 +9,29 @@ import signal
 import psutil
 import pytest
 import trio
+from pydantic import ValidationError
 
-from protocol import ResourceLimits
+from protocol import (
+    KERNEL_ASK_SUPERVISOR,
+    KERNEL_ECHO,
+    KERNEL_FLOOD,
+    KERNEL_INFO,
+    KERNEL_SLEEP,
+    EchoParams,
+    EchoResult,
+    FloodItem,
+    FloodParams,
+    InfoParams,
+    ResourceLimits,
+    SleepParams,
+    WorkerRequest,
+)
 from supervisor import (
     NestedSupervisorError,
+    RequestRefusedError,
     Supervisor,
     SupervisorConfig,
+    WorkerHandle,
     WorkerRequestError,
 )
 from supervisor.kernel._environment import ENV_ALLOWLIST
@@ -27,15 +44,14 @@ async def test_spawned_worker_answers_requests_in_both_modes(sup: Supervisor, mo
     assert handle.hello is not None
     assert handle.hello.spawn_mode == mode
     assert handle.hello.pid == handle.pid
-    assert await handle.request("echo", {"value": {"nested": [1, "two", b"3"]}}) == {
-        "nested": [1, "two", b"3"]
-    }
-    info = await handle.request("info")
-    assert info["pid"] == handle.pid
+    echoed = await handle.request(KERNEL_ECHO, EchoParams(value={"nested": [1, "two", 3.5, None]}))
+    assert echoed == EchoResult(value={"nested": [1, "two", 3.5, None]})
+    info = await handle.request(KERNEL_INFO, InfoParams())
+    assert info.pid == handle.pid
     # Own process group, so a group kill reaches whatever the worker starts.
-    assert info["pgid"] == handle.pid
+    assert info.pgid == handle.pid
     expected_parent = sup.zygote_pid if mode == "zygote" else os.getpid()
-    assert info["ppid"] == expected_parent
+    assert info.ppid == expected_parent
     exit = await handle.shutdown()
     assert exit.ok, exit.reason
 
@@ -50,7 +66,7 @@ async def test_worker_environment_is_an_allowlist_without_secrets(
     async with Supervisor() as sup:
         for mode in ("zygote", "exec"):
             handle = await sup.spawn(mode=mode)  # type: ignore[arg-type]
-            env = (await handle.request("info"))["env"]
+            env = (await handle.request(KERNEL_INFO, InfoParams())).env
             assert env["SUBVISOR_TREE"] == sup.tree_id
             assert set(env) <= ENV_ALLOWLIST | {"SUBVISOR_TREE", "PYTHONPATH"}
             assert "sk-" not in repr(env) and "t0ken" not in repr(env)
@@ -62,18 +78,18 @@ async def test_resource_limits_are_applied_before_ready(sup: Supervisor) -> None
     assert handle.hello is not None
     assert handle.hello.rlimits["RLIMIT_CPU"][0] == 30
     assert handle.hello.rlimits["RLIMIT_NOFILE"] == [256, 256]
-    info = await handle.request("info")
-    assert tuple(info["rlimits"]["RLIMIT_AS"]) == (4096 * 2**20, 4096 * 2**20)
-    assert tuple(info["rlimits"]["RLIMIT_CORE"]) == (0, 0)
+    info = await handle.request(KERNEL_INFO, InfoParams())
+    assert tuple(info.rlimits["RLIMIT_AS"]) == (4096 * 2**20, 4096 * 2**20)
+    assert tuple(info.rlimits["RLIMIT_CORE"]) == (0, 0)
     # Of pipes, the worker holds only its own two ends: none of the zygote's
     # or the supervisor's fds leak in.
-    pipes = [target for target in info["fds"].values() if target.startswith("pipe:")]
-    assert len(pipes) == 2, info["fds"]
+    pipes = [target for target in info.fds.values() if target.startswith("pipe:")]
+    assert len(pipes) == 2, info.fds
 
 
 async def test_worker_can_ask_its_supervisor(sup: Supervisor) -> None:
     handle = await sup.spawn()
-    assert await handle.request("ask_supervisor", {"value": [1, 2]}) == [1, 2]
+    assert (await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value=[1, 2]))).value == [1, 2]
 
 
 async def test_heartbeat_round_trip(sup: Supervisor) -> None:
@@ -83,21 +99,32 @@ async def test_heartbeat_round_trip(sup: Supervisor) -> None:
 
 
 async def test_worker_command_error_is_a_request_error_and_worker_lives(sup: Supervisor) -> None:
+    async def refuse(handle: WorkerHandle, request: WorkerRequest) -> EchoResult:
+        raise RequestRefusedError("not_now", "the supervisor says no")
+
+    handle = await sup.spawn(handler=refuse)
+    with pytest.raises(WorkerRequestError, match=r"\(not_now\): the supervisor says no"):
+        await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value=1))
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value=7))).value == 7
+
+
+async def test_bad_params_never_reach_the_worker(sup: Supervisor) -> None:
+    """A command's params are its model: a bad one fails where it is built, naming the field."""
     handle = await sup.spawn()
-    with pytest.raises(WorkerRequestError, match="unknown method 'nope'"):
-        await handle.request("nope")
-    with pytest.raises(WorkerRequestError, match="must be a number"):
-        await handle.request("sleep", {"seconds": "soon"})
-    assert await handle.request("echo", {"value": 7}) == 7
+    with pytest.raises(ValidationError, match="seconds"):
+        SleepParams(seconds="soon")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sleep takes SleepParams, not EchoParams"):
+        await handle.request(KERNEL_SLEEP, EchoParams(value=1))  # type: ignore[arg-type]
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value=7))).value == 7
 
 
 async def test_cancelled_request_is_cancelled_in_the_worker(sup: Supervisor) -> None:
     handle = await sup.spawn()
     with trio.move_on_after(0.2) as scope:
-        await handle.request("sleep", {"seconds": 30})
+        await handle.request(KERNEL_SLEEP, SleepParams(seconds=30))
     assert scope.cancelled_caught
     # The worker dropped the sleep and still serves requests.
-    assert await handle.request("echo", {"value": "after"}) == "after"
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value="after"))).value == "after"
     assert handle.alive
 
 
@@ -109,7 +136,7 @@ async def test_requests_in_flight_do_not_hold_up_reading(sup: Supervisor) -> Non
 
     async def sleep(i: int) -> None:
         with scopes[i]:
-            await handle.request("sleep", {"seconds": 3600})
+            await handle.request(KERNEL_SLEEP, SleepParams(seconds=3600))
         outcomes[i] = "cancelled" if scopes[i].cancelled_caught else "finished"
 
     async with trio.open_nursery() as nursery:
@@ -117,15 +144,15 @@ async def test_requests_in_flight_do_not_hold_up_reading(sup: Supervisor) -> Non
             nursery.start_soon(sleep, i)
         # Sent after the sleeps on the same pipe: answered only if the worker reads on.
         for n in range(20):
-            assert await handle.request("echo", {"value": n}) == n
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value=n))).value == n
         assert await handle.ping() > 0
         scopes[1].cancel()
-        assert await handle.request("echo", {"value": "still"}) == "still"
+        assert (await handle.request(KERNEL_ECHO, EchoParams(value="still"))).value == "still"
         assert outcomes == {1: "cancelled"}
         scopes[0].cancel()
         scopes[2].cancel()
     assert outcomes == {0: "cancelled", 1: "cancelled", 2: "cancelled"}
-    assert await handle.request("echo", {"value": "after"}) == "after"
+    assert (await handle.request(KERNEL_ECHO, EchoParams(value="after"))).value == "after"
 
 
 async def test_events_arrive_in_order_with_backpressure(sup: Supervisor) -> None:
@@ -136,10 +163,11 @@ async def test_events_arrive_in_order_with_backpressure(sup: Supervisor) -> None
 
         async def consume() -> None:
             async for event in handle.events():
-                seen.append(event.data["seq"])
+                assert isinstance(event.data, FloodItem)
+                seen.append(event.data.seq)
 
         nursery.start_soon(consume)
-        assert await handle.request("flood", {"count": 5000, "size": 200}) == 5000
+        assert (await handle.request(KERNEL_FLOOD, FloodParams(count=5000, size=200))).count == 5000
         await handle.shutdown()
     assert seen == list(range(5000))
 
@@ -164,9 +192,9 @@ async def test_spawn_with_and_without_zygote_standbys(standby: int) -> None:
     async with Supervisor(SupervisorConfig(zygote_standby=standby)) as sup:
         handles = [await sup.spawn() for _ in range(5)]
         for i, handle in enumerate(handles):
-            assert await handle.request("echo", {"value": i}) == i
-            info = await handle.request("info")
-            assert info["pgid"] == handle.pid and info["ppid"] == sup.zygote_pid
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value=i))).value == i
+            info = await handle.request(KERNEL_INFO, InfoParams())
+            assert info.pgid == handle.pid and info.ppid == sup.zygote_pid
 
 
 async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
@@ -188,4 +216,4 @@ async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
         handles = [await sup.spawn() for _ in range(3)]
         for handle in handles:
             assert handle.pid not in standbys
-            assert await handle.request("echo", {"value": "ok"}) == "ok"
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value="ok"))).value == "ok"

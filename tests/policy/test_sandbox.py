@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from protocol import (
-    AgentOutcome,
+    AGENT_RUN,
     AgentRunSpec,
     ChatMessage,
     ModelCallRequest,
@@ -387,8 +387,7 @@ async def _run_bash_agent(handle: WorkerHandle, cwd: Path) -> str:
         agent_id="a", system="", prompt="go", tools=("Bash",),
         preapproved_tools=("Bash",), cwd=str(cwd),
     )  # fmt: skip
-    raw = await handle.request("agent.run", spec.model_dump(mode="python"))
-    return AgentOutcome.model_validate(raw).text
+    return (await handle.request(AGENT_RUN, spec)).text
 
 
 @needs_landlock

@@ -14,8 +14,11 @@ and trust": every frame from a worker is validated) and SPEC S-POL-4:
   ``LocalProtocolError`` when we try to (``send``: our bug, never to be taken
   for a dead peer).
 - C2 S-POL-4: no worker->supervisor message requests a spawn: a frame whose
-  type belongs to the other direction or to nobody, and a ``request`` whose
-  method is outside ``WORKER_REQUEST_METHODS``, are rejected.
+  type belongs to the other direction or to nobody, a ``request`` whose
+  method is outside ``WORKER_REQUEST_METHODS`` and an ``event`` whose name is
+  outside ``WORKER_EVENT_NAMES`` are rejected; so are a supervisor request
+  outside ``SUPERVISOR_REQUEST_METHODS``, and params or data that do not fit
+  their model (named by field).
 - C3 A protocol version mismatch in ``hello`` or ``welcome`` fails with both
   versions named.
 - C4 ``response``/``error``/``progress`` name a request the receiver sent and
@@ -41,39 +44,67 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from protocol import (
+    FLOOD,
+    KERNEL_ECHO,
+    KERNEL_SLEEP,
+    PROCESS_GROUP,
     PROTOCOL_VERSION,
+    SUPERVISOR_METHODS,
+    SUPERVISOR_REQUEST_METHODS,
+    TOOL_STARTED,
+    WORKER_EVENT_NAMES,
+    WORKER_EVENTS,
     WORKER_METHODS,
     WORKER_REQUEST_METHODS,
+    AgentRunSpec,
+    AllocateParams,
+    BurnCpuParams,
     Cancel,
+    ChatMessage,
     Connection,
     ConnectionClosed,
     ConnectionState,
     CoordinatorMessage,
+    CrashParams,
     EchoParams,
     EchoRequest,
     ErrorReply,
     Event,
+    FloodItem,
+    FloodParams,
+    ForbiddenParams,
     FrameLimits,
+    HangParams,
     Heartbeat,
     Hello,
+    InfoParams,
+    KernelEchoRequest,
     LocalProtocolError,
     McpToolCall,
+    MemoryHeld,
     Message,
+    MessageAppended,
     ModelRequest,
     PermissionCheck,
+    ProcessGroupStarted,
     Progress,
     ProtocolError,
     RemoteProtocolError,
     Response,
     Role,
     Shutdown,
+    SleepParams,
+    SteerMessage,
     SupervisorRequest,
+    ToolFinished,
+    ToolStarted,
     UserQuestion,
     Welcome,
     WorkerRequest,
     WorkflowActorDeclaration,
     WorkflowAsk,
     WorkflowEscalation,
+    WorkflowScriptSpec,
     encode_frame,
 )
 
@@ -125,7 +156,7 @@ def _welcome(version: int = PROTOCOL_VERSION) -> Welcome:
 def _request(sender: Role, request_id: int) -> Message:
     if sender is W:
         return EchoRequest(id=request_id, params=EchoParams(value={"x": 1}))
-    return SupervisorRequest(id=request_id, method="run", params={"prompt": "hi"})
+    return KernelEchoRequest(id=request_id, params=EchoParams(value={"prompt": "hi"}))
 
 
 def _deliver(src: Connection, dst: Connection, message: Message) -> None:
@@ -158,7 +189,7 @@ def _sample(sender: Role, kind: str) -> Message:
         "response": Response(id=7, result={"ok": True}),
         "error": ErrorReply(id=7, code="tool_failed", message="boom"),
         "progress": Progress(id=7, data={"delta": "he"}),
-        "event": Event(name="tool_started", data={"tool": "Read"}),
+        "event": TOOL_STARTED.event_for(ToolStarted(call_id="c1", name="Read")),
         "cancel": Cancel(id=7),
         "shutdown": Shutdown(reason="done"),
         "heartbeat": Heartbeat(seq=3),
@@ -224,7 +255,7 @@ def test_c1_after_shutdown_the_worker_still_answers_and_the_supervisor_starts_no
     """C1: after shutdown the worker answers; the supervisor starts no new conversation."""
     pair = _pair(CLOSING)
     _deliver(pair[W], pair[S], Progress(id=7, data={"delta": "partial"}))
-    _deliver(pair[W], pair[S], Event(name="stopping"))
+    _deliver(pair[W], pair[S], PROCESS_GROUP.event_for(ProcessGroupStarted(pgid=77)))
     _deliver(pair[W], pair[S], Response(id=7, result="final"))
     assert pair[S].pending_requests(S) == frozenset()
     assert pair[S].state is CLOSING
@@ -247,7 +278,7 @@ def test_c1_worker_cannot_send_a_request_outside_its_methods() -> None:
     """C1/S-POL-4, local misuse: a worker cannot even produce a request the schema forbids."""
     worker = _pair(OPEN)[W]
     with pytest.raises(LocalProtocolError):
-        worker.send(SupervisorRequest(id=8, method="spawn", params={"agent": "child"}))
+        worker.send(KERNEL_ECHO.request_for(8, EchoParams(value="child")))
 
 
 # -- C2: S-POL-4, nothing from a worker spawns -----------------------------------
@@ -348,10 +379,108 @@ def test_c2_worker_request_params_of_the_wrong_shape_are_rejected(method: str) -
         supervisor.receive_data(_frame(raw))
 
 
-def test_c2_supervisor_request_methods_are_free_form() -> None:
-    """C2: the supervisor, which is trusted, may ask the worker for any method."""
+#: One valid params value of each method of the supervisor's table.
+_EXAMPLE_COMMAND_PARAMS: dict[str, BaseModel] = {
+    "echo": EchoParams(value={"nested": [1, "two", None]}),
+    "sleep": SleepParams(seconds=0.5),
+    "allocate": AllocateParams(mb=64, step_mb=8),
+    "burn_cpu": BurnCpuParams(seconds=1),
+    "crash": CrashParams(how="signal", signal="SIGTERM"),
+    "hang": HangParams(seconds=3),
+    "flood": FloodParams(count=10, size=3),
+    "forbidden": ForbiddenParams(kind="garbage"),
+    "info": InfoParams(),
+    "ask_supervisor": EchoParams(value="up"),
+    "agent.run": AgentRunSpec(
+        agent_id="a1",
+        system="s",
+        prompt="go",
+        history=(ChatMessage(role="user", content="hi"),),
+        tools=("Read",),
+        cwd="/tmp",
+    ),
+    "agent.steer": SteerMessage(text="also check the tests"),
+    "workflow.run": WorkflowScriptSpec(
+        source="x = 1", filename="w.py", run_id="r1", cwd="/tmp", model="m", inputs={"n": 2}
+    ),
+}
+
+
+@pytest.mark.parametrize("method", SUPERVISOR_REQUEST_METHODS)
+def test_c2_supervisor_request_methods_in_the_list_are_accepted(method: str) -> None:
+    """C2: the supervisor's methods go through, each with typed params."""
     pair = _pair(OPEN)
-    _deliver(pair[S], pair[W], SupervisorRequest(id=8, method="spawn"))
+    spec = SUPERVISOR_METHODS[method]
+    _deliver(pair[S], pair[W], spec.request_for(8, _EXAMPLE_COMMAND_PARAMS[method]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(method=st.text(max_size=40).filter(lambda m: m not in SUPERVISOR_REQUEST_METHODS))
+def test_c2_supervisor_request_methods_outside_the_list_are_rejected(method: str) -> None:
+    """C2: the worker serves only ``SUPERVISOR_REQUEST_METHODS``; anything else is a violation."""
+    worker = _pair(OPEN)[W]
+    with pytest.raises(
+        RemoteProtocolError, match=r"invalid 'request' message from supervisor: method"
+    ):
+        worker.receive_data(_frame({"type": "request", "id": 8, "method": method, "params": {}}))
+
+
+@pytest.mark.parametrize("method", SUPERVISOR_REQUEST_METHODS)
+def test_c2_supervisor_request_params_of_the_wrong_shape_are_rejected(method: str) -> None:
+    """C2: a bad param is refused where the worker decodes the frame, named by field."""
+    worker = _pair(OPEN)[W]
+    raw = {"type": "request", "id": 8, "method": method, "params": {"unexpected": 1}}
+    with pytest.raises(
+        RemoteProtocolError, match=r"invalid 'request' message from supervisor: params"
+    ):
+        worker.receive_data(_frame(raw))
+
+
+def test_c2_supervisor_request_is_not_validated_twice_on_send() -> None:
+    """C2: the supervisor's params were validated when built; ``request_for`` wraps them
+    as they are (the same object goes out), and refuses a model of another method."""
+    params = SleepParams(seconds=1)
+    request = KERNEL_SLEEP.request_for(8, params)
+    assert request.params is params
+    with pytest.raises(TypeError, match="sleep takes SleepParams, not EchoParams"):
+        KERNEL_SLEEP.request_for(9, EchoParams())  # type: ignore[arg-type]
+
+
+#: One valid data value of each event of the table.
+_EXAMPLE_EVENT_DATA: dict[str, BaseModel] = {
+    "message": MessageAppended(message=ChatMessage(role="assistant", content="done")),
+    "tool.started": ToolStarted(call_id="c1", name="Bash", input={"command": "ls"}),
+    "tool.finished": ToolFinished(call_id="c1", name="Bash", is_error=False, output_chars=12),
+    "process_group": ProcessGroupStarted(pgid=4321),
+    "fault.memory": MemoryHeld(held_bytes=16 << 20),
+    "flood": FloodItem(seq=3, payload="xxx"),
+}
+
+
+@pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
+def test_c2_worker_events_in_the_table_are_accepted(name: str) -> None:
+    """C2: every event of ``WORKER_EVENTS`` goes through with its typed data."""
+    pair = _pair(OPEN)
+    _deliver(pair[W], pair[S], WORKER_EVENTS[name].event_for(_EXAMPLE_EVENT_DATA[name]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.text(max_size=40).filter(lambda n: n not in WORKER_EVENT_NAMES))
+def test_c2_worker_events_outside_the_table_are_rejected(name: str) -> None:
+    """C2: an event name the table lacks is a protocol violation naming ``name``."""
+    supervisor = _pair(OPEN)[S]
+    with pytest.raises(RemoteProtocolError, match=r"invalid 'event' message from worker: name"):
+        supervisor.receive_data(_frame({"type": "event", "name": name, "data": {}}))
+    assert supervisor.state is ERROR
+
+
+@pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
+def test_c2_worker_event_data_of_the_wrong_shape_is_rejected(name: str) -> None:
+    """C2: an event whose data does not fit its model is a violation named by field."""
+    supervisor = _pair(OPEN)[S]
+    raw = {"type": "event", "name": name, "data": {"unexpected": 1}}
+    with pytest.raises(RemoteProtocolError, match=r"invalid 'event' message from worker: data"):
+        supervisor.receive_data(_frame(raw))
 
 
 # -- C3: protocol versions --------------------------------------------------------
@@ -592,7 +721,7 @@ def test_c5_frame_limits_apply_to_the_connection() -> None:
         pair[S].receive_data(_HEADER.pack(129))
     assert exc_info.value.limit == "max_frame_size"
     with pytest.raises(LocalProtocolError) as exc_info:
-        pair[W].send(Event(name="big", data={"blob": b"x" * 128}))
+        pair[W].send(FLOOD.event_for(FloodItem(seq=0, payload="x" * 128)))
     assert exc_info.value.limit == "max_frame_size"
 
 
@@ -651,7 +780,7 @@ def _valid_frames(role: Role) -> st.SearchStrategy[bytes]:
     """Frames the peer of ``role`` could legally send in OPEN (so fuzzing gets past them)."""
     peer_messages: list[Message] = [Heartbeat(seq=1), _answer("progress", 7)]
     if role is S:
-        peer_messages.append(Event(name="e"))
+        peer_messages.append(FLOOD.event_for(FloodItem(seq=1, payload="e")))
     return st.sampled_from([_frame(m) for m in peer_messages])
 
 

@@ -13,7 +13,12 @@ The invariants under test:
   message type and the sender.
 - M4 (S-POL-4, DESIGN "one level of delegation is a property of the
   boundary") The worker->supervisor schema is exactly the listed message
-  types and request methods: nothing in it asks for a process to be spawned.
+  types, request methods and events: nothing in it asks for a process to be
+  spawned. Each direction's requests, and the worker's events, are one typed
+  table each (``WORKER_METHODS``, ``SUPERVISOR_METHODS``, ``WORKER_EVENTS``).
+- M5 Every method's params and result, and every event's data, round-trip
+  through the codec; a frame whose params or data has a field of the wrong
+  type is refused where it is decoded, naming the field.
 """
 
 from __future__ import annotations
@@ -30,8 +35,19 @@ from pydantic import BaseModel
 
 from protocol import (
     PROTOCOL_VERSION,
+    SUPERVISOR_METHODS,
+    SUPERVISOR_REQUEST_METHODS,
+    WORKER_EVENT_NAMES,
+    WORKER_EVENTS,
     WORKER_METHODS,
     WORKER_REQUEST_METHODS,
+    AgentOutcome,
+    AgentRunRequest,
+    AgentRunSpec,
+    AgentSteerRequest,
+    Allocated,
+    AllocateParams,
+    BurnCpuParams,
     Cancel,
     ChatMessage,
     Connection,
@@ -39,29 +55,68 @@ from protocol import (
     ConnectionState,
     CoordinatorMessage,
     CoordinatorMessageRequest,
+    CpuBurned,
+    CrashKind,
+    CrashParams,
     EchoParams,
     EchoRequest,
+    EchoResult,
     ErrorReply,
     Event,
+    FaultMemoryEvent,
+    Flooded,
+    FloodEvent,
+    FloodItem,
+    FloodParams,
+    ForbiddenFrame,
+    ForbiddenParams,
+    HangParams,
     Heartbeat,
     Hello,
+    InfoParams,
+    KernelAllocateRequest,
+    KernelAskSupervisorRequest,
+    KernelBurnCpuRequest,
+    KernelCrashRequest,
+    KernelEchoRequest,
+    KernelFloodRequest,
+    KernelForbiddenRequest,
+    KernelHangRequest,
+    KernelInfoRequest,
+    KernelSleepRequest,
     McpToolCall,
     McpToolCallRequest,
+    MemoryHeld,
     Message,
+    MessageAppended,
+    MessageEvent,
     ModelCallRequest,
     ModelRequest,
+    NoAnswer,
     PermissionCheck,
     PermissionCheckRequest,
+    ProcessGroupEvent,
+    ProcessGroupStarted,
     Progress,
     ProtocolError,
     Response,
     Role,
     Shutdown,
+    SleepParams,
+    Slept,
+    SteerMessage,
+    SteerReceipt,
     SupervisorMessage,
     SupervisorRequest,
+    ToolFinished,
+    ToolFinishedEvent,
+    ToolStarted,
+    ToolStartedEvent,
+    Usage,
     UserQuestion,
     UserQuestionRequest,
     Welcome,
+    WorkerInfo,
     WorkerMessage,
     WorkerRequest,
     WorkflowActorDeclaration,
@@ -70,6 +125,9 @@ from protocol import (
     WorkflowDeclareActorRequest,
     WorkflowEscalateRequest,
     WorkflowEscalation,
+    WorkflowRunRequest,
+    WorkflowScriptOutcome,
+    WorkflowScriptSpec,
     encode_frame,
 )
 
@@ -112,6 +170,7 @@ _json = st.recursive(
 _json_objects = st.dictionaries(st.text(_chars, max_size=12), _json, max_size=4)
 _non_blank = st.text(_chars, min_size=1, max_size=24).filter(lambda t: not t.isspace())
 _messages = st.builds(ChatMessage, role=st.sampled_from(["user", "assistant"]), content=_texts)
+_seconds = st.floats(min_value=0, max_value=1e6)
 
 #: Params of each worker method (S-POL-4: the table is everything a worker may ask).
 WORKER_PARAMS: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
@@ -154,7 +213,107 @@ hellos = st.builds(
     rlimits=st.dictionaries(_texts, st.lists(_ints, min_size=2, max_size=2), max_size=4),
 )
 welcomes = st.builds(Welcome, protocol_version=st.just(PROTOCOL_VERSION), worker_id=_texts)
-events = st.builds(Event, name=_names, data=_params)
+#: Params of each supervisor method (the kernel's test commands included).
+SUPERVISOR_PARAMS: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
+    KernelEchoRequest: st.builds(EchoParams, value=_json),
+    KernelSleepRequest: st.builds(SleepParams, seconds=_seconds),
+    KernelAllocateRequest: st.builds(
+        AllocateParams,
+        mb=st.floats(min_value=0.5, max_value=1e6),
+        step_mb=st.floats(min_value=0.5, max_value=1e3),
+        step_delay_s=_seconds,
+    ),
+    KernelBurnCpuRequest: st.builds(BurnCpuParams, seconds=st.none() | _seconds),
+    KernelCrashRequest: st.builds(
+        CrashParams,
+        how=st.sampled_from(get_args(CrashKind)),
+        code=st.integers(0, 255),
+        signal=st.sampled_from(["SIGKILL", "SIGTERM", "SIGSEGV", "SIGUSR1"]),
+    ),
+    KernelHangRequest: st.builds(HangParams, seconds=_seconds),
+    KernelFloodRequest: st.builds(
+        FloodParams, count=st.integers(0, 10**6), size=st.integers(0, 10**5)
+    ),
+    KernelForbiddenRequest: st.builds(
+        ForbiddenParams, kind=st.sampled_from(get_args(ForbiddenFrame))
+    ),
+    KernelInfoRequest: st.builds(InfoParams),
+    KernelAskSupervisorRequest: st.builds(EchoParams, value=_json),
+    AgentRunRequest: st.builds(
+        AgentRunSpec,
+        agent_id=_non_blank,
+        system=_texts,
+        prompt=_texts,
+        history=st.lists(_messages, max_size=3).map(tuple),
+        pending_messages=st.lists(_texts, max_size=2).map(tuple),
+        tools=st.lists(_non_blank, max_size=3).map(tuple),
+        max_turns=st.integers(1, 100),
+        cwd=_texts,
+        model=_texts,
+    ),
+    AgentSteerRequest: st.builds(SteerMessage, text=_non_blank),
+    WorkflowRunRequest: st.builds(
+        WorkflowScriptSpec,
+        source=_texts,
+        filename=_non_blank,
+        run_id=_non_blank,
+        cwd=_texts,
+        model=_texts,
+        inputs=_json_objects,
+        amends=st.none() | _texts,
+    ),
+}
+
+#: Results of each supervisor method, as a worker answers them.
+_floats = st.floats(allow_nan=False, allow_infinity=False)
+SUPERVISOR_RESULTS: dict[str, st.SearchStrategy[BaseModel]] = {
+    "echo": st.builds(EchoResult, value=_json),
+    "sleep": st.builds(Slept, seconds=_seconds),
+    "allocate": st.builds(Allocated, allocated_mb=_floats, rss_mb=_floats),
+    "burn_cpu": st.builds(CpuBurned, cpu_seconds=_floats),
+    "crash": st.builds(NoAnswer),
+    "hang": st.builds(Slept, seconds=_seconds),
+    "flood": st.builds(Flooded, count=st.integers(0, 10**6)),
+    "forbidden": st.builds(NoAnswer),
+    "info": st.builds(
+        WorkerInfo,
+        pid=st.integers(1, 2**22),
+        ppid=st.integers(1, 2**22),
+        pgid=st.integers(1, 2**22),
+        env=st.dictionaries(_texts, _texts, max_size=3),
+        rlimits=st.dictionaries(_texts, st.tuples(_ints, _ints), max_size=3),
+        fds=st.dictionaries(_texts, _texts, max_size=3),
+        rss_mb=_floats,
+    ),
+    "ask_supervisor": st.builds(EchoResult, value=_json),
+    "agent.run": st.builds(
+        AgentOutcome,
+        text=_texts,
+        status=st.sampled_from(["completed", "partial"]),
+        turns=st.integers(0, 100),
+        tool_calls=st.integers(0, 100),
+        usage=st.builds(Usage, input_tokens=st.integers(0, 10**9)),
+    ),
+    "agent.steer": st.builds(SteerReceipt, delivered=st.booleans(), reason=_texts),
+    "workflow.run": st.builds(WorkflowScriptOutcome, value=_json),
+}
+
+#: Data of each worker event.
+WORKER_EVENT_DATA: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
+    MessageEvent: st.builds(MessageAppended, message=_messages),
+    ToolStartedEvent: st.builds(ToolStarted, call_id=_texts, name=_texts, input=_json_objects),
+    ToolFinishedEvent: st.builds(
+        ToolFinished,
+        call_id=_texts,
+        name=_texts,
+        is_error=st.booleans(),
+        output_chars=st.integers(0, 10**9),
+    ),
+    ProcessGroupEvent: st.builds(ProcessGroupStarted, pgid=st.integers(2, 2**22)),
+    FaultMemoryEvent: st.builds(MemoryHeld, held_bytes=st.integers(0, 2**40)),
+    FloodEvent: st.builds(FloodItem, seq=st.integers(0, 10**9), payload=_texts),
+}
+events = st.one_of(*(st.builds(cls, data=data) for cls, data in WORKER_EVENT_DATA.items()))
 cancels = st.builds(Cancel, id=_ids)
 shutdowns = st.builds(Shutdown, reason=_texts)
 heartbeats = st.builds(Heartbeat, seq=_ids)
@@ -169,7 +328,12 @@ def requests(sender: Role, request_id: int) -> st.SearchStrategy[Message]:
                 for cls, params in WORKER_PARAMS.items()
             )
         )
-    return st.builds(SupervisorRequest, id=st.just(request_id), method=_names, params=_params)
+    return st.one_of(
+        *(
+            st.builds(cls, id=st.just(request_id), params=params)
+            for cls, params in SUPERVISOR_PARAMS.items()
+        )
+    )
 
 
 def answers(kind: str, request_id: int) -> st.SearchStrategy[Message]:
@@ -178,7 +342,7 @@ def answers(kind: str, request_id: int) -> st.SearchStrategy[Message]:
         return st.builds(Response, id=st.just(request_id), result=_values)
     if kind == "error":
         return st.builds(ErrorReply, id=st.just(request_id), code=_texts, message=_texts)
-    return st.builds(Progress, id=st.just(request_id), data=_params)
+    return st.builds(Progress, id=st.just(request_id), data=_json_objects)
 
 
 def _members(union: Any) -> list[type[BaseModel]]:
@@ -371,9 +535,9 @@ _FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
         "sandbox": "sandbox",
     },
     WorkerRequest: {"id": "id", "method": "worker_method", "params": "dict"},
-    Event: {"name": "name", "data": "dict"},
+    Event: {"name": "event_name", "data": "dict"},
     Welcome: {"protocol_version": "int", "worker_id": "str"},
-    SupervisorRequest: {"id": "id", "method": "name", "params": "dict"},
+    SupervisorRequest: {"id": "id", "method": "supervisor_method", "params": "dict"},
     Cancel: {"id": "id"},
     Shutdown: {"reason": "str"},
     Response: {"id": "id"},
@@ -424,7 +588,8 @@ _WRONG: dict[str, st.SearchStrategy[Any]] = {
     "int": _not_int,
     "id": _not_int | st.integers(min_value=-(2**63), max_value=-1),
     "str": _not_str,
-    "name": _not_str | st.just("") | st.text(_chars, min_size=129, max_size=140),
+    "event_name": _not_str | _texts.filter(lambda s: s not in WORKER_EVENT_NAMES),
+    "supervisor_method": _not_str | _texts.filter(lambda s: s not in SUPERVISOR_REQUEST_METHODS),
     "spawn_mode": _not_str | _texts.filter(lambda s: s not in ("zygote", "exec")),
     "worker_method": _not_str | _texts.filter(lambda s: s not in WORKER_REQUEST_METHODS),
     "dict": _not_dict,
@@ -482,7 +647,7 @@ def _receiver_for(cls: type[BaseModel], sender: Role) -> Connection:
     receiver = sup if sender is W else wrk
     other = wrk if sender is W else sup
     request: Message = (
-        SupervisorRequest(id=1, method="run")
+        KernelEchoRequest(id=1, params=EchoParams())
         if receiver is sup
         else EchoRequest(id=1, params=EchoParams())
     )
@@ -512,11 +677,11 @@ def test_m3_the_valid_baseline_is_accepted() -> None:
         elif cls is Welcome:
             message = Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w")
         elif cls is Event:
-            message = Event(name="e")
+            message = FloodEvent(data=FloodItem(seq=0, payload="e"))
         elif cls is WorkerRequest:
             message = EchoRequest(id=2, params=EchoParams())
         elif cls is SupervisorRequest:
-            message = SupervisorRequest(id=2, method="run")
+            message = KernelEchoRequest(id=2, params=EchoParams())
         elif cls is ErrorReply:
             message = ErrorReply(id=1, code="c", message="m")
         elif cls is Heartbeat:
@@ -645,3 +810,149 @@ def test_m4_no_worker_request_method_asks_for_a_spawn() -> None:
     assert WORKER_REQUEST_METHODS  # the Literal is non-empty, so the check below means something
     assert [m for m in WORKER_REQUEST_METHODS if _SPAWNISH.search(m)] == []
     assert [t for t in WORKER_TAGS if _SPAWNISH.search(t)] == []
+
+
+def test_m4_the_supervisor_method_table_is_the_schema() -> None:
+    """M4: every method the supervisor may ask has one request class in its union, and
+    one params and one result model in ``SUPERVISOR_METHODS``; the kernel's commands too."""
+    requests = [cls for cls in _members(SupervisorMessage) if issubclass(cls, SupervisorRequest)]
+    assert {cls.model_fields["method"].default for cls in requests} == set(
+        SUPERVISOR_REQUEST_METHODS
+    )
+    assert tuple(SUPERVISOR_METHODS) == SUPERVISOR_REQUEST_METHODS
+    for name, spec in SUPERVISOR_METHODS.items():
+        assert spec.name == name
+        assert spec.request in requests
+        assert spec.request.model_fields["params"].annotation is spec.params
+    assert set(SUPERVISOR_PARAMS) == set(requests)
+    assert set(SUPERVISOR_RESULTS) == set(SUPERVISOR_REQUEST_METHODS)
+
+
+def test_m4_the_event_table_is_the_schema() -> None:
+    """M4: every event a worker may send has one class in its union and one data model
+    in ``WORKER_EVENTS``; none of them asks for a spawn."""
+    classes = [cls for cls in _members(WorkerMessage) if issubclass(cls, Event)]
+    assert {cls.model_fields["name"].default for cls in classes} == set(WORKER_EVENT_NAMES)
+    assert tuple(WORKER_EVENTS) == WORKER_EVENT_NAMES
+    for name, spec in WORKER_EVENTS.items():
+        assert spec.name == name
+        assert spec.event in classes
+        assert spec.event.model_fields["data"].annotation is spec.data
+    assert set(WORKER_EVENT_DATA) == set(classes)
+    assert [n for n in WORKER_EVENT_NAMES if _SPAWNISH.search(n)] == []
+
+
+# -- M5: each method's params and result, each event's data --------------------------
+
+_SUPERVISOR_SPECS = sorted(SUPERVISOR_METHODS)
+_EVENT_SPECS = sorted(WORKER_EVENTS)
+
+
+def _open_pair() -> dict[Role, Connection]:
+    sup, wrk = Connection(S), Connection(W)
+    hello = Hello(
+        protocol_version=PROTOCOL_VERSION, worker_id="w", pid=1, pgid=1, spawn_mode="exec"
+    )
+    sup.receive_data(wrk.send(hello))
+    wrk.receive_data(sup.send(Welcome(protocol_version=PROTOCOL_VERSION, worker_id="w")))
+    return {S: sup, W: wrk}
+
+
+def _params_of(method: str) -> st.SearchStrategy[BaseModel]:
+    return SUPERVISOR_PARAMS[SUPERVISOR_METHODS[method].request]
+
+
+def _data_of(name: str) -> st.SearchStrategy[BaseModel]:
+    return WORKER_EVENT_DATA[WORKER_EVENTS[name].event]
+
+
+@pytest.mark.parametrize("method", _SUPERVISOR_SPECS)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_m5_every_supervisor_method_round_trips(method: str, data: st.DataObject) -> None:
+    """M5: a method's request (params as built) and its answer (the result model) arrive
+    equal: the worker gets the params model, the supervisor parses the same result."""
+    spec = SUPERVISOR_METHODS[method]
+    pair = _open_pair()
+    request = spec.request_for(8, data.draw(_params_of(method), label="params"))
+    _transmit(data, pair, S, [request])
+    result = data.draw(SUPERVISOR_RESULTS[method], label="result")
+    # Built as the worker builds it, without validating again: the same message, the same bytes.
+    response = Response.answering(8, result)
+    assert response == Response(id=8, result=result)
+    wire = pair[W].send(response)
+    assert wire == encode_frame(response.model_dump(mode="python"))
+    [answer] = pair[S].receive_data(wire)
+    assert isinstance(answer, Response)
+    assert spec.parse_result(answer.result) == result
+
+
+@pytest.mark.parametrize("name", _EVENT_SPECS)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_m5_every_worker_event_round_trips(name: str, data: st.DataObject) -> None:
+    """M5: an event, built from its data model, arrives as the same typed event."""
+    event = WORKER_EVENTS[name].event_for(data.draw(_data_of(name), label="data"))
+    _transmit(data, _open_pair(), W, [event])
+
+
+#: A value no field of any params or data model takes: a list of a list of bytes
+#: that are not UTF-8 (not a string, number, map, model or JSON value).
+_NO_FIELD_TAKES = [[b"\xff"]]
+
+
+def _mutated(body: BaseModel, data: st.DataObject) -> tuple[dict[str, Any], str]:
+    """``body`` dumped, one field (or, fieldless, an extra one) set to what it cannot take."""
+    raw = body.model_dump(mode="python")
+    fields = sorted(type(body).model_fields)
+    field = data.draw(st.sampled_from(fields), label="field") if fields else "unexpected"
+    raw[field] = _NO_FIELD_TAKES
+    return raw, field
+
+
+@pytest.mark.parametrize("method", _SUPERVISOR_SPECS)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_m5_a_wrong_param_is_refused_where_the_worker_decodes_it(
+    method: str, data: st.DataObject
+) -> None:
+    """M5: a supervisor request with a param of the wrong type is a protocol violation of
+    the worker's decoder, named by the field (the worker never runs the command)."""
+    params, field = _mutated(data.draw(_params_of(method), label="params"), data)
+    raw = {"type": "request", "id": 8, "method": method, "params": params}
+    worker = _open_pair()[W]
+    with pytest.raises(ProtocolError) as exc_info:
+        worker.receive_data(encode_frame(raw))
+    text = str(exc_info.value)
+    assert text.startswith(f"invalid 'request' message from supervisor: params.{field}"), text
+    assert worker.state is ConnectionState.ERROR
+
+
+@pytest.mark.parametrize("name", _EVENT_SPECS)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_m5_wrong_event_data_is_refused_naming_the_field(name: str, data: st.DataObject) -> None:
+    """M5: an event whose data has a field of the wrong type is the worker's protocol
+    violation, named by the field."""
+    body, field = _mutated(data.draw(_data_of(name), label="data"), data)
+    supervisor = _open_pair()[S]
+    with pytest.raises(ProtocolError) as exc_info:
+        supervisor.receive_data(encode_frame({"type": "event", "name": name, "data": body}))
+    text = str(exc_info.value)
+    assert text.startswith(f"invalid 'event' message from worker: data.{field}"), text
+    assert supervisor.state is ConnectionState.ERROR
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_m5_an_unknown_event_name_is_refused_naming_it(data: st.DataObject) -> None:
+    """M5: a valid event under a name the table lacks is refused, naming ``name``."""
+    event = data.draw(events, label="event")
+    raw = event.model_dump(mode="python")
+    raw["name"] = data.draw(_texts.filter(lambda n: n not in WORKER_EVENT_NAMES), label="name")
+    supervisor = _open_pair()[S]
+    with pytest.raises(ProtocolError) as exc_info:
+        supervisor.receive_data(encode_frame(raw))
+    assert str(exc_info.value).startswith("invalid 'event' message from worker: name: "), str(
+        exc_info.value
+    )

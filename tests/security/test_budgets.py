@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from protocol import ResourceLimits
+from protocol import (
+    KERNEL_ECHO,
+    KERNEL_FLOOD,
+    EchoParams,
+    FloodItem,
+    FloodParams,
+    ResourceLimits,
+)
 from supervisor import (
     EventBudgetLimits,
     ExitKind,
@@ -48,7 +55,7 @@ async def test_s_sec_8_a_worker_flooding_events_is_stopped_for_its_budget() -> N
 
             nursery.start_soon(consume)
             with pytest.raises(WorkerExitedError) as raised:
-                await handle.request("flood", {"count": 1_000_000, "size": 64})
+                await handle.request(KERNEL_FLOOD, FloodParams(count=1_000_000, size=64))
         exit = raised.value.exit
         assert exit.kind is ExitKind.EVENT_BUDGET
         assert exit.reason.startswith("event budget exceeded: 1000 events / 64 MB")
@@ -66,11 +73,14 @@ async def test_s_sec_8_control_a_flood_within_the_budget_is_delivered_whole() ->
 
             async def consume() -> None:
                 async for event in handle.events():
-                    seen.append(event.data["seq"])
+                    assert isinstance(event.data, FloodItem)
+                    seen.append(event.data.seq)
 
             nursery.start_soon(consume)
-            assert await handle.request("flood", {"count": 999, "size": 64}) == 999
-            assert await handle.request("echo", {"value": "alive"}) == "alive"
+            assert (
+                await handle.request(KERNEL_FLOOD, FloodParams(count=999, size=64))
+            ).count == 999
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value="alive"))).value == "alive"
             await handle.shutdown()
         assert seen == list(range(999))
 

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from protocol import (
-    AgentOutcome,
+    AGENT_RUN,
     AgentRunSpec,
     ModelCallRequest,
     ModelResult,
@@ -47,7 +47,7 @@ async def run_bash(handle: WorkerHandle, cwd: Path) -> str | None:
         preapproved_tools=("Bash",), cwd=str(cwd),
     )  # fmt: skip
     try:
-        raw = await handle.request("agent.run", spec.model_dump(mode="python"))
+        outcome = await handle.request(AGENT_RUN, spec)
     except (WorkerExitedError, trio.BrokenResourceError):
         return None
-    return AgentOutcome.model_validate(raw).text
+    return outcome.text

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from protocol import PARTIAL_MARKER, ModelRequest, ModelResult, ToolCall, ToolSpec
+from pydantic import BaseModel
+
+from protocol import PARTIAL_MARKER, EventSpec, ModelRequest, ModelResult, ToolCall, ToolSpec
 from worker.agent import AgentLoop, Toolbox
 from worker.tools import LocalToolSet, ToolContext, ToolOutput
 
@@ -23,12 +25,16 @@ class ScriptedModel:
         return self.results.pop(0)
 
 
+D = TypeVar("D", bound=BaseModel)
+
+
 class Events:
     def __init__(self) -> None:
         self.names: list[str] = []
 
-    async def emit(self, name: str, data: dict[str, Any]) -> None:
-        self.names.append(name)
+    async def emit(self, event: EventSpec[D], data: D) -> None:
+        assert isinstance(data, event.data)
+        self.names.append(event.name)
 
 
 class BrokenTool:

@@ -20,8 +20,21 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, NoReturn
+from typing import Literal, NoReturn
+
+from protocol import (
+    FAULT_MEMORY,
+    MESSAGE,
+    TOOL_FINISHED,
+    TOOL_STARTED,
+    ChatMessage,
+    MemoryHeld,
+    MessageAppended,
+    ToolFinished,
+    ToolStarted,
+)
+
+from ._ports import EventSink
 
 __all__ = [
     "EXIT_FAULT_CODE",
@@ -36,9 +49,6 @@ __all__ = [
 #: What a scripted turn may order (``ModelResult.fault``).
 Fault = Literal["segfault", "exit", "oom", "hang", "flood"]
 
-#: An ``emit`` of the worker's link: send one event frame.
-Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
-
 #: Characters of model text and tool output in each event of a flood.
 FLOOD_TEXT_SIZE = 16 * 1024
 
@@ -49,12 +59,12 @@ MEMORY_CHUNK_SIZE = 16 * 1024 * 1024
 EXIT_FAULT_CODE = 1
 
 
-async def commit_fault(kind: Fault, emit: Emit) -> NoReturn:
+async def commit_fault(kind: Fault, events: EventSink) -> NoReturn:
     """Crash this process, or turn it hostile, the way ``kind`` says; never returns."""
     if kind == "flood":
-        await flood_events(emit)
+        await flood_events(events)
     if kind == "oom":
-        await eat_memory(emit)
+        await eat_memory(events)
     if kind == "segfault":
         ctypes.string_at(0)
     elif kind == "exit":
@@ -68,7 +78,7 @@ def _hang() -> NoReturn:
         time.sleep(3600)
 
 
-async def eat_memory(emit: Emit) -> NoReturn:
+async def eat_memory(events: EventSink) -> NoReturn:
     """Hold ever more memory, reporting each chunk, until a memory cap ends this process.
 
     The kernel's OOM killer ends it inside its cgroup, or the supervisor's
@@ -80,23 +90,29 @@ async def eat_memory(emit: Emit) -> NoReturn:
         while True:
             # Non-zero bytes: the pages really become resident.
             held.append(b"\x01" * MEMORY_CHUNK_SIZE)
-            await emit("fault.memory", {"held_bytes": len(held) * MEMORY_CHUNK_SIZE})
+            await events.emit(FAULT_MEMORY, MemoryHeld(held_bytes=len(held) * MEMORY_CHUNK_SIZE))
     except MemoryError:
         os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable: SIGKILL does not return")
 
 
-async def flood_events(emit: Emit) -> NoReturn:
+async def flood_events(events: EventSink) -> NoReturn:
     """Send valid events as fast as the pipe takes them, forever (S-SEC-8).
 
     What a hostile worker would: transcript messages (model text) and tool
-    events (tool output), each well-formed, so only a budget stops it.
+    events (a tool input as large as the text), each well-formed, so only a
+    budget stops it. The tool events reach the parent's timeline too.
     """
     text = "x" * FLOOD_TEXT_SIZE
+    message = MessageAppended(message=ChatMessage(role="assistant", content=text))
     seq = itertools.count()
     while True:
-        await emit("message", {"message": {"role": "assistant", "content": text}})
-        await emit(
-            "tool.finished",
-            {"call_id": f"flood_{next(seq)}", "name": "Bash", "is_error": False, "output": text},
+        await events.emit(MESSAGE, message)
+        call_id = f"flood_{next(seq)}"
+        await events.emit(
+            TOOL_STARTED, ToolStarted(call_id=call_id, name="Bash", input={"command": text})
+        )
+        await events.emit(
+            TOOL_FINISHED,
+            ToolFinished(call_id=call_id, name="Bash", is_error=False, output_chars=len(text)),
         )

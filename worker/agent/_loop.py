@@ -15,11 +15,17 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from protocol import (
+    MESSAGE,
     PARTIAL_MARKER,
+    TOOL_FINISHED,
+    TOOL_STARTED,
     AgentOutcome,
     ChatMessage,
+    MessageAppended,
     ModelRequest,
     ToolCall,
+    ToolFinished,
+    ToolStarted,
     Usage,
 )
 
@@ -110,7 +116,7 @@ class AgentLoop:
 
     async def _append(self, message: ChatMessage) -> None:
         self.messages.append(message)
-        await self._events.emit("message", {"message": message.model_dump(mode="python")})
+        await self._events.emit(MESSAGE, MessageAppended(message=message))
 
     async def _run_tools(self, calls: Sequence[ToolCall]) -> None:
         outputs: list[ToolOutput | None] = [None] * len(calls)
@@ -118,19 +124,19 @@ class AgentLoop:
         async def run_one(index: int) -> None:
             call = calls[index]
             await self._events.emit(
-                "tool.started", {"call_id": call.id, "name": call.name, "input": call.input}
+                TOOL_STARTED, ToolStarted(call_id=call.id, name=call.name, input=call.input)
             )
             output = await self._tools.call(call)
             outputs[index] = output
             self.tool_calls += 1
             await self._events.emit(
-                "tool.finished",
-                {
-                    "call_id": call.id,
-                    "name": call.name,
-                    "is_error": output.is_error,
-                    "output_chars": len(output.text),
-                },
+                TOOL_FINISHED,
+                ToolFinished(
+                    call_id=call.id,
+                    name=call.name,
+                    is_error=output.is_error,
+                    output_chars=len(output.text),
+                ),
             )
 
         index = 0

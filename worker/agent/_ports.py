@@ -7,13 +7,17 @@ are the real thing. That keeps one loop for both, testable without processes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
-from protocol import ModelRequest, ModelResult, ToolCall, ToolSpec
+from pydantic import BaseModel
+
+from protocol import EventSpec, ModelRequest, ModelResult, ToolCall, ToolSpec
 
 from ..tools import ToolOutput
 
 __all__ = ["ApprovalPort", "EventSink", "ModelPort", "ToolPort"]
+
+D = TypeVar("D", bound=BaseModel)
 
 
 class ModelPort(Protocol):
@@ -52,8 +56,8 @@ class ToolPort(Protocol):
 class EventSink(Protocol):
     """Receives what the agent does, for transcripts and live views."""
 
-    async def emit(self, name: str, data: dict[str, Any]) -> None:
-        """Record one event."""
+    async def emit(self, event: EventSpec[D], data: D) -> None:
+        """Record one event of ``protocol.WORKER_EVENTS``."""
         ...
 
 
