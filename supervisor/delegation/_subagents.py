@@ -21,10 +21,10 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import trio
 
@@ -68,7 +68,14 @@ from ._notifications import (
     subagent_message_command,
 )
 
-__all__ = ["RunServices", "SubagentLaunch", "SubagentRun", "new_agent_id"]
+__all__ = [
+    "BackgroundSpawner",
+    "RunServices",
+    "RunStarter",
+    "SubagentLaunch",
+    "SubagentRun",
+    "new_agent_id",
+]
 
 log = logging.getLogger("subvisor")
 
@@ -127,6 +134,23 @@ class RunServices:
     #: Why every task is being stopped, once ``stop_all`` began (None before);
     #: a stop records it over its own reason.
     stopping_reason: Callable[[], str | None]
+
+
+class RunStarter(Protocol):
+    """Registers a subagent and starts it in the ``Subvisor``'s nursery (``Subvisor.start``).
+
+    ``ticket`` is its place in its parent's line for a worker slot (default:
+    behind every launch so far).
+    """
+
+    def __call__(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun: ...
+
+
+class BackgroundSpawner(Protocol):
+    """Runs ``fn(*args)`` in the ``Subvisor``'s nursery, so that it outlives the calling
+    turn (``Subvisor.spawn_background``)."""
+
+    def __call__(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None: ...
 
 
 class SubagentRun:
