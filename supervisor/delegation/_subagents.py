@@ -407,6 +407,22 @@ class SubagentRun:
         return self._started
 
     @property
+    def worker_started_at(self) -> float | None:
+        """When its worker started (trio clock); None until it has one."""
+        return self.handle.started_at if self.handle is not None else None
+
+    @property
+    def worker_node(self) -> str | None:
+        """The cluster node its worker runs on; None on this machine, or with no worker yet."""
+        return self.handle.node if self.handle is not None else None
+
+    @property
+    def worker_wall_seconds(self) -> float | None:
+        """How long its worker lived, once it has ended; None before."""
+        end = self.handle.exit if self.handle is not None else None
+        return end.wall_seconds if end is not None else None
+
+    @property
     def background(self) -> bool:
         """Whether the run is (now) a background one."""
         return self.launch.background or self.backgrounded.is_set()
