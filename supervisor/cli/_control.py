@@ -156,7 +156,12 @@ class _ControlServer:
     """Answers the requests of one session's control connections."""
 
     def __init__(self, host: Subvisor, session_id: str, root: RootSession | None) -> None:
-        self.host = host
+        self._store = host.store
+        self._registry = host.registry
+        #: The live subagent runs by task id, their lifecycle events, and S-RUN-5's move.
+        self._runs = host.runs
+        self._lifecycle = host.lifecycle
+        self._move_to_background = host.move_to_background
         self.session_id = session_id
         self.root = root
         # psutil measures CPU% between two calls on the same Process object.
@@ -235,12 +240,12 @@ class _ControlServer:
                 case TranscriptOp():
                     return self._transcript(request)
                 case StopOp():
-                    record = await self.host.registry.stop(self._find(request.task_id).task_id)
+                    record = await self._registry.stop(self._find(request.task_id).task_id)
                     return {"ok": True, "task_id": record.task_id, "status": record.status}
                 case BackgroundOp():
                     record = self._find(request.task_id)
                     # S-RUN-5: an explicit request to move a foreground agent.
-                    if not self.host.move_to_background(record.task_id):
+                    if not self._move_to_background(record.task_id):
                         raise ControlRequestError(
                             f"task {record.task_id} is not a running foreground agent"
                             f" ({record.status}{', background' if record.background else ''})",
@@ -257,7 +262,7 @@ class _ControlServer:
     # -- ops ------------------------------------------------------------------------
 
     def _session_row(self) -> SessionRow:
-        row = self.host.store.get_session(self.session_id)
+        row = self._store.get_session(self.session_id)
         assert row is not None, "a served session is in the store"
         return row
 
@@ -277,14 +282,14 @@ class _ControlServer:
 
     def _list(self, request: ListOp) -> dict[str, Any]:
         page, page_size = request.page, request.page_size
-        store = self.host.store
+        store = self._store
         total = store.count_child_sessions(self.session_id)
         rows = store.list_child_sessions(
             self.session_id, offset=(page - 1) * page_size, limit=page_size
         )
         runs = {
             run.launch.child_session_id: run
-            for run in self.host.runs.values()
+            for run in self._runs.values()
             if run.launch.parent_session_id == self.session_id
         }
         stored = store.tasks_of_child_sessions(
@@ -316,7 +321,7 @@ class _ControlServer:
     def _agent(
         self, row: SessionRow, run: SubagentRun | None, stored: TaskRecord | None
     ) -> dict[str, Any]:
-        record = self.host.registry.get(run.task_id) if run is not None else stored
+        record = self._registry.get(run.task_id) if run is not None else stored
         live = run is not None and not run.done.is_set()
         usage = (
             run.live_usage()
@@ -364,14 +369,14 @@ class _ControlServer:
             return None
 
     def _agent_records(self) -> list[TaskRecord]:
-        return [r for r in self.host.registry.list(self.session_id) if r.kind == "local_agent"]
+        return [r for r in self._registry.list(self.session_id) if r.kind == "local_agent"]
 
     def _counts(self) -> dict[str, int]:
         return dict(Counter(r.status for r in self._agent_records()))
 
     def rollup(self) -> UsageRollup:
         """The session's usage now: its root's so far plus every subagent's, live ones included."""
-        runs = self.host.runs
+        runs = self._runs
         subagents = []
         for record in self._agent_records():
             run = runs.get(record.task_id)
@@ -380,19 +385,19 @@ class _ControlServer:
         if self.root is not None:
             own = root_usage(self.root, created_at=self._session_row().created_at)
         else:
-            own = self.host.store.session_usage(self.session_id) or TaskUsage()
+            own = self._store.session_usage(self.session_id) or TaskUsage()
         return UsageRollup(
             session_id=self.session_id,
             own=own,
             subagents=sum_usage(subagents),
-            subagent_count=self.host.store.count_child_sessions(self.session_id),
+            subagent_count=self._store.count_child_sessions(self.session_id),
         )
 
     def _tasks(self) -> dict[str, Any]:
         records = []
         activity: dict[str, str] = {}
-        for record in self.host.registry.list(self.session_id):
-            run = self.host.runs.get(record.task_id)
+        for record in self._registry.list(self.session_id):
+            run = self._runs.get(record.task_id)
             if run is not None and not run.done.is_set():
                 record = record.model_copy(update={"usage": run.live_usage()})
                 if run.activity is not None:
@@ -410,7 +415,7 @@ class _ControlServer:
 
     def _find(self, task_id: str) -> TaskRecord:
         """The session's task with that id, else the one whose id starts with it."""
-        records = self.host.registry.list(self.session_id)
+        records = self._registry.list(self.session_id)
         exact = [r for r in records if r.task_id == task_id]
         matches = exact or [r for r in records if r.task_id.startswith(task_id)]
         if len(matches) == 1:
@@ -436,7 +441,7 @@ class _ControlServer:
             )
         messages: list[dict[str, Any]] = []
         size, next_seq = 0, after
-        for seq, message in self.host.store.messages_after(
+        for seq, message in self._store.messages_after(
             record.child_session_id, after_seq=after, limit=limit
         ):
             item = {"seq": seq, **message.model_dump(mode="json")}
@@ -475,7 +480,7 @@ class _ControlServer:
 
             nursery.start_soon(until_closed)
             while True:
-                with self.host.lifecycle.subscribe() as events:
+                with self._lifecycle.subscribe() as events:
                     async for event in events:
                         if event["session_id"] == self.session_id:
                             await conn.send(event)
@@ -497,10 +502,10 @@ class _ControlServer:
             await conn.send({"ok": False, "error": str(exc), "code": exc.code})
             return
         task_id, transcript = record.task_id, record.child_session_id
-        run = self.host.runs.get(task_id)
+        run = self._runs.get(task_id)
         backlog_send, backlog = trio.open_memory_channel[dict[str, Any] | None](_FOLLOW_BACKLOG)
-        with self.host.lifecycle.subscribe() as events:
-            stored = self.host.store.last_message_seq(transcript) if transcript else 0
+        with self._lifecycle.subscribe() as events:
+            stored = self._store.last_message_seq(transcript) if transcript else 0
             streamed = run.live_text.text if run is not None and not run.done.is_set() else ""
             await conn.send({"ok": True, "op": "follow", "task": record.model_dump(mode="json")})
             sent = await self._send_messages(conn, transcript, after=0, upto=stored)
@@ -534,13 +539,13 @@ class _ControlServer:
                     while True:
                         # The feed dropped us (it fell behind): subscribe again.
                         resync()
-                        with self.host.lifecycle.subscribe() as again:
+                        with self._lifecycle.subscribe() as again:
                             await relay(again)
 
                 async def until_ended() -> None:
                     # Tasks without lifecycle events (background Bash) end here too.
                     with contextlib.suppress(TaskError):
-                        await self.host.registry.wait(task_id)
+                        await self._registry.wait(task_id)
                         await backlog_send.send(None)
 
                 nursery.start_soon(until_closed)
@@ -555,7 +560,7 @@ class _ControlServer:
                         await conn.send(event)
                 # The rest of the transcript, as stored now that the task has ended.
                 await self._send_messages(conn, transcript, after=sent)
-                final = self.host.registry.get(task_id) or record
+                final = self._registry.get(task_id) or record
                 await conn.send(
                     {
                         "event": "task.ended",
@@ -571,7 +576,7 @@ class _ControlServer:
     ) -> int:
         """Send the messages with ``after < seq <= upto``, one line each; the last seq sent."""
         while transcript is not None:
-            page = self.host.store.messages_after(transcript, after_seq=after, limit=_FOLLOW_PAGE)
+            page = self._store.messages_after(transcript, after_seq=after, limit=_FOLLOW_PAGE)
             for seq, message in page:
                 if upto is not None and seq > upto:
                     return after

@@ -104,65 +104,56 @@ def _placement(args: argparse.Namespace) -> dict[str, str | None]:
     return {"placement": "ray", "ray_address": address}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="subvisor", description="Run AI subagents as isolated, supervised processes."
+def _add_run(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str
+) -> None:
+    """``run`` (a PROMPT, a --model) or ``demo`` (the built-in scripted model)."""
+    demo = name == "demo"
+    sub = commands.add_parser(name, help=helptext)
+    if not demo:
+        sub.add_argument("prompt", help="the task for the root agent")
+        sub.add_argument("--model", help="provider:model for the root (and inheriting children)")
+    sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    sub.add_argument("--cwd", default=".", help="working directory of the agents")
+    sub.add_argument(
+        "--timeout", type=positive_seconds, help="stop everything after this many seconds"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_argument(
+        "--approve",
+        choices=("ask", "allow", "deny"),
+        help="who answers permission asks: ask at the terminal (the default on one), "
+        "allow them all, or deny them all (the default otherwise)",
+    )
+    sub.add_argument(
+        "--sandbox",
+        choices=("read-only", "workspace-write", "full"),
+        help="kernel sandbox of every subagent, whatever its profile says (default: "
+        "read-only for Explore and profiles without Write/Edit, else workspace-write)",
+    )
+    sub.add_argument(
+        "--network",
+        choices=("deny", "allow"),
+        help="TCP for every subagent, whatever its profile says (default: deny)",
+    )
+    sub.add_argument(
+        "--max-concurrent-subagents",
+        type=int,
+        metavar="N",
+        help="subagents alive at once; further launches wait in order (default 20)",
+    )
+    sub.add_argument(
+        "--max-subagents-per-session",
+        type=int,
+        metavar="N",
+        help="subagents one session may launch; further launches fail (default 200)",
+    )
+    _add_ray(sub)
+    if not demo:
+        _add_trust_project(sub)
+    sub.set_defaults(handler=lambda a: _run(a, demo=demo))
 
-    doctor = commands.add_parser("doctor", help="check this machine and time a worker spawn")
-    doctor.set_defaults(handler=_doctor)
 
-    for name, helptext in (
-        ("run", "run a root agent on PROMPT; it may delegate to subagents"),
-        ("demo", "offline demo on the built-in scripted model"),
-    ):
-        sub = commands.add_parser(name, help=helptext)
-        if name == "run":
-            sub.add_argument("prompt", help="the task for the root agent")
-            sub.add_argument(
-                "--model", help="provider:model for the root (and inheriting children)"
-            )
-        sub.add_argument("--json", action="store_true", help="print a JSON report on stdout")
-        sub.add_argument("--cwd", default=".", help="working directory of the agents")
-        sub.add_argument(
-            "--timeout", type=positive_seconds, help="stop everything after this many seconds"
-        )
-        sub.add_argument(
-            "--approve",
-            choices=("ask", "allow", "deny"),
-            help="who answers permission asks: ask at the terminal (the default on one), "
-            "allow them all, or deny them all (the default otherwise)",
-        )
-        sub.add_argument(
-            "--sandbox",
-            choices=("read-only", "workspace-write", "full"),
-            help="kernel sandbox of every subagent, whatever its profile says (default: "
-            "read-only for Explore and profiles without Write/Edit, else workspace-write)",
-        )
-        sub.add_argument(
-            "--network",
-            choices=("deny", "allow"),
-            help="TCP for every subagent, whatever its profile says (default: deny)",
-        )
-        sub.add_argument(
-            "--max-concurrent-subagents",
-            type=int,
-            metavar="N",
-            help="subagents alive at once; further launches wait in order (default 20)",
-        )
-        sub.add_argument(
-            "--max-subagents-per-session",
-            type=int,
-            metavar="N",
-            help="subagents one session may launch; further launches fail (default 200)",
-        )
-        _add_ray(sub)
-        if name == "run":
-            _add_trust_project(sub)
-        sub.set_defaults(handler=lambda a, demo=(name == "demo"): _run(a, demo=demo))
-
+def _add_trust(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     trust = commands.add_parser(
         "trust",
         help="review a project's MCP servers and provider settings, and trust that content",
@@ -178,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     trust_action.add_argument("--revoke", action="store_true", help="forget the trust of PATH")
     trust.set_defaults(handler=_trust)
 
+
+def _add_stress(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stress = commands.add_parser("stress", help="delegate many scripted subagents, with faults")
     stress.add_argument("--agents", type=int, default=100, help="subagents the root launches")
     stress.add_argument(
@@ -219,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stress.set_defaults(handler=_stress)
 
+
+def _add_agents(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     agents = commands.add_parser(
         "agents",
         help="list the agent profiles this project sees (exit 1 if one failed to load)",
@@ -233,10 +228,40 @@ def build_parser() -> argparse.ArgumentParser:
     agents.add_argument("--cwd", default=".", help="project directory")
     agents.set_defaults(handler=_agents)
 
-    ps = commands.add_parser("ps", help="list the tasks of the latest (or a given) session")
-    ps.add_argument("session", nargs="?", help="session id (default: the latest root session)")
-    ps.add_argument("--json", action="store_true")
-    ps.set_defaults(handler=lambda a: _tasks("ps", a))
+
+def _add_task_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    helptext: str,
+    *,
+    session: bool = False,
+) -> None:
+    """``ps`` (of a SESSION, --json), or ``stop``/``bg`` (of a TASK_ID)."""
+    sub = commands.add_parser(name, help=helptext)
+    if session:
+        sub.add_argument("session", nargs="?", help="session id (default: the latest root session)")
+        sub.add_argument("--json", action="store_true")
+    else:
+        sub.add_argument("task_id", help="agentId (a unique prefix is enough)")
+    sub.set_defaults(handler=lambda a: _tasks(name, a))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="subvisor", description="Run AI subagents as isolated, supervised processes."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    doctor = commands.add_parser("doctor", help="check this machine and time a worker spawn")
+    doctor.set_defaults(handler=_doctor)
+    _add_run(commands, "run", "run a root agent on PROMPT; it may delegate to subagents")
+    _add_run(commands, "demo", "offline demo on the built-in scripted model")
+    _add_trust(commands)
+    _add_stress(commands)
+    _add_agents(commands)
+    _add_task_command(
+        commands, "ps", "list the tasks of the latest (or a given) session", session=True
+    )
 
     logs = commands.add_parser("logs", help="a subagent's transcript and output")
     logs.add_argument("task_id", help="agentId (a unique prefix is enough)")
@@ -248,10 +273,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     logs.set_defaults(handler=lambda a: _tasks("logs", a))
 
-    stop = commands.add_parser("stop", help="stop a running subagent")
-    stop.add_argument("task_id", help="agentId (a unique prefix is enough)")
-    stop.set_defaults(handler=lambda a: _tasks("stop", a))
+    _add_task_command(commands, "stop", "stop a running subagent")
+    _add_top(commands)
+    _add_task_command(commands, "bg", "move a running foreground subagent to the background")
+    _add_mcp(commands)
+    _add_workflow(commands)
+    return parser
 
+
+def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     top = commands.add_parser(
         "top", help="live view of a running session's subagents (stop, background, transcripts)"
     )
@@ -261,14 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(handler=_top)
 
-    background = commands.add_parser(
-        "bg", help="move a running foreground subagent to the background"
-    )
-    background.add_argument("task_id", help="agentId (a unique prefix is enough)")
-    background.set_defaults(handler=lambda a: _tasks("bg", a))
 
-    _add_mcp(commands)
-
+def _add_workflow(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     flows = commands.add_parser("workflow", help="run a workflow script of named actors")
     flow_commands = flows.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
     flow_run = flow_commands.add_parser("run", help="run SCRIPT (amend an earlier run)")
@@ -287,7 +311,6 @@ def build_parser() -> argparse.ArgumentParser:
     flow_show.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
     flow_show.add_argument("--json", action="store_true")
     flow_show.set_defaults(handler=_workflow_show)
-    return parser
 
 
 def _add_mcp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -98,9 +98,14 @@ class McpSeat:
         catalog: ProfileCatalog,
         label: str,
     ) -> None:
-        self.host = host
         self.session_id = session_id
-        host.store.create_session(
+        self._store = host.store
+        self._registry = host.registry
+        #: The live subagent runs by task id, and their lifecycle events.
+        self._runs = host.runs
+        self._lifecycle = host.lifecycle
+        self._queue = host.command_queue(session_id)
+        self._store.create_session(
             self.session_id,
             parent_id=None,
             task_type="root",
@@ -114,7 +119,8 @@ class McpSeat:
         # As a root session's Agent tool: children inherit the local tools and
         # the supervisor's MCP tools (S-MCP-1), never the client's own.
         self.agent_tool = AgentTool(
-            host,
+            host.launch_services,
+            launch_order=host.launch_order(session_id),
             parent_session_id=self.session_id,
             parent_tools=(*LOCAL_TOOL_NAMES, AGENT_TOOL_NAME, *mcp_names),
             catalog=catalog,
@@ -122,8 +128,15 @@ class McpSeat:
             cwd=cwd,
             parent_policy=self.policy,
         )
-        self.send_message = SendMessageTool(host, self.session_id, self.agent_tool)
-        self._task_list = TaskListTool(host, self.session_id)
+        self.send_message = SendMessageTool(
+            self.session_id,
+            self.agent_tool,
+            runs=self._runs,
+            registry=self._registry,
+            store=self._store,
+            spawn=host.spawn_background,
+        )
+        self._task_list = TaskListTool(self._registry, self.session_id)
         self.specs = [
             self.agent_tool.spec,
             self.send_message.spec,
@@ -138,7 +151,7 @@ class McpSeat:
 
     def record(self, task_id: str) -> TaskRecord | None:
         """The record of an agent this seat launched, else None (whoever else's it is)."""
-        record = self.host.registry.get(task_id) or self.host.store.find_task(task_id)
+        record = self._registry.get(task_id) or self._store.find_task(task_id)
         if record is None or record.parent_session_id != self.session_id:
             return None
         return record
@@ -182,7 +195,7 @@ class McpSeat:
             return self._not_ours(resumed)
         if report is None:
             return await self.agent_tool.invoke(call.input, tool_use_id=call.id)
-        with self.host.lifecycle.subscribe() as events:
+        with self._lifecycle.subscribe() as events:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._relay_progress, events, call.id, report)
                 try:
@@ -204,8 +217,8 @@ class McpSeat:
                 continue
             name = event["event"]
             if agent_id is None:
-                # Registered before its events reach us: the run is in ``host.runs``.
-                run = self.host.runs.get(event["agentId"])
+                # Registered before its events reach us: the run is in ``runs``.
+                run = self._runs.get(event["agentId"])
                 if name != "task.registered" or run is None:
                     continue
                 if run.launch.tool_use_id != tool_use_id:
@@ -236,7 +249,7 @@ class McpSeat:
         if record.is_terminal:
             # S-SRV-2: what the completion notification said, for a client that missed it.
             return ToolOutput(build_task_notification(record))
-        output = self.host.registry.read_output(record.task_id)
+        output = self._registry.read_output(record.task_id)
         return ToolOutput(f"status: {record.status}\n{output[-30_000:]}")
 
     async def _task_stop(self, task_id: object) -> ToolOutput:
@@ -244,7 +257,7 @@ class McpSeat:
         if record is None:
             return self._not_ours(task_id)
         try:
-            stopped = await self.host.registry.stop(record.task_id, "stopped by the MCP client")
+            stopped = await self._registry.stop(record.task_id, "stopped by the MCP client")
         except TaskError as exc:
             return ToolOutput(f"Error: {exc}", is_error=True)
         return ToolOutput(f"task {stopped.task_id} {stopped.status}")
@@ -265,7 +278,7 @@ class McpSeat:
 
     async def pump_notifications(self, sink: NotificationSink) -> None:
         """Until the seat closes: hand each queued notification or message to ``sink``."""
-        queue = self.host.command_queue(self.session_id)
+        queue = self._queue
         async with self.until_closed():
             while True:
                 await queue.wait()
@@ -281,10 +294,10 @@ class McpSeat:
             scope.cancel()
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
-                for run in list(self.host.runs.values()):
+                for run in list(self._runs.values()):
                     if run.launch.parent_session_id == self.session_id and not run.done.is_set():
                         nursery.start_soon(run.stop, CLIENT_GONE)
-            self.host.store.set_session_status(self.session_id, "completed")
+            self._store.set_session_status(self.session_id, "completed")
 
 
 def _notification_text(command: Command) -> str:

@@ -168,7 +168,11 @@ class McpFrontDoor:
         sampling: ClientSampling | None = None,
         version: str = "",
     ) -> None:
-        self.host = host
+        #: What each seat is built on (``McpSeat`` takes its parts from it).
+        self._host = host
+        self._store = host.store
+        self._registry = host.registry
+        self._lifecycle = host.lifecycle
         self.asks = asks
         self.model = model
         #: Each seat's agents run on its client's model (``--model mcp-sampling``).
@@ -209,7 +213,7 @@ class McpFrontDoor:
         client = connection.client_params.client_info.name if connection.client_params else None
         session_id = new_seat_session_id()
         seat = McpSeat(
-            self.host,
+            self._host,
             session_id=session_id,
             model=self.model if self.sampling is None else self.sampling.model_for(session_id),
             cwd=self.cwd,
@@ -241,7 +245,7 @@ class McpFrontDoor:
 
     async def _watch_transcripts(self, seat: McpSeat, link: ClientLink) -> None:
         """Resource updates for subscribed transcripts, as their agents' messages arrive."""
-        with self.host.lifecycle.subscribe() as events:
+        with self._lifecycle.subscribe() as events:
             async with seat.until_closed():
                 async for event in events:
                     if event["session_id"] == seat.session_id and event["event"] in (
@@ -316,7 +320,7 @@ class McpFrontDoor:
                 mime_type="application/json",
             )
         ]
-        for record in self.host.registry.list(seat.session_id):
+        for record in self._registry.list(seat.session_id):
             if record.kind == "local_agent":
                 resources.append(
                     types.Resource(
@@ -354,7 +358,7 @@ class McpFrontDoor:
 
     def _resource_body(self, seat: McpSeat, uri: str) -> str:
         if uri == USAGE_URI:
-            return json.dumps(self.host.store.usage_rollup(seat.session_id).summary(), indent=2)
+            return json.dumps(self._store.usage_rollup(seat.session_id).summary(), indent=2)
         match = _TRANSCRIPT_URI.match(uri)
         record = seat.record(match["agent"]) if match else None
         if record is None or record.child_session_id is None:
@@ -363,7 +367,7 @@ class McpFrontDoor:
                 message=f"no resource {uri!r} in this session: resources are {USAGE_URI} and "
                 f"{TRANSCRIPT_TEMPLATE} for this session's agents",
             )
-        messages = self.host.store.messages(record.child_session_id)
+        messages = self._store.messages(record.child_session_id)
         return json.dumps(
             {
                 "agentId": record.task_id,

@@ -23,6 +23,7 @@ from protocol import AgentOutcome, ChatMessage
 
 from ..delegation._root import RootSession, root_usage
 from ..delegation._settings import SubvisorSettings
+from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
 from ..kernel import find_exception
 from ..policy._approvals import (
@@ -32,7 +33,9 @@ from ..policy._approvals import (
     fixed_approval_handler,
 )
 from ..providers import ModelError
+from ..state._store import SessionStore
 from ..state._task_record import TaskRecord
+from ..state._tasks import TaskRegistry
 from ..workflow import workflow_tools
 from ._control import serve_control
 from ._interrupt import interruptible
@@ -135,11 +138,11 @@ def tasks_table(
     return table
 
 
-def _live_table(host: Subvisor, session_id: str) -> Table:
-    records = host.registry.list(session_id)
+def _live_table(registry: TaskRegistry, runs: Mapping[str, SubagentRun], session_id: str) -> Table:
+    records = registry.list(session_id)
     activity: dict[str, str] = {}
     for r in records:
-        run = host.runs.get(r.task_id)
+        run = runs.get(r.task_id)
         if run is not None and not r.is_terminal:
             r = r.model_copy(
                 update={"usage": r.usage.model_copy(update={"tool_calls": run.tool_calls})}
@@ -150,10 +153,14 @@ def _live_table(host: Subvisor, session_id: str) -> Table:
 
 
 async def _show_progress(
-    host: Subvisor, root: RootSession, console: Console, terminal: TerminalConsole | None
+    registry: TaskRegistry,
+    runs: Mapping[str, SubagentRun],
+    session_id: str,
+    console: Console,
+    terminal: TerminalConsole | None,
 ) -> None:
     def view() -> RenderableType:
-        table = _live_table(host, root.session_id)
+        table = _live_table(registry, runs, session_id)
         return terminal.renderable(table) if terminal is not None else table
 
     with Live(view(), console=console, transient=True) as live:
@@ -162,25 +169,28 @@ async def _show_progress(
             live.update(view())
 
 
-def _move_foreground(host: Subvisor, session_id: str) -> int:
+def _move_foreground(runs: Mapping[str, SubagentRun], session_id: str) -> int:
     """Move every running foreground subagent of the session to the background."""
     return sum(
         run.move_to_background()
-        for run in list(host.runs.values())
+        for run in list(runs.values())
         if run.launch.parent_session_id == session_id
     )
 
 
-def _usage_summary(host: Subvisor, root: RootSession) -> dict[str, Any]:
+def _usage_summary(store: SessionStore, root: RootSession) -> dict[str, Any]:
     """Store the root's own usage, then report the session's rollup (what ``ps`` shows too)."""
-    session = host.store.get_session(root.session_id)
+    session = store.get_session(root.session_id)
     created_at = session.created_at if session is not None else time.time()
-    host.store.record_usage(root.session_id, root_usage(root, created_at=created_at))
-    return host.store.usage_rollup(root.session_id).summary()
+    store.record_usage(root.session_id, root_usage(root, created_at=created_at))
+    return store.usage_rollup(root.session_id).summary()
 
 
 async def _enforce_timeout(
-    host: Subvisor, timeout_s: float, timed_out: trio.Event, run_scope: trio.CancelScope
+    runs: Mapping[str, SubagentRun],
+    timeout_s: float,
+    timed_out: trio.Event,
+    run_scope: trio.CancelScope,
 ) -> None:
     """After ``timeout_s``: stop every subagent (saying why), then end the root's turn.
 
@@ -190,9 +200,43 @@ async def _enforce_timeout(
     await trio.sleep(timeout_s)
     timed_out.set()
     async with trio.open_nursery() as nursery:
-        for run in list(host.runs.values()):
+        for run in list(runs.values()):
             nursery.start_soon(run.stop, f"the run timed out after {timeout_s:g} s")
     run_scope.cancel()
+
+
+def _approval_handlers(
+    approve: Literal["ask", "allow", "deny"], terminal: TerminalConsole | None
+) -> tuple[ApprovalHandler | None, QuestionHandler | None]:
+    """Who answers permission asks and questions, as ``--approve`` says."""
+    if approve == "ask":
+        if terminal is not None:
+            # In the live view the keyboard has one owner: prompts are answered there.
+            return terminal.approve, terminal.answer_question
+        prompt = TerminalApprovalHandler()
+        return prompt, prompt.answer_question
+    if approve == "allow":
+        return fixed_approval_handler("allow"), None
+    # "deny": no handler; an ask is refused, naming the rule that would allow it.
+    return None, None
+
+
+def _task_report(r: TaskRecord) -> dict[str, Any]:
+    """One task of the session, as ``--json`` reports it."""
+    return {
+        "agentId": r.task_id,
+        "kind": r.kind,
+        "parent_task_id": r.parent_task_id,
+        "description": r.description,
+        "subagent_type": r.subagent_type,
+        "background": r.background,
+        "status": r.status,
+        "error": r.error,
+        "sandbox": r.sandbox.model_dump() if r.sandbox is not None else None,
+        "sandbox_enforced": r.sandbox is not None and r.sandbox.enforced,
+        "usage": r.usage.model_dump(),
+        "output_file": r.output_file,
+    }
 
 
 async def _run(
@@ -200,73 +244,50 @@ async def _run(
 ) -> tuple[int, dict[str, Any], list[TaskRecord]]:
     outcome: AgentOutcome | None = None
     status = "completed"
-    handler: ApprovalHandler | None = None
-    questions: QuestionHandler | None = None
     keys = sys.stdin.isatty() and console.is_terminal and not request.json
     terminal = TerminalConsole() if keys else None
-    if request.approve == "ask":
-        if terminal is not None:
-            # In the live view the keyboard has one owner: prompts are answered there.
-            handler, questions = terminal.approve, terminal.answer_question
-        else:
-            prompt = TerminalApprovalHandler()
-            handler, questions = prompt, prompt.answer_question
-    elif request.approve == "allow":
-        handler = fixed_approval_handler("allow")
-    # "deny": no handler; an ask is refused, naming the rule that would allow it.
+    handler, questions = _approval_handlers(request.approve, terminal)
     async with (
         interruptible() as interruption,
         Subvisor(request.settings, approval_handler=handler, question_handler=questions) as host,
     ):
+        store, registry, runs = host.store, host.registry, host.runs
         root = RootSession(
             host, model=request.model, cwd=request.cwd, extra_tools=workflow_tools(host)
         )
-        async with serve_control(host, root.session_id, root=root):
+        session_id = root.session_id
+        async with serve_control(host, session_id, root=root):
             timed_out = trio.Event()
             async with trio.open_nursery() as nursery:
                 # Ctrl-C and SIGTERM: every worker is stopped, then the root's turn ends.
                 nursery.start_soon(interruption.stop_on_signal, host.stop_all, nursery.cancel_scope)
                 if console.is_terminal and not request.json:
-                    nursery.start_soon(_show_progress, host, root, console, terminal)
+                    nursery.start_soon(
+                        _show_progress, registry, runs, session_id, console, terminal
+                    )
                 if terminal is not None:
-                    terminal.on_background = lambda: _move_foreground(host, root.session_id)
+                    terminal.on_background = lambda: _move_foreground(runs, session_id)
                     nursery.start_soon(terminal.read_keys, sys.stdin.fileno())
                 if request.timeout_s:
                     nursery.start_soon(
-                        _enforce_timeout, host, request.timeout_s, timed_out, nursery.cancel_scope
+                        _enforce_timeout, runs, request.timeout_s, timed_out, nursery.cancel_scope
                     )
                 outcome = await root.run(request.prompt)
                 nursery.cancel_scope.cancel()
             if interruption.signum is not None:
                 status, outcome = "interrupted", None
-                host.store.set_session_status(root.session_id, status, interruption.reason)
+                store.set_session_status(session_id, status, interruption.reason)
             elif timed_out.is_set():
                 status = "timeout"
-        records = host.registry.list(root.session_id)
+        records = registry.list(session_id)
         narration = [text for text in map(_narrate, root.loop.messages) if text is not None]
         report = {
-            "session_id": root.session_id,
+            "session_id": session_id,
             "status": status if outcome is None or status == "timeout" else outcome.status,
             "answer": outcome.text if outcome is not None else None,
             "narration": narration,
-            "usage": _usage_summary(host, root),
-            "tasks": [
-                {
-                    "agentId": r.task_id,
-                    "kind": r.kind,
-                    "parent_task_id": r.parent_task_id,
-                    "description": r.description,
-                    "subagent_type": r.subagent_type,
-                    "background": r.background,
-                    "status": r.status,
-                    "error": r.error,
-                    "sandbox": r.sandbox.model_dump() if r.sandbox is not None else None,
-                    "sandbox_enforced": r.sandbox is not None and r.sandbox.enforced,
-                    "usage": r.usage.model_dump(),
-                    "output_file": r.output_file,
-                }
-                for r in records
-            ],
+            "usage": _usage_summary(store, root),
+            "tasks": [_task_report(r) for r in records],
         }
     code = 124 if status == "timeout" else 0
     if interruption.signum is not None:

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,9 +34,12 @@ from protocol import ResourceLimits
 
 from ..delegation._root import RootSession
 from ..delegation._settings import SubvisorSettings
+from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
 from ..files._untrusted_yaml import dump_yaml
+from ..kernel import Supervisor
 from ..state._paths import subvisor_home
+from ..state._store import SessionStore
 from ..state._task_record import TaskRecord
 from ._control import serve_control
 from ._interrupt import RunInterruptedError, interruptible
@@ -229,18 +232,93 @@ def _scenario(
     return {"agents": {"root": root, **scenario}}, planned, backgrounds
 
 
-def _progress(host: Subvisor, total: int) -> StressProgress:
-    runs = list(host.runs.values())
-    ended = [run.record for run in runs if run.done.is_set() and run.record is not None]
+def _progress(runs: Mapping[str, SubagentRun], fleet: Supervisor, total: int) -> StressProgress:
+    live = list(runs.values())
+    ended = [run.record for run in live if run.done.is_set() and run.record is not None]
     completed = sum(record.status == "completed" for record in ended)
     return StressProgress(
         total=total,
-        launched=len(runs),
-        live_workers=len(host.fleet.workers),
+        launched=len(live),
+        live_workers=len(fleet.workers),
         completed=completed,
         failed=len(ended) - completed,
-        waiting_for_model=sum(run.waiting_for_model for run in runs),
+        waiting_for_model=sum(run.waiting_for_model for run in live),
     )
+
+
+@dataclass
+class _Peaks:
+    """The highest figures seen while the stress run went on."""
+
+    rss: int
+    workers: int = 0
+    waiting: int = 0
+
+
+async def _sample_peaks(
+    peaks: _Peaks,
+    runs: Mapping[str, SubagentRun],
+    fleet: Supervisor,
+    report: Callable[[], None] | None,
+) -> None:
+    """Until cancelled: every 50 ms the peaks, every 200 ms a progress ``report``."""
+    me = psutil.Process()
+    tick = 0
+    while True:
+        peaks.workers = max(peaks.workers, len(fleet.workers))
+        peaks.waiting = max(peaks.waiting, sum(run.waiting_for_model for run in runs.values()))
+        peaks.rss = max(peaks.rss, me.memory_info().rss)
+        if report is not None and tick % 4 == 0:
+            report()
+        tick += 1
+        await trio.sleep(0.05)
+
+
+def _run_timings(runs: Iterable[SubagentRun]) -> dict[str, dict[str, Any]]:
+    """Each run's launch, readiness and worker times, by task id."""
+    return {
+        run.task_id: {
+            "requested": run.started_at,
+            "ready": run.ready_at,
+            "worker_started": run.worker_started_at,
+            "node": run.worker_node,
+            "worker_wall": run.worker_wall_seconds,
+        }
+        for run in runs
+    }
+
+
+def _root_facts(root: RootSession, store: SessionStore) -> dict[str, Any]:
+    """What the root's transcript and events say: notifications, refusals, call times."""
+    messages = root.loop.messages
+    notified_ids = [
+        task_id
+        for message in messages
+        if message.role == "user"
+        for task_id in re.findall(r"<task-id>(.*?)</task-id>", message.content)
+    ]
+    agent_calls = {
+        call.id: str(call.input.get("description"))
+        for message in messages
+        if message.role == "assistant"
+        for call in message.tool_calls
+        if call.name == "Agent"
+    }
+    refusals = {
+        agent_calls[message.tool_call_id]: message.content
+        for message in messages
+        if message.role == "tool"
+        and message.is_error
+        and message.tool_call_id in agent_calls
+        and _CAP_ERROR in message.content
+    }
+    call_times: dict[str, dict[str, float]] = {}
+    for event in store.events(root.session_id):
+        if event.name in ("tool.started", "tool.finished"):
+            call_id = event.data.get("call_id")
+            if call_id in agent_calls:
+                call_times.setdefault(agent_calls[call_id], {})[event.name] = event.ts
+    return {"notified_ids": notified_ids, "refusals": refusals, "call_times": call_times}
 
 
 async def _drive(
@@ -254,106 +332,49 @@ async def _drive(
         placement="ray" if options.ray_address is not None else "local",
         ray_address=options.ray_address or "auto",
     )
-    me = psutil.Process()
-    peak_rss = me.memory_info().rss
-    peak_workers = peak_waiting = 0
+    peaks = _Peaks(rss=psutil.Process().memory_info().rss)
     expected = min(options.agents, options.session_cap)
     async with (
         interruptible() as interruption,
         Subvisor(settings) as host,
         contextlib.AsyncExitStack() as control,
     ):
+        store, registry, runs, fleet = host.store, host.registry, host.runs, host.fleet
         root = RootSession(host, model=model, cwd=work / "tree")
         # `subvisor top` finds live sessions in the user's SUBVISOR_HOME, not the temporary one.
         await control.enter_async_context(
             serve_control(host, root.session_id, root=root, home=subvisor_home())
         )
+
+        def report() -> None:
+            if on_progress is not None:
+                on_progress(_progress(runs, fleet, expected))
+
         # One instant on each clock the timings come from, to put them on one axis.
         clocks = {"epoch": time.time(), "monotonic": time.monotonic(), "trio": trio.current_time()}
         async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                nonlocal peak_rss, peak_workers, peak_waiting
-                tick = 0
-                while True:
-                    peak_workers = max(peak_workers, len(host.fleet.workers))
-                    waiting = sum(run.waiting_for_model for run in host.runs.values())
-                    peak_waiting = max(peak_waiting, waiting)
-                    peak_rss = max(peak_rss, me.memory_info().rss)
-                    if on_progress is not None and tick % 4 == 0:
-                        on_progress(_progress(host, expected))
-                    tick += 1
-                    await trio.sleep(0.05)
-
-            nursery.start_soon(watch)
+            nursery.start_soon(_sample_peaks, peaks, runs, fleet, report if on_progress else None)
             # Ctrl-C and SIGTERM: every worker is stopped, then the run ends (S-SEC-6).
             nursery.start_soon(interruption.stop_on_signal, host.stop_all, nursery.cancel_scope)
             await root.run("stress")
             nursery.cancel_scope.cancel()
         if interruption.signum is not None:
-            host.store.set_session_status(root.session_id, "interrupted", interruption.reason)
+            store.set_session_status(root.session_id, "interrupted", interruption.reason)
             raise RunInterruptedError(interruption)
         wall = time.monotonic() - clocks["monotonic"]
-        if on_progress is not None:
-            on_progress(_progress(host, expected))
-        records = host.registry.list(root.session_id)
-        stored = host.store.tasks_for_session(root.session_id)
-        runs = {
-            run.task_id: {
-                "requested": run.started_at,
-                "ready": run.ready_at,
-                "worker_started": run.handle.started_at if run.handle is not None else None,
-                "node": run.handle.node if run.handle is not None else None,
-                "worker_wall": (
-                    run.handle.exit.wall_seconds
-                    if run.handle is not None and run.handle.exit is not None
-                    else None
-                ),
-            }
-            for run in host.runs.values()
+        report()
+        return {
+            "records": registry.list(root.session_id),
+            "stored": store.tasks_for_session(root.session_id),
+            "runs": _run_timings(runs.values()),
+            "delivered": dict(root.queue.delivered_at),
+            **_root_facts(root, store),
+            "clocks": clocks,
+            "wall_s": wall,
+            "peak_workers": peaks.workers,
+            "peak_waiting": peaks.waiting,
+            "peak_rss": peaks.rss,
         }
-        delivered = dict(root.queue.delivered_at)
-        notified_ids = [
-            task_id
-            for message in root.loop.messages
-            if message.role == "user"
-            for task_id in re.findall(r"<task-id>(.*?)</task-id>", message.content)
-        ]
-        agent_calls = {
-            call.id: str(call.input.get("description"))
-            for message in root.loop.messages
-            if message.role == "assistant"
-            for call in message.tool_calls
-            if call.name == "Agent"
-        }
-        refusals = {
-            agent_calls[message.tool_call_id]: message.content
-            for message in root.loop.messages
-            if message.role == "tool"
-            and message.is_error
-            and message.tool_call_id in agent_calls
-            and _CAP_ERROR in message.content
-        }
-        call_times: dict[str, dict[str, float]] = {}
-        for event in host.store.events(root.session_id):
-            if event.name in ("tool.started", "tool.finished"):
-                call_id = event.data.get("call_id")
-                if call_id in agent_calls:
-                    call_times.setdefault(agent_calls[call_id], {})[event.name] = event.ts
-    return {
-        "records": records,
-        "stored": stored,
-        "runs": runs,
-        "delivered": delivered,
-        "notified_ids": notified_ids,
-        "refusals": refusals,
-        "call_times": call_times,
-        "clocks": clocks,
-        "wall_s": wall,
-        "peak_workers": peak_workers,
-        "peak_waiting": peak_waiting,
-        "peak_rss": peak_rss,
-    }
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -8,8 +8,9 @@ model's tool input (its JSON schema is ``spec.input_schema``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 from pydantic import ValidationError
@@ -45,11 +46,10 @@ from ._agent_tool_schema import (
 )
 from ._launch_order import LaunchOrder
 from ._mcp import McpHub, split_mcp_tool_name
-from ._notifications import CommandQueue
 from ._settings import SubvisorSettings
-from ._subagents import SubagentLaunch, SubagentRun
+from ._subagents import RunStarter, SubagentLaunch, SubagentRun
 
-__all__ = ["AgentTool", "AgentToolHost", "subagent_system_prompt"]
+__all__ = ["AgentTool", "LaunchServices", "subagent_system_prompt"]
 
 
 def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
@@ -61,27 +61,22 @@ def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
     )
 
 
-class AgentToolHost(Protocol):
-    """What the Agent tool uses of the ``Subvisor`` it launches on."""
+@dataclass(frozen=True, slots=True)
+class LaunchServices:
+    """What the Agent tool of every session of one ``Subvisor`` uses, each part by name."""
 
-    home: Path
     settings: SubvisorSettings
+    #: The subvisor home: profiles' persistent memory lives under it (S-PROF-8).
+    home: Path
+    #: Earlier agents' records and transcripts, for a resume by ``task_id``.
     store: SessionStore
+    #: A session's launches so far, against ``max_subagents_per_session``.
     registry: TaskRegistry
+    #: The MCP tools a child may borrow (S-MCP-1).
     mcp: McpHub
+    #: Resolves an explicit model before anything starts (S-MODEL-1).
     gateway: ModelGateway
-
-    def launch_order(self, parent_session_id: str) -> LaunchOrder:
-        """The line of a session's launches for worker slots."""
-        ...
-
-    def command_queue(self, session_id: str) -> CommandQueue:
-        """A parent session's command queue."""
-        ...
-
-    def start(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun:
-        """Register and start a subagent in the host's nursery."""
-        ...
+    start: RunStarter
 
 
 class AgentTool:
@@ -92,8 +87,9 @@ class AgentTool:
 
     def __init__(
         self,
-        host: AgentToolHost,
+        services: LaunchServices,
         *,
+        launch_order: LaunchOrder,
         parent_session_id: str,
         parent_tools: Sequence[str],
         catalog: ProfileCatalog,
@@ -101,14 +97,15 @@ class AgentTool:
         cwd: Path,
         parent_policy: ToolPolicy,
     ) -> None:
-        self._host = host
+        self._services = services
         self._parent_session_id = parent_session_id
         self._parent_tools = tuple(parent_tools)
         self._current_model = current_model
         self._cwd = cwd
         self._parent_policy = parent_policy
         self._catalog = catalog
-        self._launch_order = host.launch_order(parent_session_id)
+        #: The parent session's line for worker slots.
+        self._launch_order = launch_order
         #: Places in line taken by ``reserve``, by tool call id.
         self._tickets: dict[str, int] = {}
         # S-TOOL-4: agents whose `task` permission is deny are neither listed
@@ -159,7 +156,7 @@ class AgentTool:
 
         ``model`` is a one-shot override for this launch (S-MODEL-1), for
         harnesses; the model itself cannot choose one. ``ticket``, from
-        ``host.launch_order(parent).ticket()``, is its place in line for a worker
+        the parent session's ``LaunchOrder.ticket()``, is its place in line for a worker
         slot when several launches wait (default: behind all so far); the
         caller passes it once this returns.
         """
@@ -175,7 +172,7 @@ class AgentTool:
         except (SubvisorError, ValueError) as exc:
             # ValueError: a bad value outside the tree (a profile name that makes no memory dir).
             return ToolOutput(f"Error: {exc}", is_error=True)
-        run = self._host.start(launch, ticket=ticket)
+        run = self._services.start(launch, ticket=ticket)
         if launch.background:
             await run.ready.wait()
             if run.done.is_set() and run.record is not None and run.record.status == "failed":
@@ -212,7 +209,7 @@ class AgentTool:
     async def _wait_in_foreground(self, run: SubagentRun) -> None:
         """Until the run ends or moves to the background (on request or after
         ``auto_background_ms``)."""
-        auto_ms = self._host.settings.auto_background_ms
+        auto_ms = self._services.settings.auto_background_ms
         async with trio.open_nursery() as nursery:
 
             async def until(event: trio.Event) -> None:
@@ -231,8 +228,8 @@ class AgentTool:
     def _plan(
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None
     ) -> SubagentLaunch:
-        cap = self._host.settings.max_subagents_per_session
-        launched = self._host.registry.count(self._parent_session_id, "local_agent")
+        cap = self._services.settings.max_subagents_per_session
+        launched = self._services.registry.count(self._parent_session_id, "local_agent")
         if launched >= cap:
             raise SubvisorError(
                 f"this session already launched {launched} subagents, its "
@@ -242,13 +239,13 @@ class AgentTool:
         history: tuple[ChatMessage, ...] = ()
         subagent_type = request.subagent_type
         if request.task_id is not None:
-            previous = self._host.store.find_task(request.task_id)
+            previous = self._services.store.find_task(request.task_id)
             if previous is None or previous.child_session_id is None:
                 raise SubvisorError(
                     f"no earlier agent with task_id {request.task_id!r}; omit task_id to start "
                     "a new agent"
                 )
-            history = tuple(self._host.store.messages(previous.child_session_id))
+            history = tuple(self._services.store.messages(previous.child_session_id))
             subagent_type = previous.subagent_type or subagent_type
         found = self._catalog.resolve(subagent_type)
         if found.name not in self._profiles:
@@ -266,17 +263,17 @@ class AgentTool:
                 "permissionMode; move it to a user-level profile to use it"
             )
         # S-PROF-8: persistent memory joins the prompt (and its tools the set).
-        profile = apply_memory(found, home=self._host.home, project_dir=self._cwd)
+        profile = apply_memory(found, home=self._services.home, project_dir=self._cwd)
         model = self._model_for(profile, override)
         cwd = str(self._cwd)
         tools, mcp_tools = self._split_mcp(profile)
         sandbox = choose_sandbox(
             profile,
             tools,
-            self._host.settings.sandbox,
+            self._services.settings.sandbox,
             project_dir=self._cwd,
-            memory_dir=memory_dir(profile, home=self._host.home, project_dir=self._cwd),
-            home=self._host.home,
+            memory_dir=memory_dir(profile, home=self._services.home, project_dir=self._cwd),
+            home=self._services.home,
         )
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
@@ -287,10 +284,10 @@ class AgentTool:
             tools=tools,
             mcp_tools=mcp_tools,
             model=model,
-            max_turns=profile.max_turns or self._host.settings.max_turns,
+            max_turns=profile.max_turns or self._services.settings.max_turns,
             background=request.run_in_background or profile.background,
             cwd=cwd,
-            limits=self._host.settings.subagent_limits,
+            limits=self._services.settings.subagent_limits,
             sandbox=sandbox,
             policy=self._child_policy(profile),
             tool_use_id=tool_use_id,
@@ -299,7 +296,7 @@ class AgentTool:
 
     def _split_mcp(self, profile: AgentProfile) -> tuple[tuple[str, ...], tuple[ToolSpec, ...]]:
         """Local tool names, and the MCP tools lent to the child (S-MCP-1, S-PROF-9)."""
-        hub = self._host.mcp
+        hub = self._services.mcp
         for server in profile.mcp_servers:
             if server not in hub.connected:
                 raise SubvisorError(f"Required MCP server is not connected: {server}")
@@ -320,7 +317,7 @@ class AgentTool:
         # profile's), then what it inherits from the parent (external
         # directories and every deny), then todowrite/task denied by default.
         own = (
-            self._host.settings.rules
+            self._services.settings.rules
             + rules_from_config(profile.permission or {})
             + tools_map_to_rules(profile.tool_switches or {})
         )
@@ -336,7 +333,7 @@ class AgentTool:
         # that cannot be resolved is an error, never a silent fall-back.
         for explicit in (override, profile.model):
             if explicit is not None and parse_model_string(explicit) is not None:
-                self._host.gateway.resolve(explicit)
+                self._services.gateway.resolve(explicit)
                 return explicit
         return self._current_model()
 
@@ -348,7 +345,7 @@ class AgentTool:
         outcome = run.outcome
         status = outcome.status if outcome is not None else "completed"
         text = record.result or ""
-        if self._host.settings.result_style == "opencode":
+        if self._services.settings.result_style == "opencode":
             return ToolOutput(format_task_result(text, task_id=run.task_id, state=status))
         return ToolOutput(
             format_foreground_result(
@@ -365,7 +362,7 @@ class AgentTool:
         record = run.record
         assert record is not None
         error = record.error or record.status
-        if self._host.settings.result_style == "opencode":
+        if self._services.settings.result_style == "opencode":
             return ToolOutput(format_task_error(error, task_id=run.task_id), is_error=True)
         return ToolOutput(
             f'Error: agent "{record.description}" ({run.task_id}) {record.status}: {error}',

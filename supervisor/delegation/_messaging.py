@@ -11,8 +11,8 @@ notification.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from protocol import ToolCall, ToolSpec
 from worker.tools import ToolOutput
@@ -20,9 +20,9 @@ from worker.tools import ToolOutput
 from ..state._store import SessionStore
 from ..state._tasks import TaskRegistry
 from ._agent_tool import AgentTool
-from ._subagents import SubagentRun
+from ._subagents import BackgroundSpawner, SubagentRun
 
-__all__ = ["COORDINATOR_INPUT", "MessagingHost", "SendMessageTool"]
+__all__ = ["COORDINATOR_INPUT", "SendMessageTool"]
 
 log = logging.getLogger("subvisor")
 
@@ -32,28 +32,30 @@ COORDINATOR_INPUT = (
 )
 
 
-class MessagingHost(Protocol):
-    """What SendMessage uses of the ``Subvisor``: where to find a run or its record."""
-
-    store: SessionStore
-    registry: TaskRegistry
-    runs: dict[str, SubagentRun]
-
-    def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
-        ...
-
-
 class SendMessageTool:
     """The root's SendMessage tool."""
 
     aliases: Sequence[str] = ()
     concurrency_safe = True
 
-    def __init__(self, host: MessagingHost, session_id: str, agent_tool: AgentTool) -> None:
-        self._host = host
+    def __init__(
+        self,
+        session_id: str,
+        agent_tool: AgentTool,
+        *,
+        runs: Mapping[str, SubagentRun],
+        registry: TaskRegistry,
+        store: SessionStore,
+        spawn: BackgroundSpawner,
+    ) -> None:
+        """``runs``: the live runs by task id; ``registry`` then ``store``: the records
+        of ended ones; ``agent_tool``: the session's, which resumes an ended agent."""
         self._session_id = session_id
         self._agent_tool = agent_tool
+        self._runs = runs
+        self._registry = registry
+        self._store = store
+        self._spawn = spawn
         self.spec = ToolSpec(
             name="SendMessage",
             description=(
@@ -79,7 +81,7 @@ class SendMessageTool:
         message: Any = call.input.get("message")
         if not isinstance(to, str) or not isinstance(message, str) or not message.strip():
             return ToolOutput("Error: SendMessage needs 'to' (an agentId) and a 'message'.", True)
-        run = self._host.runs.get(to)
+        run = self._runs.get(to)
         if run is not None and run.launch.parent_session_id == self._session_id:
             outcome = await run.steer(message)
             if outcome == "delivered":
@@ -91,12 +93,12 @@ class SendMessageTool:
             if outcome == "undelivered":
                 # S-MSG-1: delivery failed, so it is queued: the run holds it
                 # until it ends, then a new turn starts with it.
-                self._host.spawn_background(self._resume_after, run, message, call.id)
+                self._spawn(self._resume_after, run, message, call.id)
                 return ToolOutput(
                     f"queued: agent {to} is ending its turn; it gets the message in a new "
                     "turn, in the background, once this one has ended."
                 )
-        record = self._host.registry.get(to) or self._host.store.find_task(to)
+        record = self._registry.get(to) or self._store.find_task(to)
         if record is None or record.parent_session_id != self._session_id:
             return ToolOutput(f"Error: no agent {to!r} was launched in this session.", True)
         if record.kind != "local_agent":
@@ -123,7 +125,7 @@ class SendMessageTool:
     async def _resume_after(self, run: SubagentRun, message: str, tool_use_id: str) -> None:
         """The queued message of a run whose turn was ending: a new turn once it ended.
 
-        It runs in the host's nursery, which must live: a resume that fails
+        It runs in the ``Subvisor``'s nursery, which must live: a resume that fails
         is logged (its launch error is in the registry), never raised.
         """
         await run.done.wait()

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import psutil
 from pydantic import BaseModel, ValidationError
@@ -19,6 +19,7 @@ from protocol import (
     ModelRequest,
     ModelResult,
     ToolCall,
+    ToolSpec,
     UserQuestion,
 )
 from worker.agent import ASK_USER_QUESTION_SPEC, AgentLoop, HostTool, Toolbox
@@ -33,13 +34,14 @@ from ..profiles._profile_catalog import ProfileCatalog
 from ..providers import ModelGateway
 from ..state._store import SessionStore
 from ..state._task_record import TaskUsage
-from ._agent_tool import AgentTool, AgentToolHost
+from ._agent_tool import AgentTool
 from ._mcp import McpHubTool
-from ._messaging import MessagingHost, SendMessageTool
+from ._messaging import SendMessageTool
 from ._notifications import Command, format_command_turn
-from ._shells import BashWithBackground, ShellHost, TaskListTool, TaskOutputTool, TaskStopTool
+from ._shells import BashWithBackground, TaskListTool, TaskOutputTool, TaskStopTool
+from ._subvisor import Subvisor
 
-__all__ = ["ROOT_SYSTEM_PROMPT", "RootHost", "RootSession", "RootToolFactory", "root_usage"]
+__all__ = ["ROOT_SYSTEM_PROMPT", "RootSession", "RootToolFactory", "root_usage"]
 
 ROOT_SYSTEM_PROMPT = (
     "You are the main agent of a subvisor session. Do the user's task. Delegate independent "
@@ -52,17 +54,6 @@ EventObserver = Callable[[str, str, dict[str, Any]], None]
 D = TypeVar("D", bound=BaseModel)
 #: Tools a higher room offers the root alone (the workflow tools); never a subagent's.
 RootToolFactory = Callable[["RootSession"], Sequence[HostTool]]
-
-
-class RootHost(AgentToolHost, MessagingHost, ShellHost, Protocol):
-    """What a root session uses of its ``Subvisor``: its tools' needs, plus approvals."""
-
-    #: Decides the root's tool calls and puts its asks and questions to a person.
-    desk: ApprovalDesk
-
-    def has_background_work(self, parent_session_id: str) -> bool:
-        """Whether a background run of the session (an agent, a workflow) has not ended."""
-        ...
 
 
 class DirectModelPort:
@@ -85,13 +76,14 @@ class DirectModelPort:
 class PolicyApprovals:
     """The root's approval port: its rules, then the session's approval handler."""
 
-    def __init__(self, root: RootSession) -> None:
+    def __init__(self, desk: ApprovalDesk, root: RootSession) -> None:
+        self._desk = desk
         self._root = root
 
     async def authorize(self, call: ToolCall) -> str | None:
         """``None`` when the call may run, else why not."""
         root = self._root
-        decision = await root.host.desk.authorize(root, call.name, call.input, root.requester)
+        decision = await self._desk.authorize(root, call.name, call.input, root.requester)
         return None if decision.action == "allow" else decision.reason
 
 
@@ -102,12 +94,12 @@ class RootQuestionTool:
     concurrency_safe = False
     spec = ASK_USER_QUESTION_SPEC
 
-    def __init__(self, root: RootSession) -> None:
-        self._root = root
+    def __init__(self, desk: ApprovalDesk, requester: Requester) -> None:
+        self._desk = desk
+        self._requester = requester
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Ask and wait for the answer."""
-        root = self._root
         try:
             question = UserQuestion.model_validate(call.input)
         except ValidationError:
@@ -115,7 +107,7 @@ class RootQuestionTool:
                 "Error: AskUserQuestion needs a non-empty 'question' and string 'options'.",
                 is_error=True,
             )
-        answer = await root.host.desk.ask(question, root.requester)
+        answer = await self._desk.ask(question, self._requester)
         if answer.answer is not None:
             return ToolOutput(f"The user answered: {answer.answer}")
         return ToolOutput(f"Error: {answer.reason}", is_error=True)
@@ -142,11 +134,15 @@ class StoreEventSink:
 
 
 class RootSession:
-    """A root agent with local tools and the Agent tool, backed by a ``Subvisor``."""
+    """A root agent with local tools and the Agent tool, backed by a ``Subvisor``.
+
+    It takes from ``host`` the parts its tools use and hands each tool its own,
+    by name; nothing it builds holds the ``Subvisor`` itself.
+    """
 
     def __init__(
         self,
-        host: RootHost,
+        host: Subvisor,
         *,
         model: str,
         cwd: Path,
@@ -157,11 +153,12 @@ class RootSession:
         extra_tools: RootToolFactory | None = None,
     ) -> None:
         host.gateway.resolve(model)  # fail now, with the gateway's message, if unusable
-        self.host = host
         self.model = model
         self.cwd = cwd
         self.session_id = session_id or f"sess_{uuid.uuid4().hex[:16]}"
-        host.store.create_session(
+        self._store = store = host.store
+        self._has_background_work = host.has_background_work
+        store.create_session(
             self.session_id, parent_id=None, task_type="root", model=model, cwd=str(cwd)
         )
         self.queue = host.command_queue(self.session_id)
@@ -178,7 +175,8 @@ class RootSession:
         mcp_specs = host.mcp.tool_specs()
         self.policy = ToolPolicy(rules=settings.rules, mode=settings.mode, project_dir=str(cwd))
         self.agent_tool = AgentTool(
-            host,
+            host.launch_services,
+            launch_order=host.launch_order(self.session_id),
             parent_session_id=self.session_id,
             parent_tools=(*local.names, "Agent", *(spec.name for spec in mcp_specs)),
             catalog=catalog
@@ -187,36 +185,63 @@ class RootSession:
             cwd=cwd,
             parent_policy=self.policy,
         )
-        host_tools: list[HostTool] = [
-            TaskListTool(host, self.session_id),
-            TaskOutputTool(host),
-            TaskStopTool(host),
-            RootQuestionTool(self),
-            *(McpHubTool(host.mcp, spec) for spec in mcp_specs),
-        ]
-        # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
-        if agent_tool_enabled(settings.subagent_depth, 0):
-            host_tools[:0] = [
-                self.agent_tool,
-                SendMessageTool(host, self.session_id, self.agent_tool),
-            ]
-        if "Bash" in local:
-            host_tools.append(BashWithBackground(host, self.session_id, context))
+        host_tools = self._host_tools(host, local, context, mcp_specs)
         if extra_tools is not None:
             # The root's alone: not in ``parent_tools``, so no subagent inherits them.
             host_tools.extend(extra_tools(self))
         #: The root's tools: exactly what its model is offered.
-        self.toolbox = Toolbox(local, context, host_tools, approvals=PolicyApprovals(self))
+        approvals = PolicyApprovals(host.desk, self)
+        self.toolbox = Toolbox(local, context, host_tools, approvals=approvals)
         self.loop = AgentLoop(
             model=DirectModelPort(host.gateway),
             tools=self.toolbox,
-            events=StoreEventSink(host.store, self.session_id, observer),
+            events=StoreEventSink(store, self.session_id, observer),
             system=ROOT_SYSTEM_PROMPT,
             model_name=model,
             agent_keys=("root",),
-            max_turns=host.settings.root_max_turns,
+            max_turns=settings.root_max_turns,
             between_steps=self._take_commands,
         )
+
+    def _host_tools(
+        self,
+        host: Subvisor,
+        local: LocalToolSet,
+        context: ToolContext,
+        mcp_specs: Sequence[ToolSpec],
+    ) -> list[HostTool]:
+        """The root's tools beyond its local ones, each given the parts it uses."""
+        registry, spawn = host.registry, host.spawn_background
+        tools: list[HostTool] = []
+        # S-POL-4: the root is depth 0; subagent_depth 0 takes its Agent tool away.
+        if agent_tool_enabled(host.settings.subagent_depth, 0):
+            send_message = SendMessageTool(
+                self.session_id,
+                self.agent_tool,
+                runs=host.runs,
+                registry=registry,
+                store=host.store,
+                spawn=spawn,
+            )
+            tools += [self.agent_tool, send_message]
+        tools += [
+            TaskListTool(registry, self.session_id),
+            TaskOutputTool(registry),
+            TaskStopTool(registry),
+            RootQuestionTool(host.desk, self.requester),
+            *(McpHubTool(host.mcp, spec) for spec in mcp_specs),
+        ]
+        if "Bash" in local:
+            tools.append(
+                BashWithBackground(
+                    context,
+                    registry=registry,
+                    queue=self.queue,
+                    spawn=spawn,
+                    session_id=self.session_id,
+                )
+            )
+        return tools
 
     async def _take_commands(self) -> list[str]:
         # S-NOTE-2: notifications that arrived during the turn are injected
@@ -246,15 +271,15 @@ class RootSession:
         """
         try:
             outcome = await self.ask(prompt)
-            while self.host.has_background_work(self.session_id) or len(self.queue):
+            while self._has_background_work(self.session_id) or len(self.queue):
                 await self.queue.wait()
                 commands = self.queue.take()
                 if commands:
                     outcome = await self.loop.run(format_command_turn(commands))
         except Exception as exc:
-            self.host.store.set_session_status(self.session_id, "failed", str(exc) or None)
+            self._store.set_session_status(self.session_id, "failed", str(exc) or None)
             raise
-        self.host.store.set_session_status(self.session_id, outcome.status)
+        self._store.set_session_status(self.session_id, outcome.status)
         return outcome
 
 

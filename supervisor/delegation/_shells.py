@@ -14,9 +14,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -29,24 +28,11 @@ from ..kernel import reap_child
 from ..state._task_record import TaskRecord, TaskUsage, new_task_id
 from ..state._tasks import TaskError, TaskRegistry
 from ._notifications import Command, CommandQueue, build_task_notification
+from ._subagents import BackgroundSpawner
 
-__all__ = ["BashWithBackground", "ShellHost", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
+__all__ = ["BashWithBackground", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
 
 _TERM_GRACE_S = 2.0
-
-
-class ShellHost(Protocol):
-    """What the root's shell and task tools use of the ``Subvisor``."""
-
-    registry: TaskRegistry
-
-    def command_queue(self, session_id: str) -> CommandQueue:
-        """A parent session's command queue."""
-        ...
-
-    def spawn_background(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the host's nursery (it outlives the calling turn)."""
-        ...
 
 
 class BashWithBackground:
@@ -55,10 +41,21 @@ class BashWithBackground:
     aliases: tuple[str, ...] = ("bash",)
     concurrency_safe = False
 
-    def __init__(self, host: ShellHost, session_id: str, context: ToolContext) -> None:
-        self._host = host
-        self._session_id = session_id
+    def __init__(
+        self,
+        context: ToolContext,
+        *,
+        registry: TaskRegistry,
+        queue: CommandQueue,
+        spawn: BackgroundSpawner,
+        session_id: str,
+    ) -> None:
+        """``queue`` is the session's: a command's end is its notification there."""
         self._context = context
+        self._registry = registry
+        self._queue = queue
+        self._spawn = spawn
+        self._session_id = session_id
         local = get_local_tool("Bash")
         assert local is not None
         schema = dict(local.spec.input_schema)
@@ -91,7 +88,7 @@ class BashWithBackground:
         )
 
     async def _start(self, command: str, description: str | None, tool_use_id: str) -> TaskRecord:
-        registry = self._host.registry
+        registry = self._registry
         record = registry.register(
             TaskRecord(
                 task_id=new_task_id("local_bash"),
@@ -125,7 +122,7 @@ class BashWithBackground:
             _signal_group(process.pid, signal.SIGKILL)
 
         registry.set_stopper(record.task_id, stop)
-        self._host.spawn_background(self._watch, record, process, pidfd, stopped)
+        self._spawn(self._watch, record, process, pidfd, stopped)
         return record
 
     async def _watch(
@@ -136,7 +133,7 @@ class BashWithBackground:
         # Whatever the command left in its group goes with it.
         _signal_group(process.pid, signal.SIGKILL)
         usage = TaskUsage(cpu_seconds=status.cpu_seconds, peak_rss_bytes=status.max_rss_bytes)
-        registry = self._host.registry
+        registry = self._registry
         if stopped:
             final = registry.finish(record.task_id, "killed", error=stopped[0], usage=usage)
         elif status.exit_code == 0:
@@ -153,7 +150,7 @@ class BashWithBackground:
                 record.task_id, "failed", error=f"{why}\n{_tail(record.log_file)}", usage=usage
             )
         if registry.mark_notified(final.task_id):
-            self._host.command_queue(self._session_id).enqueue(
+            self._queue.enqueue(
                 Command(
                     kind="task-notification",
                     priority="next",
@@ -204,8 +201,8 @@ class _TaskIdTool:
     name = ""
     description = ""
 
-    def __init__(self, host: ShellHost) -> None:
-        self._host = host
+    def __init__(self, registry: TaskRegistry) -> None:
+        self._registry = registry
         self.spec = ToolSpec(
             name=self.name,
             description=self.description,
@@ -234,10 +231,10 @@ class TaskOutputTool(_TaskIdTool):
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """Return the task's status and output."""
         task_id = self._task_id(call)
-        record = self._host.registry.get(task_id) if task_id else None
+        record = self._registry.get(task_id) if task_id else None
         if record is None:
             return ToolOutput(f"Error: no task {task_id!r}.", is_error=True)
-        output = self._host.registry.read_output(record.task_id)
+        output = self._registry.read_output(record.task_id)
         return ToolOutput(f"status: {record.status}\n{output[-30_000:]}")
 
 
@@ -253,7 +250,7 @@ class TaskStopTool(_TaskIdTool):
         if task_id is None:
             return ToolOutput("Error: task_id is required.", is_error=True)
         try:
-            record = await self._host.registry.stop(task_id)
+            record = await self._registry.stop(task_id)
         except TaskError as exc:
             return ToolOutput(f"Error: {exc}", is_error=True)
         return ToolOutput(f"task {record.task_id} {record.status}")
@@ -265,8 +262,8 @@ class TaskListTool:
     aliases: tuple[str, ...] = ()
     concurrency_safe = True
 
-    def __init__(self, host: ShellHost, session_id: str) -> None:
-        self._host = host
+    def __init__(self, registry: TaskRegistry, session_id: str) -> None:
+        self._registry = registry
         self._session_id = session_id
         self.spec = ToolSpec(
             name="TaskList",
@@ -277,7 +274,7 @@ class TaskListTool:
 
     async def __call__(self, call: ToolCall) -> ToolOutput:
         """One line per task."""
-        records = self._host.registry.list(self._session_id)
+        records = self._registry.list(self._session_id)
         if not records:
             return ToolOutput("No tasks in this session.")
         lines = [

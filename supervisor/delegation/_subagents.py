@@ -21,10 +21,10 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import trio
 
@@ -75,7 +75,14 @@ from ._notifications import (
     subagent_message_command,
 )
 
-__all__ = ["RunServices", "SubagentLaunch", "SubagentRun", "new_agent_id"]
+__all__ = [
+    "BackgroundSpawner",
+    "RunServices",
+    "RunStarter",
+    "SubagentLaunch",
+    "SubagentRun",
+    "new_agent_id",
+]
 
 log = logging.getLogger("subvisor")
 
@@ -134,6 +141,23 @@ class RunServices:
     #: Why every task is being stopped, once ``stop_all`` began (None before);
     #: a stop records it over its own reason.
     stopping_reason: Callable[[], str | None]
+
+
+class RunStarter(Protocol):
+    """Registers a subagent and starts it in the ``Subvisor``'s nursery (``Subvisor.start``).
+
+    ``ticket`` is its place in its parent's line for a worker slot (default:
+    behind every launch so far).
+    """
+
+    def __call__(self, launch: SubagentLaunch, *, ticket: int | None = None) -> SubagentRun: ...
+
+
+class BackgroundSpawner(Protocol):
+    """Runs ``fn(*args)`` in the ``Subvisor``'s nursery, so that it outlives the calling
+    turn (``Subvisor.spawn_background``)."""
+
+    def __call__(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None: ...
 
 
 class SubagentRun:
@@ -388,6 +412,22 @@ class SubagentRun:
     def started_at(self) -> float:
         """When the run was launched (monotonic)."""
         return self._started
+
+    @property
+    def worker_started_at(self) -> float | None:
+        """When its worker started (trio clock); None until it has one."""
+        return self.handle.started_at if self.handle is not None else None
+
+    @property
+    def worker_node(self) -> str | None:
+        """The cluster node its worker runs on; None on this machine, or with no worker yet."""
+        return self.handle.node if self.handle is not None else None
+
+    @property
+    def worker_wall_seconds(self) -> float | None:
+        """How long its worker lived, once it has ended; None before."""
+        end = self.handle.exit if self.handle is not None else None
+        return end.wall_seconds if end is not None else None
 
     @property
     def background(self) -> bool:

@@ -30,6 +30,7 @@ from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
 from ..state._tasks import TaskError, TaskRegistry
 from ._agent_requests import AgentRequestServer
+from ._agent_tool import LaunchServices
 from ._launch_order import LaunchOrder
 from ._lifecycle import LifecycleFeed
 from ._mcp import McpHub
@@ -43,9 +44,11 @@ __all__ = ["Subvisor"]
 class Subvisor:
     """Supervisor + gateway + store: everything a parent agent needs to delegate.
 
-    ``async with Subvisor(settings) as sv:`` then use ``sv.open_root_session``
-    (a whole root agent) or ``sv.agent_tool`` (just the Agent tool, for a
-    harness that brings its own parent loop).
+    ``async with Subvisor(settings) as sv:`` then ``RootSession(sv, ...)`` (a
+    whole root agent; its ``agent_tool`` alone serves a harness that brings
+    its own parent loop). Each part is built once here and handed by name to
+    what uses it: ``run_services`` to every subagent run, ``launch_services``
+    to every session's Agent tool.
     """
 
     def __init__(
@@ -100,6 +103,16 @@ class Subvisor:
             requests=self.requests,
             lifecycle=self.lifecycle,
             stopping_reason=lambda: self.stopping_reason,
+        )
+        #: What every session's Agent tool uses, by name (``AgentTool``).
+        self.launch_services = LaunchServices(
+            settings=self.settings,
+            home=self.home,
+            store=self.store,
+            registry=self.registry,
+            mcp=self.mcp,
+            gateway=self.gateway,
+            start=self.start,
         )
         # Per parent session: one session's launch held back (by an approval,
         # say) must not hold back another session's.

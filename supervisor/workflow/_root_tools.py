@@ -150,7 +150,12 @@ class WorkflowTools:
     """One root session's workflows: their tasks, their questions, and the four tools."""
 
     def __init__(self, host: Subvisor, root: RootSession) -> None:
-        self.host = host
+        #: What each ``WorkflowTask`` runs on (its engine takes the ``Subvisor``).
+        self._host = host
+        #: The session's tasks, for ReadSessionContext.
+        self._registry = host.registry
+        #: Runs each workflow in the ``Subvisor``'s nursery (it outlives the turn).
+        self._spawn = host.spawn_background
         self.root = root
         self.escalations = EscalationDesk(
             timeout_s=host.settings.workflow_question_timeout_s, deliver=self._deliver
@@ -215,7 +220,7 @@ class WorkflowTools:
         amend: str | None,
         tool_use_id: str,
     ) -> ToolOutput:
-        root, host = self.root, self.host
+        root = self.root
         try:
             name, sites = analyse_source(script, "<script>")
         except WorkflowError as exc:
@@ -225,7 +230,7 @@ class WorkflowTools:
                 True,
             )
         task = WorkflowTask(
-            host,
+            self._host,
             parent_session_id=root.session_id,
             queue=root.queue,
             escalations=self.escalations,
@@ -239,7 +244,7 @@ class WorkflowTools:
         )
         task.register()
         self.tasks[task.run_id] = task
-        host.spawn_background(task.run)
+        self._spawn(task.run)
         listed = ", ".join(
             f"{site['name'] or '<' + site['kind'] + '>'} (line {site['line']})" for site in sites
         )
@@ -280,7 +285,7 @@ class WorkflowTools:
                 "parent_task_id": record.parent_task_id,
                 "result": (record.result or record.error or "")[:_RESULT_CHARS] or None,
             }
-            for record in self.host.registry.list(root.session_id)
+            for record in self._registry.list(root.session_id)
         ]
         context = {
             "session_id": root.session_id,

@@ -70,7 +70,10 @@ class WorkflowTask:
         amend: str | None = None,
         tool_use_id: str | None = None,
     ) -> None:
+        #: What its script and actors run on (the engine takes the ``Subvisor``).
         self.host = host
+        self._store = host.store
+        self._registry = host.registry
         self.run_id = f"wf_{uuid.uuid4().hex[:12]}"
         self.parent_session_id = parent_session_id
         self.session_id = f"sess_workflow_{self.run_id}"
@@ -99,9 +102,8 @@ class WorkflowTask:
 
     def register(self) -> TaskRecord:
         """Store the workflow's session and task, and write its script (step 1)."""
-        host = self.host
-        with host.store.batch():
-            host.store.create_session(
+        with self._store.batch():
+            self._store.create_session(
                 self.session_id,
                 parent_id=self.parent_session_id,
                 task_type="workflow",
@@ -110,7 +112,7 @@ class WorkflowTask:
                 model=self.parent_model,
                 cwd=str(self.cwd),
             )
-            self.record = host.registry.register(
+            self.record = self._registry.register(
                 TaskRecord(
                     task_id=self.run_id,
                     kind="workflow",
@@ -127,7 +129,7 @@ class WorkflowTask:
                 )
             )
         self.script_path.write_text(self.source, encoding="utf-8")
-        host.registry.set_stopper(self.run_id, self.stop)
+        self._registry.set_stopper(self.run_id, self.stop)
         return self.record
 
     async def run(self) -> None:
@@ -187,26 +189,26 @@ class WorkflowTask:
         )
 
     def _finish(self, status: _Ending, result: str | None, error: str | None) -> None:
-        host = self.host
-        ended = (host.registry.get(actor_id) for actor_id in self._actors.values())
+        registry = self._registry
+        ended = (registry.get(actor_id) for actor_id in self._actors.values())
         usage = sum_usage(record.usage for record in ended if record is not None)
-        with host.store.batch():
-            self.record = host.registry.finish(
+        with self._store.batch():
+            self.record = registry.finish(
                 self.run_id, status, result=result, error=error, usage=usage
             )
-            host.store.set_session_status(self.session_id, status)
-        if host.registry.mark_notified(self.run_id):
+            self._store.set_session_status(self.session_id, status)
+        if registry.mark_notified(self.run_id):
             self._queue.enqueue(task_notification_command(self.record))
 
     # -- its actors (ActorObserver) ---------------------------------------------------
 
     def declared(self, actor: Actor) -> None:
         """Register the actor as a task under the workflow, and a subagent session."""
-        host, label = self.host, actor.definition.label
+        label = actor.definition.label
         session = f"sess_actor_{actor.agent_id}"
         description = f"actor {label} of {self.run_id}"
-        with host.store.batch():
-            host.store.create_session(
+        with self._store.batch():
+            self._store.create_session(
                 session,
                 parent_id=self.parent_session_id,
                 task_type="subagent_child",
@@ -215,7 +217,7 @@ class WorkflowTask:
                 model=actor.definition.model.model,
                 cwd=str(self.cwd),
             )
-            host.registry.register(
+            self._registry.register(
                 TaskRecord(
                     task_id=actor.agent_id,
                     kind="workflow_actor",
@@ -231,13 +233,13 @@ class WorkflowTask:
                 )
             )
         self._actors[label] = actor.agent_id
-        host.registry.set_stopper(actor.agent_id, _actor_stopper(actor))
+        self._registry.set_stopper(actor.agent_id, _actor_stopper(actor))
 
     def started(self, actor: Actor, handle: WorkerHandle) -> None:
         """The actor's worker is up: it is running, in the sandbox its worker reported."""
-        record = self.host.registry.get(actor.agent_id)
+        record = self._registry.get(actor.agent_id)
         if record is not None and not record.is_terminal:
-            self.host.registry.update(
+            self._registry.update(
                 actor.agent_id, status="running", sandbox=handle.sandbox, caps=handle.caps_summary
             )
 
@@ -254,20 +256,20 @@ class WorkflowTask:
             model_calls=actor.model_calls,
             tool_calls=actor.tool_calls,
         )
-        host = self.host
+        store = self._store
         session = f"sess_actor_{actor.agent_id}"
-        with host.store.batch():
+        with store.batch():
             for message in actor.history:
-                host.store.append_message(session, message)
-            record = host.registry.finish(
+                store.append_message(session, message)
+            record = self._registry.finish(
                 actor.agent_id,
                 status,
                 result=f"{actor.model_calls} model calls" if status == "completed" else None,
                 error=error,
                 usage=usage,
             )
-            host.store.set_session_status(session, record.status)
-            host.store.record_usage(session, record.usage)
+            store.set_session_status(session, record.status)
+            store.record_usage(session, record.usage)
 
 
 def _actor_stopper(actor: Actor) -> Callable[[str], Any]:

@@ -308,7 +308,14 @@ async def test_s_msg_1_delivery_fails_so_it_is_queued_and_given_in_a_new_turn(
         run.launch_order.pass_turn(run.ticket)  # it has its worker: later launches go on
         run.ready.set()
         try:
-            send = SendMessageTool(host, launch.parent_session_id, root.agent_tool)
+            send = SendMessageTool(
+                launch.parent_session_id,
+                root.agent_tool,
+                runs=host.runs,
+                registry=host.registry,
+                store=host.store,
+                spawn=host.spawn_background,
+            )
             with trio.fail_after(30):  # at once: it does not wait for the turn to end
                 answer = await send(
                     ToolCall(
