@@ -18,7 +18,7 @@ Invariants:
 - A peer that is gone or hung ends the link, whatever TCP still does: the
   supervisor's end pings (``NodePing``) every ``Heartbeat.interval_s`` and
   the host's end answers (``NodePong``) from its reader; when nothing at
-  all arrived for ``Heartbeat.timeout_s`` the link ends. This covers what
+  all arrived through the pings of ``Heartbeat.timeout_s`` the link ends. This covers what
   TCP keepalive cannot: a host process stopped (SIGSTOP, a debugger, swap
   death) while its kernel still ACKs, and keepalive's silence while sent
   data is unacknowledged (``TCP_USER_TIMEOUT``, set by ``tune_link_socket``,
@@ -36,6 +36,7 @@ Races:
 from __future__ import annotations
 
 import hmac
+import itertools
 import math
 import socket
 from collections.abc import Callable
@@ -321,12 +322,19 @@ class NodeLink:
             frames = self._decoder.receive_data(data)
 
     async def _ping(self, heartbeat: Heartbeat, scope: trio.CancelScope) -> None:
-        for seq in range(2**62):
+        # Counted in rounds, not read off the clock: a supervisor starved for
+        # longer than the timeout wakes to a stale ``_heard_at`` before its
+        # reader has run; a round unanswered needs a ping sent after the last frame.
+        rounds = math.ceil(heartbeat.timeout_s / heartbeat.interval_s)
+        unanswered = 0
+        for seq in itertools.count():
+            sent_at = trio.current_time()
             self.send_control(NodePing(seq=seq))
             await trio.sleep(heartbeat.interval_s)
-            silent = trio.current_time() - self._heard_at
-            if silent > heartbeat.timeout_s:
-                # Any frame counts as an answer: a pong may queue behind a burst of data.
+            # Any frame counts as an answer: a pong may queue behind a burst of data.
+            unanswered = 0 if self._heard_at >= sent_at else unanswered + 1
+            if unanswered >= rounds:
+                silent = trio.current_time() - self._heard_at
                 self.end_reason = (
                     f"the node host answered no heartbeat for {silent:.0f} s "
                     "(hung, stopped or unreachable)"
