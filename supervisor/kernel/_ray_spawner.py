@@ -39,6 +39,11 @@ a fresh host. Each host reports its workers' RSS about every second, so a
 remote worker's ``sample_rss`` (``top``, ``ps``) reads like a local one's.
 
 Races:
+- Two spawns may place on one node at once: a claim is reserved only when
+  its spawn request goes out, so placement checks the room again after any
+  wait (starting that node's host) and places anew if it was taken.
+- A worker may end while a placement waits for room: the wait is for an
+  event taken before the room was judged, so that end is not missed.
 - A spawn cancelled after its request went out: the worker still starts
   there, and is killed as soon as its ``spawned`` arrives.
 - A node lost while a spawn waits for its answer: the spawn is retried once,
@@ -547,24 +552,30 @@ class RaySpawner:
                 candidates = []
                 for info in infos:
                     node = self._nodes.get(info.node_id)
-                    reserved_mb = node.reserved_mb if node is not None else 0.0
-                    reserved_cpus = node.reserved_cpus if node is not None else 0.0
-                    if (
-                        reserved_mb + wanted_mb > info.memory_mb + _SLACK
-                        or reserved_cpus + wanted_cpus > info.cpus + _SLACK
-                    ):
+                    if not _has_room(node, info, wanted_mb, wanted_cpus):
                         continue
                     load = node.load if node is not None else 0
                     candidates.append(((load + 1) / max(info.memory_mb, 1.0), info))
                 if candidates:
+                    taken = False
                     for _, info in sorted(candidates, key=lambda c: c[0]):
                         try:
-                            return await self._host(info)
+                            node = await self._host(info)
                         except SpawnError as exc:
                             log.warning("%s", exc)
-                    raise SpawnError(
-                        "no node host of the Ray cluster could be started; see the log"
-                    )
+                            continue
+                        # Its claims are reserved by ``spawn`` with no checkpoint
+                        # after this; another spawn may have taken the room while
+                        # this one started the host.
+                        if _has_room(node, info, wanted_mb, wanted_cpus):
+                            return node
+                        taken = True
+                        break
+                    if not taken:
+                        raise SpawnError(
+                            "no node host of the Ray cluster could be started; see the log"
+                        )
+                    continue
                 # Every node that could hold it is busy: wait for a worker to end
                 # somewhere (or the node list to change).
                 with trio.move_on_after(_NODES_TTL_S):
@@ -690,6 +701,16 @@ def _claim(memory_mb: float, cpus: float) -> str:
     """``2 CPUs and 512 MB``: what a worker claims, in words."""
     parts = [f"{cpus:g} CPUs" if cpus else "", f"{memory_mb:g} MB" if memory_mb else ""]
     return " and ".join(part for part in parts if part) or "room"
+
+
+def _has_room(node: _RemoteNode | None, info: _NodeInfo, memory_mb: float, cpus: float) -> bool:
+    """Whether ``node`` (None: no host yet) has the claim free beside its workers' claims."""
+    reserved_mb = node.reserved_mb if node is not None else 0.0
+    reserved_cpus = node.reserved_cpus if node is not None else 0.0
+    return (
+        reserved_mb + memory_mb <= info.memory_mb + _SLACK
+        and reserved_cpus + cpus <= info.cpus + _SLACK
+    )
 
 
 def _check_fits(infos: list[_NodeInfo], memory_mb: float, cpus: float) -> None:
