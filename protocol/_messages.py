@@ -98,10 +98,14 @@ class ResourceLimits(_Frozen):
     the rest from outside over the worker's whole process tree (S-SEC-4):
     ``memory_mb``, ``max_processes`` and ``cpu_seconds`` through a cgroup
     where it can make one, else by sampling the tree; ``wall_timeout_s`` and
-    ``idle_timeout_s`` by its watchdog. ``None`` means no cap.
+    ``idle_timeout_s`` by its watchdog. ``cpus`` is a claim, not a cap: the
+    CPUs placement reserves for the worker on its node (Ray, fractional
+    like Ray's); locally it must not exceed this machine's CPUs. ``None``
+    means no cap.
     """
 
     memory_mb: float | None = Field(default=None, gt=0)
+    cpus: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     cpu_seconds: int | None = Field(default=None, gt=0)
     address_space_mb: int | None = Field(default=None, gt=0)
     open_files: int | None = Field(default=1024, gt=16)

@@ -9,7 +9,8 @@ to each node's host over one stream (TCP). On it travel, as link frames:
 - ``CREDIT`` on a channel: the receiver consumed that many bytes, so the
   sender may send that many more (per-channel flow control: a worker that
   does not read stalls only itself, never the link);
-- ``CONTROL``: one msgpack message (spawn, signal, spawned, exited...).
+- ``CONTROL``: one msgpack message (spawn, signal, spawned, exited, the
+  host's memory report, and the supervisor's heartbeat ping and its pong).
 
 A link frame is a 9-byte header (kind, channel, payload length; big-endian)
 and its payload. This module only encodes and decodes (sans-I/O): what we
@@ -38,6 +39,9 @@ __all__ = [
     "LinkFrameDecoder",
     "LinkKind",
     "NodeControl",
+    "NodeMemory",
+    "NodePing",
+    "NodePong",
     "NodeSignal",
     "NodeSpawn",
     "NodeSpawnFailed",
@@ -175,8 +179,38 @@ class NodeWorkerExited(_Frozen):
     cause_reason: str | None = None
 
 
+class NodeMemory(_Frozen):
+    """Host to supervisor, about every second: each live worker's RSS now, by channel."""
+
+    type: Literal["memory"] = "memory"
+    #: ``(channel, RSS in bytes)`` of each worker the host could read.
+    rss: list[tuple[int, Annotated[int, Field(ge=0)]]]
+
+
+class NodePing(_Frozen):
+    """Supervisor to host: the heartbeat; the host answers ``NodePong`` with ``seq``."""
+
+    type: Literal["ping"] = "ping"
+    seq: int
+
+
+class NodePong(_Frozen):
+    """Host to supervisor: the answer to ``NodePing`` ``seq``."""
+
+    type: Literal["pong"] = "pong"
+    seq: int
+
+
 NodeControl = Annotated[
-    NodeSpawn | NodeSignal | NodeWelcome | NodeSpawned | NodeSpawnFailed | NodeWorkerExited,
+    NodeSpawn
+    | NodeSignal
+    | NodeWelcome
+    | NodeSpawned
+    | NodeSpawnFailed
+    | NodeWorkerExited
+    | NodeMemory
+    | NodePing
+    | NodePong,
     Field(discriminator="type"),
 ]
 _control_adapter: TypeAdapter[NodeControl] = TypeAdapter(NodeControl)

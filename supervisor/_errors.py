@@ -27,6 +27,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
         * FleetExhaustedError                       kernel
         * NodeLostError                             kernel
         * PlacementError                            kernel
+          * UnplaceableError                        kernel
         * SandboxUnsupportedError                   kernel
       * WorkerExitedError                           kernel
       * WorkerRequestError                          kernel

@@ -301,7 +301,7 @@ class _ControlServer:
         live = {
             run.handle.pid
             for run in runs.values()
-            if run.handle is not None and not run.done.is_set()
+            if run.handle is not None and run.handle.node is None and not run.done.is_set()
         }
         for pid in set(self._processes) - live:
             del self._processes[pid]
@@ -331,7 +331,9 @@ class _ControlServer:
         pid = rss = cpu = None
         handle = run.handle if run is not None else None
         if live and handle is not None and handle.alive:
-            pid, rss, cpu = handle.pid, handle.sample_rss(), self._cpu_percent(handle.pid)
+            pid, rss = handle.pid, handle.sample_rss()
+            # A remote worker's pid is its node's: a local reading would be another process's.
+            cpu = self._cpu_percent(handle.pid) if handle.node is None else None
         now = time.time()
         created = record.created_at if record is not None else row.created_at
         ended = record.ended_at if record is not None else None

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
-from protocol import ChatMessage, ToolCall, ToolSpec
+from protocol import ChatMessage, ResourceLimits, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
 from ..kernel import SubvisorError
@@ -287,7 +287,7 @@ class AgentTool:
             max_turns=profile.max_turns or self._services.settings.max_turns,
             background=request.run_in_background or profile.background,
             cwd=cwd,
-            limits=self._services.settings.subagent_limits,
+            limits=_limits_for(profile, self._services.settings.subagent_limits),
             sandbox=sandbox,
             policy=self._child_policy(profile),
             tool_use_id=tool_use_id,
@@ -368,3 +368,10 @@ class AgentTool:
             f'Error: agent "{record.description}" ({run.task_id}) {record.status}: {error}',
             is_error=True,
         )
+
+
+def _limits_for(profile: AgentProfile, limits: ResourceLimits) -> ResourceLimits:
+    """The config's subagent caps, with the CPUs the profile claims (``cpus``) if it does."""
+    if profile.cpus is None:
+        return limits
+    return limits.model_copy(update={"cpus": profile.cpus})

@@ -55,6 +55,7 @@ from ..kernel import (
     EventBudgetExceededError,
     SubvisorError,
     Supervisor,
+    UnplaceableError,
     WorkerExitedError,
     WorkerHandle,
     WorkerRequestError,
@@ -317,6 +318,10 @@ class SubagentRun:
             error = f"the subagent's worker process ended: {exc.exit.reason}"
         except WorkerRequestError as exc:
             error = f"{exc.code}: {exc.message}"
+        except UnplaceableError as exc:
+            # What it claims comes from its profile: name it, so its author knows what to fix.
+            error = f"profile {self.launch.subagent_type!r}: {exc}"
+            self.launch_error = error
         except SubvisorError as exc:
             error = str(exc)
             self.launch_error = error

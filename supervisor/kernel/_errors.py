@@ -20,6 +20,7 @@ __all__ = [
     "PlacementError",
     "SpawnError",
     "SubvisorError",
+    "UnplaceableError",
     "WorkerExitedError",
     "WorkerRequestError",
     "find_exception",
@@ -41,6 +42,10 @@ class FleetExhaustedError(SpawnError):
 
 class PlacementError(SpawnError):
     """Workers cannot be placed where the settings say: no Ray, no cluster, no node host."""
+
+
+class UnplaceableError(PlacementError):
+    """A worker claims more (``cpus``, ``memory_mb``) than any node it may run on has."""
 
 
 class NestedSupervisorError(SubvisorError):

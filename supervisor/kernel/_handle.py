@@ -298,13 +298,22 @@ class WorkerHandle:
         return self.hello
 
     def sample_rss(self) -> int | None:
-        """Read the worker's current RSS in bytes (``None`` if it is gone)."""
-        if self._ps is None or not self.alive:
+        """Read the worker's current RSS in bytes (``None`` if it is gone).
+
+        A worker on another node: as its node host last reported it (about
+        every second), ``None`` before its first report.
+        """
+        if not self.alive:
             return None
-        try:
-            rss = int(self._ps.memory_info().rss)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            return None
+        if self._ps is None:
+            rss = self._process.reported_rss_bytes
+            if rss is None:
+                return None
+        else:
+            try:
+                rss = int(self._ps.memory_info().rss)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                return None
         self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
         return rss
 

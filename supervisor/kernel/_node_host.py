@@ -16,6 +16,10 @@ Invariants:
   signal, and the zygote its workers.
 - Each worker's end is reported once, after the last of its output: the
   exit report is queued on the link behind the bytes read from its pipe.
+- About every ``_MEMORY_REPORT_S`` the host reports each live worker's RSS
+  (``NodeMemory``), so the supervisor reads a remote worker's memory as it
+  reads a local one's; it answers the supervisor's heartbeat pings from
+  its link's reader (``_node_link``).
 
 Races handled here:
 - A spawn may be answered after its supervisor stopped waiting: that is the
@@ -38,6 +42,7 @@ import trio
 
 from protocol import (
     NodeControl,
+    NodeMemory,
     NodeSignal,
     NodeSpawn,
     NodeSpawned,
@@ -52,7 +57,7 @@ from ._cgroups import CgroupTree, WorkerCgroup
 from ._environment import worker_environment
 from ._errors import SpawnError
 from ._exit import ExitKind
-from ._node_link import LinkChannel, NodeLink, NodeLinkAuthError
+from ._node_link import LinkChannel, NodeLink, NodeLinkAuthError, tune_link_socket
 from ._spawner import SpawnedProcess, WorkerStream, ZygoteSpawner
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, TreeUsage, breach, signal_tree
@@ -63,6 +68,8 @@ log = logging.getLogger("subvisor.node")
 
 _READ_SIZE = 256 * 1024
 _DRAIN_AFTER_EXIT_S = 1.0
+#: How often each worker's RSS is sent to the supervisor (for ``top`` and ``ps``).
+_MEMORY_REPORT_S = 1.0
 
 
 @dataclass(eq=False)
@@ -120,6 +127,8 @@ class NodeHost:
         with trio.move_on_after(accept_timeout_s):
             while link is None:
                 stream = await listener.accept()
+                with contextlib.suppress(OSError):
+                    tune_link_socket(stream.socket)
                 candidate = NodeLink(stream)
                 try:
                     with trio.fail_after(5):
@@ -138,6 +147,7 @@ class NodeHost:
                 self._nursery = nursery
                 await self._start(nursery)
                 nursery.start_soon(self._sample_trees)
+                nursery.start_soon(self._report_memory)
                 await link.run(self._on_control)
                 nursery.cancel_scope.cancel()
         finally:
@@ -306,3 +316,17 @@ class NodeHost:
                     continue
                 worker.cause = found
                 signal_tree(pid, signal.SIGKILL, worker.cgroup, worker.ps)
+
+    async def _report_memory(self) -> None:
+        """Each live worker's RSS to the supervisor, about every second (one small frame)."""
+        assert self._link is not None
+        while True:
+            await trio.sleep(_MEMORY_REPORT_S)
+            rss: list[tuple[int, int]] = []
+            for channel, worker in list(self._workers.items()):
+                if worker.ps is None or worker.process.reaped.is_set():
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    rss.append((channel, int(worker.ps.memory_info().rss)))
+            if rss:
+                self._link.send_control(NodeMemory(rss=rss))

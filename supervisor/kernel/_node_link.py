@@ -15,6 +15,14 @@ Invariants:
 - A channel's writer waits for credit; its reader grants credit back as its
   consumer takes bytes. A worker that stops reading stalls its channel
   only, as a full pipe would, never the link.
+- A peer that is gone or hung ends the link, whatever TCP still does: the
+  supervisor's end pings (``NodePing``) every ``Heartbeat.interval_s`` and
+  the host's end answers (``NodePong``) from its reader; when nothing at
+  all arrived through the pings of ``Heartbeat.timeout_s`` the link ends. This covers what
+  TCP keepalive cannot: a host process stopped (SIGSTOP, a debugger, swap
+  death) while its kernel still ACKs, and keepalive's silence while sent
+  data is unacknowledged (``TCP_USER_TIMEOUT``, set by ``tune_link_socket``,
+  bounds that one in the kernel too).
 
 Races:
 - Bytes may arrive for a channel its receiver already closed (the worker
@@ -28,8 +36,11 @@ Races:
 from __future__ import annotations
 
 import hmac
+import itertools
 import math
+import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 from pydantic import BaseModel
@@ -41,6 +52,8 @@ from protocol import (
     LinkFrameDecoder,
     LinkKind,
     NodeControl,
+    NodePing,
+    NodePong,
     RemoteProtocolError,
     decode_node_control,
     encode_link_frame,
@@ -49,11 +62,33 @@ from protocol import (
 
 from ._errors import SubvisorError
 
-__all__ = ["LinkChannel", "NodeLink", "NodeLinkAuthError"]
+__all__ = ["Heartbeat", "LinkChannel", "NodeLink", "NodeLinkAuthError", "tune_link_socket"]
 
 #: Bytes a channel's sender may have in flight before its receiver consumed them.
 CHANNEL_WINDOW = 1 << 20
 _READ_SIZE = 256 * 1024
+#: TCP keepalive on every link: a silent peer is dropped after ~5 + 3 * 2 s.
+_KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3}
+#: Sent data unacknowledged this long ends the connection (keepalive does not probe then).
+_USER_TIMEOUT_MS = 11_000
+
+
+def tune_link_socket(sock: trio.socket.SocketType) -> None:
+    """Keepalive and ``TCP_USER_TIMEOUT`` on a link's socket (either end; Linux names)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in _KEEPALIVE.items():
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _USER_TIMEOUT_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The supervisor end's pings: one every ``interval_s``; silence for ``timeout_s`` ends it."""
+
+    interval_s: float = 2.0
+    timeout_s: float = 10.0
 
 
 class NodeLinkAuthError(SubvisorError):
@@ -183,6 +218,8 @@ class NodeLink:
         self.ended = trio.Event()
         #: Why the link ended, once it has.
         self.end_reason: str | None = None
+        #: When anything last arrived from the peer (trio clock).
+        self._heard_at = 0.0
 
     # -- authentication, before ``run`` -------------------------------------------------
 
@@ -235,16 +272,24 @@ class NodeLink:
         """Queue one control message."""
         self.send_nowait(encode_node_control(message))
 
-    async def run(self, on_control: Callable[[NodeControl], None]) -> None:
+    async def run(
+        self, on_control: Callable[[NodeControl], None], *, heartbeat: Heartbeat | None = None
+    ) -> None:
         """Read and write until the stream ends; then break every channel.
 
         ``on_control`` is called, in order and without waiting, for each
-        control message. Returns (never raises) when the link ends; its
-        reason is in ``end_reason``.
+        control message (pings are answered here, pongs taken here). With
+        ``heartbeat`` (the supervisor's end) the peer is pinged, and the link
+        ends when nothing arrived from it for ``heartbeat.timeout_s``.
+        Returns (never raises) when the link ends; its reason is in
+        ``end_reason``.
         """
+        self._heard_at = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop)
+                if heartbeat is not None:
+                    nursery.start_soon(self._ping, heartbeat, nursery.cancel_scope)
                 await self._read_loop(on_control)
                 nursery.cancel_scope.cancel()
         except* RemoteProtocolError as group:
@@ -273,11 +318,37 @@ class NodeLink:
             data = await self._stream.receive_some(_READ_SIZE)
             if not data:
                 return
+            self._heard_at = trio.current_time()
             frames = self._decoder.receive_data(data)
+
+    async def _ping(self, heartbeat: Heartbeat, scope: trio.CancelScope) -> None:
+        # Counted in rounds, not read off the clock: a supervisor starved for
+        # longer than the timeout wakes to a stale ``_heard_at`` before its
+        # reader has run; a round unanswered needs a ping sent after the last frame.
+        rounds = math.ceil(heartbeat.timeout_s / heartbeat.interval_s)
+        unanswered = 0
+        for seq in itertools.count():
+            sent_at = trio.current_time()
+            self.send_control(NodePing(seq=seq))
+            await trio.sleep(heartbeat.interval_s)
+            # Any frame counts as an answer: a pong may queue behind a burst of data.
+            unanswered = 0 if self._heard_at >= sent_at else unanswered + 1
+            if unanswered >= rounds:
+                silent = trio.current_time() - self._heard_at
+                self.end_reason = (
+                    f"the node host answered no heartbeat for {silent:.0f} s "
+                    "(hung, stopped or unreachable)"
+                )
+                scope.cancel()
+                return
 
     def _dispatch(self, frame: LinkFrame, on_control: Callable[[NodeControl], None]) -> None:
         if frame.kind is LinkKind.CONTROL:
-            on_control(decode_node_control(frame.payload))
+            message = decode_node_control(frame.payload)
+            if isinstance(message, NodePing):
+                self.send_control(NodePong(seq=message.seq))
+            elif not isinstance(message, NodePong):
+                on_control(message)
             return
         channel = self._channels.get(frame.channel)
         if channel is None:

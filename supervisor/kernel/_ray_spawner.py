@@ -22,12 +22,28 @@ object store's) is hidden from them like the supervisor's home, Landlock
 scopes keep them from abstract sockets and from signalling out of their
 domain, and their environment is the local allowlist (no Ray variables).
 
+Placement: a worker claims ``cpus`` and ``memory_mb`` (its profile's, or
+the config's); it goes only to a node whose Ray resources less what the
+workers placed there claim can hold it, the least loaded such node per GB.
+A claim no node could ever hold fails at once (``UnplaceableError``); one
+that fits nodes that are busy now waits until a worker ends there (at most
+``spawn_timeout_s``), as a local launch waits for a slot: spreading it onto
+a full node would oversubscribe the CPUs it claimed.
+
 Failures (S-DIST-2): a node's link ending (its raylet killed, its host
-dead, the machine gone: TCP keepalive notices within ~11 s) ends each of
-its workers once, as "node lost"; the next spawn on that node, if Ray
-still lists it, starts a fresh host.
+dead, the machine gone: TCP keepalive and ``TCP_USER_TIMEOUT`` notice
+within ~11 s; a host that is hung or stopped while its kernel still ACKs:
+no answer to the link's heartbeat for 10 s) ends each of its workers once,
+as "node lost"; the next spawn on that node, if Ray still lists it, starts
+a fresh host. Each host reports its workers' RSS about every second, so a
+remote worker's ``sample_rss`` (``top``, ``ps``) reads like a local one's.
 
 Races:
+- Two spawns may place on one node at once: a claim is reserved only when
+  its spawn request goes out, so placement checks the room again after any
+  wait (starting that node's host) and places anew if it was taken.
+- A worker may end while a placement waits for room: the wait is for an
+  event taken before the room was judged, so that end is not missed.
 - A spawn cancelled after its request went out: the worker still starts
   there, and is killed as soon as its ``spawned`` arrives.
 - A node lost while a spawn waits for its answer: the spawn is retried once,
@@ -39,11 +55,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import secrets
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +70,7 @@ import trio
 from protocol import (
     LINK_TOKEN_BYTES,
     NodeControl,
+    NodeMemory,
     NodeSignal,
     NodeSpawn,
     NodeSpawned,
@@ -64,10 +83,10 @@ from protocol import (
 from worker._privileges import set_dumpable
 
 from ._environment import IMPORT_ROOT
-from ._errors import PlacementError, SpawnError
+from ._errors import PlacementError, SpawnError, UnplaceableError
 from ._exit import ExitKind, ProcessStatus
 from ._node_host import NodeHost
-from ._node_link import LinkChannel, NodeLink
+from ._node_link import Heartbeat, LinkChannel, NodeLink, tune_link_socket
 from ._spawner import SpawnedProcess, WorkerStream
 
 __all__ = ["NodeHostActor", "RaySpawner", "RemoteProcess", "ray_available"]
@@ -76,10 +95,10 @@ log = logging.getLogger("subvisor")
 
 #: How often the node list is asked of Ray, at most.
 _NODES_TTL_S = 2.0
-#: TCP keepalive on every link: a silent peer is dropped after ~5 + 3 * 2 s.
-_KEEPALIVE = {"TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3}
 _MIB = 1024 * 1024
 _PROBE_TIMEOUT_S = 5.0
+#: Claims add and subtract floats (0.1 CPU + 0.2 CPU ...): rounding is not a shortage.
+_SLACK = 1e-6
 
 
 def ray_available() -> str | None:
@@ -89,13 +108,6 @@ def ray_available() -> str | None:
     except ImportError:
         return "Ray is not installed: pip install 'subvisor[ray]'"
     return None
-
-
-def _keepalive(sock: trio.socket.SocketType) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in _KEEPALIVE.items():
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class NodeHostActor:
@@ -179,6 +191,8 @@ class RemoteProcess(SpawnedProcess):
     channel_id: int = 0
     #: Memory it reserved on its node for placement (its ``memory_mb`` cap).
     memory_mb: float = 0.0
+    #: CPUs it reserved on its node for placement (its ``cpus`` claim).
+    cpus: float = 0.0
     #: Started for a spawn that was cancelled meanwhile: no handle drives it.
     orphaned: bool = False
 
@@ -200,6 +214,7 @@ class _PendingSpawn:
     worker_id: str
     channel: LinkChannel
     memory_mb: float
+    cpus: float
     answer: trio.MemorySendChannel[RemoteProcess | NodeSpawnFailed]
 
 
@@ -207,7 +222,13 @@ class _RemoteNode:
     """One node's host as the supervisor sees it: its actor, its link, its workers."""
 
     def __init__(
-        self, node_id: str, ip: str, actor: Any, link: NodeLink, welcome: NodeWelcome
+        self,
+        node_id: str,
+        ip: str,
+        actor: Any,
+        link: NodeLink,
+        welcome: NodeWelcome,
+        on_freed: Callable[[], None] = lambda: None,
     ) -> None:
         self.node_id = node_id
         self.ip = ip
@@ -217,6 +238,9 @@ class _RemoteNode:
         self.live: dict[int, RemoteProcess] = {}
         #: Memory caps of the workers placed here and not yet ended, in MB.
         self.reserved_mb = 0.0
+        #: CPU claims of the workers placed here and not yet ended.
+        self.reserved_cpus = 0.0
+        self._on_freed = on_freed
         self._pending: dict[int, _PendingSpawn] = {}
         self._channels = itertools.count(1)
 
@@ -229,6 +253,11 @@ class _RemoteNode:
     def load(self) -> int:
         """Workers placed here and not yet ended."""
         return len(self.live) + len(self._pending)
+
+    def _release(self, memory_mb: float, cpus: float) -> None:
+        self.reserved_mb -= memory_mb
+        self.reserved_cpus -= cpus
+        self._on_freed()
 
     def on_control(self, message: NodeControl) -> None:
         """A control message from the host (called in order by the link's reader)."""
@@ -247,6 +276,7 @@ class _RemoteNode:
                 link=self.link,
                 channel_id=message.channel,
                 memory_mb=pending.memory_mb,
+                cpus=pending.cpus,
             )
             # Registered here, in report order, so an ``exited`` right behind finds it.
             self.live[message.channel] = process
@@ -259,7 +289,7 @@ class _RemoteNode:
         elif isinstance(message, NodeSpawnFailed):
             pending = self._pending.pop(message.channel, None)
             if pending is not None:
-                self.reserved_mb -= pending.memory_mb
+                self._release(pending.memory_mb, pending.cpus)
                 pending.channel.close()
                 with contextlib.suppress(trio.BrokenResourceError):
                     pending.answer.send_nowait(message)
@@ -267,7 +297,7 @@ class _RemoteNode:
             ended = self.live.pop(message.channel, None)
             if ended is None:
                 return
-            self.reserved_mb -= ended.memory_mb
+            self._release(ended.memory_mb, ended.cpus)
             if ended.orphaned and ended.channel is not None:
                 ended.channel.close()
             cause = None
@@ -282,6 +312,11 @@ class _RemoteNode:
                     cause=cause,
                 )
             )
+        elif isinstance(message, NodeMemory):
+            for channel, rss in message.rss:
+                remote = self.live.get(channel)
+                if remote is not None:
+                    remote.reported_rss_bytes = rss
         else:
             log.warning("node %s: unexpected %s from its host", self.label, message)
 
@@ -293,11 +328,12 @@ class _RemoteNode:
             raise NodeLostError(self.link.end_reason)
         channel_id = next(self._channels)
         send, receive = trio.open_memory_channel[RemoteProcess | NodeSpawnFailed](1)
-        memory = limits.memory_mb or 0.0
+        memory, cpus = limits.memory_mb or 0.0, limits.cpus or 0.0
         self._pending[channel_id] = _PendingSpawn(
-            worker_id, self.link.channel(channel_id), memory, send
+            worker_id, self.link.channel(channel_id), memory, cpus, send
         )
         self.reserved_mb += memory
+        self.reserved_cpus += cpus
         self.link.send_control(
             NodeSpawn(channel=channel_id, worker_id=worker_id, limits=limits, sandbox=sandbox)
         )
@@ -321,7 +357,8 @@ class _RemoteNode:
         for process in self.live.values():
             process.set_status(ProcessStatus(None, None, 0.0, 0, cause=cause))
         self.live.clear()
-        self.reserved_mb = 0.0
+        self.reserved_mb = self.reserved_cpus = 0.0
+        self._on_freed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +368,12 @@ class _NodeInfo:
     node_id: str
     ip: str
     memory_mb: float
+    cpus: float
+
+    @property
+    def label(self) -> str:
+        """``10.0.0.7 (a1b2c3d4)``, as ``_RemoteNode.label``."""
+        return f"{self.ip} ({self.node_id[:8]})"
 
 
 class RaySpawner:
@@ -340,7 +383,9 @@ class RaySpawner:
     and starts a host on every live node; a node that joins later, or whose
     host died, gets one at its first spawn. Spread: each worker goes to the
     node with the fewest live workers per GB of memory among those with room
-    for its ``memory_mb`` cap.
+    for its ``memory_mb`` cap and its ``cpus`` claim; it waits for room (at
+    most ``placement_timeout_s``, None: as long as it takes) while every node
+    that could hold it is busy.
     """
 
     remote = True
@@ -356,8 +401,14 @@ class RaySpawner:
         start_timeout: float = 60.0,
         sample_interval_s: float = 0.25,
         tree_caps: str = "auto",
+        placement_timeout_s: float | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.pid: int | None = None
+        self._placement_timeout_s = placement_timeout_s
+        self._heartbeat = heartbeat or Heartbeat()
+        #: Set (and replaced) whenever a worker's claims are given back somewhere.
+        self._freed = trio.Event()
         self.address = address
         self._nursery = nursery
         self._start_timeout = start_timeout
@@ -379,6 +430,10 @@ class RaySpawner:
         self._started = False
         self._closing = False
         self._owns_ray = True
+
+    def _on_freed(self) -> None:
+        self._freed.set()
+        self._freed = trio.Event()
 
     @property
     def nodes(self) -> dict[str, _RemoteNode]:
@@ -485,29 +540,50 @@ class RaySpawner:
         raise SpawnError(f"worker {worker_id}: its node was lost while it started ({why})")
 
     async def _place(self, limits: ResourceLimits) -> _RemoteNode:
-        if self._closing:
-            raise SpawnError("the supervisor is shutting down; it starts no more workers")
-        infos = await self._live_nodes()
-        wanted = limits.memory_mb or 0.0
-        candidates = []
-        for info in infos:
-            node = self._nodes.get(info.node_id)
-            reserved = node.reserved_mb if node is not None else 0.0
-            if reserved + wanted > info.memory_mb:
-                continue
-            load = node.load if node is not None else 0
-            candidates.append(((load + 1) / max(info.memory_mb, 1.0), info))
-        if not candidates:
-            raise SpawnError(
-                f"no node of the Ray cluster has {wanted:g} MB free for another worker; "
-                "add nodes or lower the profile's memory_mb"
-            )
-        for _, info in sorted(candidates, key=lambda c: c[0]):
-            try:
-                return await self._host(info)
-            except SpawnError as exc:
-                log.warning("%s", exc)
-        raise SpawnError("no node host of the Ray cluster could be started; see the log")
+        wanted_mb, wanted_cpus = limits.memory_mb or 0.0, limits.cpus or 0.0
+        timeout = self._placement_timeout_s
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while True:
+                if self._closing:
+                    raise SpawnError("the supervisor is shutting down; it starts no more workers")
+                infos = await self._live_nodes()
+                freed = self._freed
+                _check_fits(infos, wanted_mb, wanted_cpus)
+                candidates = []
+                for info in infos:
+                    node = self._nodes.get(info.node_id)
+                    if not _has_room(node, info, wanted_mb, wanted_cpus):
+                        continue
+                    load = node.load if node is not None else 0
+                    candidates.append(((load + 1) / max(info.memory_mb, 1.0), info))
+                if candidates:
+                    taken = False
+                    for _, info in sorted(candidates, key=lambda c: c[0]):
+                        try:
+                            node = await self._host(info)
+                        except SpawnError as exc:
+                            log.warning("%s", exc)
+                            continue
+                        # Its claims are reserved by ``spawn`` with no checkpoint
+                        # after this; another spawn may have taken the room while
+                        # this one started the host.
+                        if _has_room(node, info, wanted_mb, wanted_cpus):
+                            return node
+                        taken = True
+                        break
+                    if not taken:
+                        raise SpawnError(
+                            "no node host of the Ray cluster could be started; see the log"
+                        )
+                    continue
+                # Every node that could hold it is busy: wait for a worker to end
+                # somewhere (or the node list to change).
+                with trio.move_on_after(_NODES_TTL_S):
+                    await freed.wait()
+        raise SpawnError(
+            f"no node of the Ray cluster had {_claim(wanted_mb, wanted_cpus)} free within "
+            f"{timeout:g} s; raise spawn_timeout_s, add nodes, or stop some workers"
+        )
 
     async def _live_nodes(self) -> list[_NodeInfo]:
         now = trio.current_time()
@@ -559,7 +635,7 @@ class RaySpawner:
         try:
             with trio.fail_after(self._start_timeout):
                 stream = await trio.open_tcp_stream(ip, port)
-                _keepalive(stream.socket)
+                tune_link_socket(stream.socket)
                 link = NodeLink(stream)
                 welcome = await link.authenticate(token)
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
@@ -567,7 +643,7 @@ class RaySpawner:
             raise SpawnError(f"could not reach the node host on {where}: {exc}") from exc
         if not isinstance(welcome, NodeWelcome):
             raise SpawnError(f"the node host on {where} answered {welcome.type!r}, not welcome")
-        return _RemoteNode(info.node_id, ip, actor, link, welcome)
+        return _RemoteNode(info.node_id, ip, actor, link, welcome, self._on_freed)
 
     @staticmethod
     def _disconnect_actor(actor: Any) -> None:
@@ -577,7 +653,7 @@ class RaySpawner:
             ray.kill(actor, no_restart=True)
 
     async def _run_link(self, node: _RemoteNode) -> None:
-        await node.link.run(node.on_control)
+        await node.link.run(node.on_control, heartbeat=self._heartbeat)
         reason = node.link.end_reason or "the node link closed"
         if not self._closing:
             log.warning("node %s: lost (%s)", node.label, reason)
@@ -614,7 +690,46 @@ def _list_nodes() -> list[_NodeInfo]:
             node_id=str(entry["NodeID"]),
             ip=str(entry["NodeManagerAddress"]),
             memory_mb=float(entry.get("Resources", {}).get("memory", 0)) / _MIB,
+            cpus=float(entry.get("Resources", {}).get("CPU", 0)),
         )
         for entry in ray.nodes()  # type: ignore[no-untyped-call]
         if entry.get("Alive")
     ]
+
+
+def _claim(memory_mb: float, cpus: float) -> str:
+    """``2 CPUs and 512 MB``: what a worker claims, in words."""
+    parts = [f"{cpus:g} CPUs" if cpus else "", f"{memory_mb:g} MB" if memory_mb else ""]
+    return " and ".join(part for part in parts if part) or "room"
+
+
+def _has_room(node: _RemoteNode | None, info: _NodeInfo, memory_mb: float, cpus: float) -> bool:
+    """Whether ``node`` (None: no host yet) has the claim free beside its workers' claims."""
+    reserved_mb = node.reserved_mb if node is not None else 0.0
+    reserved_cpus = node.reserved_cpus if node is not None else 0.0
+    return (
+        reserved_mb + memory_mb <= info.memory_mb + _SLACK
+        and reserved_cpus + cpus <= info.cpus + _SLACK
+    )
+
+
+def _check_fits(infos: list[_NodeInfo], memory_mb: float, cpus: float) -> None:
+    """``UnplaceableError`` unless some node, empty, could hold the claim."""
+    if any(info.memory_mb >= memory_mb and info.cpus >= cpus for info in infos):
+        return
+    if not infos:
+        raise SpawnError("Ray lists no live node; start one, or check the cluster")
+    most_cpus = max(infos, key=lambda info: (info.cpus, info.memory_mb))
+    most_memory = max(infos, key=lambda info: (info.memory_mb, info.cpus))
+    if most_cpus.cpus < cpus:
+        claim, largest = f"{cpus:g} CPUs", f"{most_cpus.label}, has {most_cpus.cpus:g} CPUs"
+    elif most_memory.memory_mb < memory_mb:
+        claim = f"a {memory_mb:g} MB memory cap"
+        largest = f"{most_memory.label}, has {most_memory.memory_mb:.0f} MB"
+    else:
+        claim = _claim(memory_mb, cpus)
+        largest = f"{most_cpus.label}, has {most_cpus.cpus:g} CPUs and {most_cpus.memory_mb:.0f} MB"
+    raise UnplaceableError(
+        f"it asks for {claim} and the largest node of the Ray cluster, {largest}; "
+        "lower the profile's cpus (or the memory_mb cap) or add a larger node"
+    )

@@ -81,6 +81,8 @@ class SpawnedProcess:
     node: str | None = None
     #: How caps over its tree are enforced where it runs (remote workers only).
     tree_caps: str | None = None
+    #: Its RSS in bytes as its node host last reported it (remote workers only).
+    reported_rss_bytes: int | None = None
 
     def set_status(self, status: ProcessStatus) -> None:
         """Record the wait status and wake everyone waiting for the exit."""

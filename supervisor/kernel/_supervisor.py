@@ -27,7 +27,13 @@ from worker._privileges import set_dumpable
 
 from ._cgroups import CgroupTree
 from ._environment import new_tree_id, worker_environment
-from ._errors import FleetCapacityError, FleetExhaustedError, SpawnError, SubvisorError
+from ._errors import (
+    FleetCapacityError,
+    FleetExhaustedError,
+    SpawnError,
+    SubvisorError,
+    UnplaceableError,
+)
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._sandbox_support import (
     SandboxUnsupportedError,
@@ -150,6 +156,7 @@ class Supervisor:
                 start_timeout=self.config.zygote_start_timeout_s,
                 sample_interval_s=self.config.sample_interval_s,
                 tree_caps=self.config.tree_caps,
+                placement_timeout_s=self.config.spawn_timeout_s,
             )
             return self._ray
         return ZygoteSpawner(
@@ -240,6 +247,10 @@ class Supervisor:
         """
         if self._nursery is None or self._closed:
             raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
+        limits = limits or self.config.default_limits
+        mode = mode or self.config.spawn_mode
+        if limits.cpus is not None and not self._spawners[mode].remote:
+            _check_local_cpus(limits.cpus)
         cap = self.config.max_total_workers
         if cap is not None and self.spawned_total >= cap:
             raise FleetExhaustedError(
@@ -247,8 +258,6 @@ class Supervisor:
                 f"its max_total_workers; raise the cap or start a new supervisor"
             )
         self.spawned_total += 1
-        limits = limits or self.config.default_limits
-        mode = mode or self.config.spawn_mode
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
         await self._acquire_slot(on_queue)
         try:
@@ -410,3 +419,17 @@ class Supervisor:
                 kind, reason = found
                 # No grace: a memory or fork bomb keeps growing while it is asked nicely.
                 self._nursery.start_soon(functools.partial(handle.terminate, kind, reason, grace=0))
+
+
+def _check_local_cpus(cpus: float) -> None:
+    """A local worker's ``cpus`` claim: refused above this machine's CPUs, else placement only.
+
+    Nothing reserves or throttles CPUs on this machine (no CPU quota): the
+    claim matters for placement on a cluster, where a node must have them free.
+    """
+    available = len(os.sched_getaffinity(0))
+    if cpus > available:
+        raise UnplaceableError(
+            f"it asks for {cpus:g} CPUs and this machine has {available}; "
+            "lower the profile's cpus or run with --ray on a cluster with a node that large"
+        )

@@ -111,6 +111,9 @@ class AgentProfile(BaseModel):
     sandbox: SandboxMode | None = None
     #: TCP for the subagent's processes; None: the config's default, else deny.
     network: NetworkMode | None = None
+    #: CPUs the subagent's worker claims: on Ray, only a node with that many
+    #: free takes it; locally, more than this machine has is refused.
+    cpus: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     source: str = "built-in"
     scope: ProfileScope = "built-in"
     warnings: tuple[str, ...] = ()
@@ -138,6 +141,14 @@ class AgentProfile(BaseModel):
                 for item in value
                 if not (isinstance(item, str) and not item.strip())
             )
+        return value
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpus_is_a_number(cls, value: Any) -> Any:
+        # YAML's ``true`` and ``"2"`` would pass as 1.0 and 2.0; a count is written as a number.
+        if isinstance(value, bool | str):
+            raise ValueError("must be a positive number of CPUs, like 2 or 0.5")
         return value
 
     @model_validator(mode="after")

@@ -178,6 +178,7 @@ class ProfileEntry:
                 "mode": profile.mode,
                 "max_turns": profile.max_turns,
                 "memory": profile.memory,
+                "cpus": profile.cpus,
                 "background": profile.background,
                 "skills": list(profile.skills),
                 "mcp_servers": list(profile.mcp_servers),

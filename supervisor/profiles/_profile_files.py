@@ -85,6 +85,7 @@ FRONTMATTER_FIELDS: Mapping[str, str] = {
     "disable": "disabled",
     "sandbox": "sandbox",
     "network": "network",
+    "cpus": "cpus",
 }
 _DIALECTS: tuple[str, ...] = get_args(ProfileDialect)
 _FRONTMATTER_OPEN = re.compile(r"---[ \t]*")

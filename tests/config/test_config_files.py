@@ -134,6 +134,7 @@ _CAP_KEYS: list[tuple[tuple[str, ...], int]] = [
     (("subagent_limits", "idle_timeout_s"), 1),
     (("subagent_limits", "max_processes"), 1),
     (("subagent_limits", "file_size_mb"), 1),
+    (("subagent_limits", "cpus"), 1),
     (("gateway", "max_concurrency"), 1),
     (("gateway", "max_retries"), 0),
     (("gateway", "backoff_max_s"), 0),

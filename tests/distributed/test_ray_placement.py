@@ -6,6 +6,7 @@ the tests can check what runs where, and that nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -214,6 +215,142 @@ async def test_a_dead_node_host_is_replaced_S_DIST_2(remote: Supervisor) -> None
     fresh = [await remote.spawn() for _ in range(NODES)]
     for worker in fresh:
         assert (await worker.request(KERNEL_ECHO, EchoParams(value=4))).value == 4
+    assert remote.remote_nodes[handle.node or ""].host_pid != welcome.host_pid
+
+
+async def test_a_remote_workers_rss_is_reported_by_its_node_host_S_DIST_1(
+    remote: Supervisor,
+) -> None:
+    """``top``/``ps`` read ``sample_rss``: for a remote worker, its host's report, and it rises."""
+    handle = await remote.spawn()
+    assert handle.node is not None
+
+    async def rss_at_least(floor: int) -> int:
+        with trio.fail_after(60):
+            while True:
+                rss = handle.sample_rss()
+                if rss is not None and rss >= floor:
+                    return rss
+                await trio.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    before = await rss_at_least(1)
+    held = await handle.request("allocate", {"mb": 200, "step_mb": 16})
+    assert held["allocated_mb"] == 200
+    after = await rss_at_least(before + 150 * 2**20)
+    # Within what the worker itself reads from /proc (it reports after allocating).
+    assert after <= held["rss_mb"] * 1e6 * 1.5
+    assert handle.peak_rss_bytes >= after
+    await handle.shutdown()
+    assert handle.sample_rss() is None
+
+
+async def test_a_profiles_cpus_claim_places_it_on_a_node_with_them_free_S_DIST_1(
+    ray_cluster: Any,
+) -> None:
+    """A claim goes only to a node with that many CPUs free, waits while that node is full,
+    and a claim larger than every node fails at once, in one line naming it and the largest."""
+    from protocol import ResourceLimits
+    from supervisor.kernel import UnplaceableError
+
+    big = ray_cluster.add_node(**{**node_args(), "num_cpus": 3})
+    ray_cluster.wait_for_nodes()
+    try:
+        config = SupervisorConfig(placement="ray", ray_address=ray_cluster.address)
+        async with Supervisor(config) as sup:
+            first = await sup.spawn(ResourceLimits(cpus=2))
+            assert first.node == big.node_id
+            # One CPU is left there and every other node has one: 1.5 fits nowhere now.
+            placed: list[Any] = []
+
+            async def spawn_second() -> None:
+                placed.append(await sup.spawn(ResourceLimits(cpus=1.5)))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(spawn_second)
+                for _ in range(20):
+                    await trio.sleep(0.1)
+                assert placed == []
+                await first.shutdown()
+            [second] = placed
+            assert second.node == big.node_id
+            assert await second.request("echo", {"value": 6}) == 6
+            # Unclaimed workers still go anywhere, beside it.
+            assert await (await sup.spawn()).request("echo", {"value": 7}) == 7
+            with pytest.raises(UnplaceableError) as caught:
+                await sup.spawn(ResourceLimits(cpus=5))
+            message = str(caught.value)
+            assert "\n" not in message
+            assert "asks for 5 CPUs" in message
+            assert f"({big.node_id[:8]}), has 3 CPUs;" in message
+            await second.shutdown()
+    finally:
+        if big in ray_cluster.worker_nodes:
+            ray_cluster.remove_node(big, allow_graceful=False)
+
+
+async def test_a_profile_too_large_for_every_node_fails_its_agent_call_S_DIST_1(
+    ray_cluster: Any, tmp_path: Any
+) -> None:
+    """Through the Agent tool: the error names the profile, its claim and the largest node."""
+    from supervisor import RootSession
+    from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
+
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "wide.md").write_text("---\nname: wide\ndescription: d\ncpus: 8\n---\nGo.\n")
+    (agents / "narrow.md").write_text("---\nname: narrow\ndescription: d\ncpus: 1\n---\nGo.\n")
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("fits", "go", subagent_type="narrow"),
+                        agent_call("too wide", "go", subagent_type="wide"),
+                    ]
+                },
+                {"text": "{{tool_result}}"},
+            ],
+            "fits": [{"text": "narrow done"}],
+        },
+    )
+    async with subvisor(
+        home_for(tmp_path), placement="ray", ray_address=ray_cluster.address
+    ) as host:
+        root = RootSession(host, model=model, cwd=tmp_path)
+        outcome = await root.run("go")
+        runs = {run.launch.subagent_type: run for run in host.runs.values()}
+    assert "narrow done" in outcome.text
+    narrow = runs["narrow"].handle
+    assert narrow is not None and narrow.node is not None
+    error = runs["wide"].launch_error
+    assert error is not None and "\n" not in error
+    assert error.startswith("profile 'wide': it asks for 8 CPUs and the largest node")
+    assert "), has 1 CPUs;" in error
+
+
+async def test_a_stopped_node_host_is_lost_by_heartbeat_S_DIST_2(remote: Supervisor) -> None:
+    """SIGSTOP: its kernel still ACKs, so TCP sees nothing; the heartbeat ends its workers."""
+    handle = await remote.spawn()
+    welcome = remote.remote_nodes[handle.node or ""]
+    os.kill(welcome.host_pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(WorkerExitedError):
+            await handle.request("sleep", {"seconds": 600})
+        exit = await handle.wait()
+        assert exit.kind is ExitKind.NODE_LOST
+        assert "heartbeat" in exit.reason
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(welcome.host_pid, signal.SIGCONT)
+    # The stopped host was killed, and its zygote and worker with it.
+    assert await trio.to_thread.run_sync(_wait_gone, [welcome.host_pid], 60) == []
+    assert await trio.to_thread.run_sync(_wait_gone, [welcome.zygote_pid, handle.pid], 30) == []
+    # That node gets a fresh host.
+    fresh = [await remote.spawn() for _ in range(NODES)]
+    for worker in fresh:
+        assert await worker.request("echo", {"value": 8}) == 8
     assert remote.remote_nodes[handle.node or ""].host_pid != welcome.host_pid
 
 

@@ -11,8 +11,18 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from protocol import LINK_TOKEN_BYTES, NodeControl, NodeSignal, NodeWelcome
-from supervisor.kernel._node_link import NodeLink, NodeLinkAuthError
+from protocol import (
+    LINK_TOKEN_BYTES,
+    LinkFrameDecoder,
+    NodeControl,
+    NodePing,
+    NodePong,
+    NodeSignal,
+    NodeWelcome,
+    decode_node_control,
+    encode_node_control,
+)
+from supervisor.kernel._node_link import Heartbeat, NodeLink, NodeLinkAuthError
 
 TOKEN = b"t" * LINK_TOKEN_BYTES
 WINDOW = 4096
@@ -114,3 +124,42 @@ async def test_the_link_ending_breaks_every_channel(
     with pytest.raises(trio.BrokenResourceError):
         await channel.send_all(b"x" * (WINDOW + 1))
     assert supervisor.end_reason is not None
+
+
+async def test_a_host_that_stops_answering_ends_the_link_by_heartbeat_S_DIST_2() -> None:
+    """Its socket still takes the pings (as a SIGSTOPped host's kernel ACKs): no answer ends it."""
+    ours, theirs = _stream_pair()
+    supervisor = NodeLink(ours, window=WINDOW)
+    await theirs.send_all(
+        encode_node_control(NodeWelcome(node_id="n", host_pid=1, zygote_pid=2, tree_caps="x"))
+    )
+    assert isinstance(await supervisor.authenticate(TOKEN), NodeWelcome)
+    channel = supervisor.channel(1)
+    with trio.fail_after(30):
+        await supervisor.run(lambda message: None, heartbeat=Heartbeat(0.01, 0.1))
+    assert supervisor.end_reason is not None
+    assert "answered no heartbeat" in supervisor.end_reason
+    assert await channel.receive_some(10) == b""
+    await theirs.aclose()
+
+
+async def test_the_host_end_answers_each_ping_with_its_seq_S_DIST_2() -> None:
+    """The host's reader answers pings itself; they never reach its control handler."""
+    ours, theirs = _stream_pair()
+    host = NodeLink(theirs, window=WINDOW)
+    received: list[NodeControl] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host.run, received.append)
+        await ours.send_all(
+            encode_node_control(NodePing(seq=7)) + encode_node_control(NodePing(seq=8))
+        )
+        decoder = LinkFrameDecoder()
+        frames = []
+        while len(frames) < 2:
+            frames += decoder.receive_data(await ours.receive_some(1024))
+        assert [decode_node_control(f.payload) for f in frames] == [
+            NodePong(seq=7),
+            NodePong(seq=8),
+        ]
+        await ours.aclose()
+    assert received == []

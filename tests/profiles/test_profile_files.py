@@ -579,3 +579,37 @@ def test_a_wrong_value_is_reported_on_its_own_line(
     error = _error("---\n" + "\n".join(lines) + "\n---\nB\n")
     assert error.line == lines.index(bad) + 2
     assert error.field == bad.split(":")[0]
+
+
+# --- cpus: what a subagent's worker claims (S-DIST-1) ---
+
+
+@given(cpus=st.floats(min_value=0.01, max_value=4096, allow_nan=False) | st.integers(1, 4096))
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_cpus_reads_a_positive_number_whole_or_fractional(cpus: float) -> None:
+    """``cpus: 2`` or ``cpus: 0.5`` is the claim its worker carries (as Ray reads CPUs)."""
+    profile = _parse(f"---\nname: a\ndescription: d\ncpus: {cpus!r}\n---\nBody\n")
+    assert profile.cpus == cpus
+
+
+_BAD_CPUS = (
+    st.sampled_from(["0", "-1", "-0.5", ".nan", ".inf", "-.inf", "true", "false", "'2'", "two"])
+    | st.floats(max_value=0, allow_nan=False, allow_infinity=False).map(repr)
+    | st.integers(max_value=0).map(str)
+    | st.lists(st.integers(1, 8), max_size=2).map(str)
+    | st.text(string.ascii_letters, min_size=1, max_size=8).filter(
+        lambda word: (
+            word.lower() not in {"null", "nan", "inf", "true", "false", "yes", "no"}
+            and word.lower() not in {"on", "off", "y", "n"}
+        )
+    )
+)
+
+
+@given(value=_BAD_CPUS)
+def test_a_bad_cpus_is_a_one_line_profile_error(value: str) -> None:
+    """Zero, negative, not finite, a bool or a string: one line naming file, line and field."""
+    error = _error(f"---\nname: a\ndescription: d\ncpus: {value}\n---\nBody\n")
+    assert (error.line, error.field) == (4, "cpus")
+    assert "\n" not in str(error)
+    assert str(error).startswith("/agents/x.md:4: cpus: ")

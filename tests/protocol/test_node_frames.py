@@ -11,6 +11,9 @@ from protocol import (
     LinkFrameDecoder,
     LinkKind,
     LocalProtocolError,
+    NodeMemory,
+    NodePing,
+    NodePong,
     NodeSignal,
     NodeSpawn,
     NodeWorkerExited,
@@ -61,8 +64,11 @@ def test_an_unknown_frame_kind_is_the_peers_violation() -> None:
 @pytest.mark.parametrize(
     "message",
     [
-        NodeSpawn(channel=3, worker_id="w_1", limits=ResourceLimits(memory_mb=64)),
+        NodeSpawn(channel=3, worker_id="w_1", limits=ResourceLimits(memory_mb=64, cpus=0.5)),
         NodeSignal(channel=3, signal=15),
+        NodeMemory(rss=[(3, 52_428_800), (4, 0)]),
+        NodePing(seq=2**40),
+        NodePong(seq=0),
         NodeWorkerExited(
             channel=3,
             exit_code=None,
