@@ -235,11 +235,11 @@ async def test_a_remote_workers_rss_is_reported_by_its_node_host_S_DIST_1(
         raise AssertionError("unreachable")
 
     before = await rss_at_least(1)
-    held = await handle.request("allocate", {"mb": 200, "step_mb": 16})
-    assert held["allocated_mb"] == 200
+    held = await handle.request(KERNEL_ALLOCATE, AllocateParams(mb=200, step_mb=16))
+    assert held.allocated_mb == 200
     after = await rss_at_least(before + 150 * 2**20)
     # Within what the worker itself reads from /proc (it reports after allocating).
-    assert after <= held["rss_mb"] * 1e6 * 1.5
+    assert after <= held.rss_mb * 1e6 * 1.5
     assert handle.peak_rss_bytes >= after
     await handle.shutdown()
     assert handle.sample_rss() is None
@@ -274,9 +274,9 @@ async def test_a_profiles_cpus_claim_places_it_on_a_node_with_them_free_S_DIST_1
                 await first.shutdown()
             [second] = placed
             assert second.node == big.node_id
-            assert await second.request("echo", {"value": 6}) == 6
+            assert (await second.request(KERNEL_ECHO, EchoParams(value=6))).value == 6
             # Unclaimed workers still go anywhere, beside it.
-            assert await (await sup.spawn()).request("echo", {"value": 7}) == 7
+            assert (await (await sup.spawn()).request(KERNEL_ECHO, EchoParams(value=7))).value == 7
             with pytest.raises(UnplaceableError) as caught:
                 await sup.spawn(ResourceLimits(cpus=5))
             message = str(caught.value)
@@ -337,7 +337,7 @@ async def test_a_stopped_node_host_is_lost_by_heartbeat_S_DIST_2(remote: Supervi
     os.kill(welcome.host_pid, signal.SIGSTOP)
     try:
         with pytest.raises(WorkerExitedError):
-            await handle.request("sleep", {"seconds": 600})
+            await handle.request(KERNEL_SLEEP, SleepParams(seconds=600))
         exit = await handle.wait()
         assert exit.kind is ExitKind.NODE_LOST
         assert "heartbeat" in exit.reason
@@ -350,7 +350,7 @@ async def test_a_stopped_node_host_is_lost_by_heartbeat_S_DIST_2(remote: Supervi
     # That node gets a fresh host.
     fresh = [await remote.spawn() for _ in range(NODES)]
     for worker in fresh:
-        assert await worker.request("echo", {"value": 8}) == 8
+        assert (await worker.request(KERNEL_ECHO, EchoParams(value=8))).value == 8
     assert remote.remote_nodes[handle.node or ""].host_pid != welcome.host_pid
 
 
