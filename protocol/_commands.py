@@ -31,15 +31,13 @@ Invariants:
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
+from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ._agent import AgentOutcome, AgentRunSpec
 from ._methods import EchoParams, EchoResult
-from ._trusted import trusted
+from ._request_spec import RequestSpec
 from ._workflow import WorkflowScriptOutcome, WorkflowScriptSpec
 
 __all__ = [
@@ -367,39 +365,10 @@ P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 
 
-@dataclass(frozen=True, slots=True)
-class CommandSpec(Generic[P, R]):
-    """One method of the table: its name, request class, params and result models."""
+class CommandSpec(RequestSpec[SupervisorRequest, P, R]):
+    """One method of the table; ``parse_result`` validates what the worker answered."""
 
-    name: SupervisorMethod
-    request: type[SupervisorRequest]
-    params: type[P]
-    result: type[R]
-    _validate_result: Callable[[Any], R] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "_validate_result", self.result.__pydantic_validator__.validate_python
-        )
-
-    def request_for(self, request_id: int, params: P) -> SupervisorRequest:
-        """The request message asking this method with ``params`` (validated when built).
-
-        ``request_id`` is the connection's (``Connection.next_request_id``).
-        """
-        if type(params) is not self.params:
-            raise TypeError(
-                f"{self.name} takes {self.params.__name__}, not {type(params).__name__}"
-            )
-        fields = {"type": "request", "id": request_id, "method": self.name, "params": params}
-        return trusted(self.request, fields, _REQUEST_FIELDS_SET)
-
-    def parse_result(self, raw: object) -> R:
-        """Validate what the worker answered (raises pydantic's ``ValidationError``)."""
-        return self._validate_result(raw)
-
-
-_REQUEST_FIELDS_SET = frozenset({"id", "method", "params"})
+    __slots__ = ()
 
 
 KERNEL_ECHO = CommandSpec("echo", KernelEchoRequest, EchoParams, EchoResult)
