@@ -60,7 +60,7 @@ from ._exit import ExitKind
 from ._node_link import LinkChannel, NodeLink, NodeLinkAuthError, tune_link_socket
 from ._spawner import SpawnedProcess, WorkerStream, ZygoteSpawner
 from ._temp_dirs import WorkerTempDirs
-from ._tree_caps import TreeSampler, TreeUsage, breach, signal_tree
+from ._tree_caps import TreeSampler, TreeUsage, breach, signal_tree, tree_breach
 
 __all__ = ["NodeHost"]
 
@@ -306,12 +306,9 @@ class NodeHost:
                 self._sampler.refresh()
             for worker in workers:
                 pid = worker.process.pid
-                usage = (
-                    TreeUsage.from_cgroup(worker.cgroup.usage(), self._tree_caps)
-                    if worker.cgroup is not None
-                    else self._sampler.usage(pid)
+                found = tree_breach(
+                    pid, worker.limits, worker.cgroup, self._sampler, self._tree_caps
                 )
-                found = breach(usage, worker.limits) if usage is not None else None
                 if found is None or worker.process.reaped.is_set():
                     continue
                 worker.cause = found

@@ -43,7 +43,7 @@ from ._sandbox_support import (
 from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
 from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._temp_dirs import WorkerTempDirs
-from ._tree_caps import TreeSampler, TreeUsage, breach
+from ._tree_caps import TreeSampler, tree_breach
 from ._worker_tree import refuse_inside_worker_tree
 
 if TYPE_CHECKING:
@@ -407,13 +407,10 @@ class Supervisor:
             if any(h.cgroup is None for h in handles):
                 self._sampler.refresh()
             for handle in handles:
-                handle.sample_rss()
-                usage = (
-                    TreeUsage.from_cgroup(handle.cgroup.usage(), handle.tree_caps)
-                    if handle.cgroup is not None
-                    else self._sampler.usage(handle.pid)
+                # The peak RSS comes with the exit status; ``top`` samples it live.
+                found = tree_breach(
+                    handle.pid, handle.limits, handle.cgroup, self._sampler, handle.tree_caps
                 )
-                found = breach(usage, handle.limits) if usage is not None else None
                 if found is None:
                     continue
                 kind, reason = found

@@ -39,7 +39,7 @@ class SupervisorConfig(BaseModel):
     zygote_start_timeout_s: float = Field(default=30.0, gt=0)
     #: Workers the zygote keeps forked and started, waiting for a spawn.
     zygote_standby: int = Field(default=2, ge=0, le=64)
-    #: RSS sampling period for the memory cap and peak-RSS accounting.
+    #: How often each worker's tree is judged against its caps (S-SEC-4).
     sample_interval_s: float = Field(default=0.25, gt=0)
     #: Time between SIGTERM and SIGKILL when a worker is stopped.
     kill_grace_s: float = Field(default=2.0, ge=0)

@@ -28,7 +28,7 @@ from protocol import ResourceLimits
 from ._cgroups import CgroupUsage, WorkerCgroup
 from ._exit import ExitKind
 
-__all__ = ["TreeSampler", "TreeUsage", "breach", "signal_tree"]
+__all__ = ["TreeSampler", "TreeUsage", "breach", "signal_tree", "tree_breach"]
 
 _MIB = 1024 * 1024
 
@@ -80,6 +80,28 @@ def breach(usage: TreeUsage, limits: ResourceLimits) -> tuple[ExitKind, str] | N
             f"cpu cap exceeded: used {usage.cpu_seconds:.1f} s of CPU, cap {cpu} s {by}"
         )
     return None
+
+
+def tree_breach(
+    pid: int,
+    limits: ResourceLimits,
+    cgroup: WorkerCgroup | None,
+    sampler: TreeSampler,
+    mechanism: str,
+) -> tuple[ExitKind, str] | None:
+    """The cap the tree of worker ``pid`` breaks now; None if none (or it is gone).
+
+    With a cgroup, whose kernel already holds memory and processes under
+    their caps, only whether it had to is read, and the CPU if that is
+    capped: a few ``pread`` s. Without one, the tree as of ``sampler``'s last
+    walk of ``/proc``.
+    """
+    if cgroup is not None:
+        reading = cgroup.usage(breaches_only=True, cpu=limits.cpu_seconds is not None)
+        usage: TreeUsage | None = TreeUsage.from_cgroup(reading, mechanism)
+    else:
+        usage = sampler.usage(pid)
+    return breach(usage, limits) if usage is not None else None
 
 
 class TreeSampler:
