@@ -133,6 +133,8 @@ class Hello(_Frozen):
     )
     #: The sandbox in force (S-SBX-1); never claims more than is (S-SBX-2).
     sandbox: SandboxReport | None = None
+    #: The nice value it runs at: under load the supervisor runs first.
+    nice: int = Field(default=0, ge=-20, le=19)
 
 
 # -- supervisor -> worker -------------------------------------------------------

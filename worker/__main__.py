@@ -11,7 +11,7 @@ import sys
 
 from protocol import WORKER_PROCESS_NAME, ResourceLimits, SandboxPolicy
 
-from ._process import die_with_parent, set_process_name
+from ._process import die_with_parent, lower_priority, set_process_name
 from ._runtime import run_worker
 
 
@@ -24,9 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--limits", default="{}", help="ResourceLimits as JSON")
     parser.add_argument("--sandbox", default="{}", help="SandboxPolicy as JSON")
+    parser.add_argument("--nice", type=int, default=0, help="this worker's nice value")
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
     set_process_name(WORKER_PROCESS_NAME)
+    lower_priority(args.nice)
     limits = ResourceLimits.model_validate_json(args.limits)
     sandbox = SandboxPolicy.model_validate_json(args.sandbox)
     return run_worker(

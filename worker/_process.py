@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -13,6 +14,7 @@ from protocol import ResourceLimits
 __all__ = [
     "apply_resource_limits",
     "die_with_parent",
+    "lower_priority",
     "set_parent_death_signal",
     "set_process_name",
 ]
@@ -47,6 +49,29 @@ def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> None:
     set_parent_death_signal(sig)
     if os.getppid() != expected_parent:
         os._exit(1)
+
+
+def lower_priority(nice: int) -> None:
+    """Yield the CPU to the supervisor: raise this process's nice value to ``nice``.
+
+    The supervisor is the control plane of every agent (launches, approvals,
+    model traffic, notifications); a worker is one of hundreds of data-plane
+    processes that would each get as much CPU as it. With ``nice`` 10 a busy
+    worker weighs a tenth of a normal process, and ``SCHED_BATCH`` keeps its
+    wake-ups from preempting the supervisor mid-call. Whatever the worker
+    starts inherits both. A worker cannot take the nice value back: it holds
+    no ``CAP_SYS_NICE`` and its ``RLIMIT_NICE`` (hard too) is 0.
+    It may leave ``SCHED_BATCH`` (any process may), which only costs it
+    that tiebreak. ``nice`` 0 changes nothing.
+    """
+    if nice <= 0:
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
+    # 20 - RLIMIT_NICE is the lowest nice value a process may set itself to
+    # without CAP_SYS_NICE: at 0 it can never lower its nice value.
+    resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def apply_resource_limits(limits: ResourceLimits) -> dict[str, list[int]]:

@@ -202,6 +202,7 @@ async def serve(
             spawn_mode=spawn_mode,
             rlimits=rlimits,
             sandbox=sandbox,
+            nice=os.getpriority(os.PRIO_PROCESS, 0),
         )
     )
     session = _Session(link, commands if commands is not None else WORKER_COMMANDS)

@@ -58,7 +58,7 @@ from protocol import (
 
 from ._fdpass import FD_SIZE, close_fds_except, fds_ancillary, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
-from ._process import die_with_parent, set_process_name
+from ._process import die_with_parent, lower_priority, set_process_name
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
 from ._sandbox import isolate_mounts
 from ._subtree import kill_descendants, signal_subtrees
@@ -69,8 +69,9 @@ __all__ = ["main"]
 class Zygote:
     """The fork server's state: control socket, wakeup pipe, live workers."""
 
-    def __init__(self, control: socket.socket, *, standby: int = 0) -> None:
+    def __init__(self, control: socket.socket, *, standby: int = 0, nice: int = 0) -> None:
         self.control = control
+        self.nice = nice
         self.pid = os.getpid()
         self.workers: dict[int, str] = {}
         self.standby_target = standby
@@ -225,6 +226,8 @@ class Zygote:
         set_process_name(WORKER_PROCESS_NAME)
         os.setpgid(0, 0)
         die_with_parent(self.pid)
+        # Standbys too: their start-up must not compete with the supervisor either.
+        lower_priority(self.nice)
 
     def drain_wakeups(self) -> None:
         try:
@@ -285,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--standby", type=int, default=0, help="pre-forked workers to keep")
+    parser.add_argument("--nice", type=int, default=0, help="every worker's nice value")
     parser.add_argument("--hide", action="append", default=[], help="a path no worker may reach")
     args = parser.parse_args(argv)
     # Until the Zygote installs its handler, SIGTERM's default (exit) is
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     trio.run(trio.lowlevel.checkpoint)
     gc.collect()
     gc.freeze()
-    zygote = Zygote(control, standby=max(0, args.standby))
+    zygote = Zygote(control, standby=max(0, args.standby), nice=args.nice)
     if os.getppid() != args.parent_pid:
         return 0  # the SIGTERM may have come before its handler
     zygote.report(ZygoteReady(pid=os.getpid()))

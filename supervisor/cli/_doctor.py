@@ -155,10 +155,12 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
         ),
     }
     reports = {}
+    nice: int | None = None
     for mode, policy in policies.items():
         try:
             handle = await sup.spawn(sandbox=policy.model_copy(update={"on_unsupported": "warn"}))
             reports[mode] = handle.sandbox
+            nice = handle.hello.nice if handle.hello is not None else None
             await handle.shutdown()
         except SubvisorError as exc:
             checks.append(Check(f"protections ({mode})", False, str(exc)))
@@ -232,6 +234,18 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
             "tree, which is killed when its worker ends or the supervisor dies (even SIGKILL)",
         )
     )
+    if nice is not None:
+        wanted = sup.config.worker_nice
+        checks.append(
+            Check(
+                "worker priority",
+                nice >= wanted,
+                f"every worker runs at nice {nice} (SCHED_BATCH) and cannot lower it: under "
+                "load the supervisor, which serves every agent, runs first"
+                if nice >= wanted
+                else f"NOT in force: a worker runs at nice {nice}, not {wanted}",
+            )
+        )
     capped = sup.tree_caps.startswith("cgroup")
     checks.append(
         Check(

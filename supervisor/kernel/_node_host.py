@@ -95,6 +95,7 @@ class NodeHost:
         node_id: str,
         hidden: tuple[str, ...] = (),
         standby: int = 0,
+        nice: int = 0,
         zygote_start_timeout_s: float = 30.0,
         sample_interval_s: float = 0.25,
         tree_caps: str = "auto",
@@ -103,6 +104,7 @@ class NodeHost:
         self._tree_id = tree_id
         self._hidden = hidden
         self._standby = standby
+        self._nice = nice
         self._zygote_start_timeout_s = zygote_start_timeout_s
         self._sample_interval_s = sample_interval_s
         self._tree_caps_mode = tree_caps
@@ -165,6 +167,7 @@ class NodeHost:
             start_timeout=self._zygote_start_timeout_s,
             standby=self._standby,
             hidden=self._hidden,
+            nice=self._nice,
         )
         await self._zygote.start()
         assert self._zygote.pid is not None

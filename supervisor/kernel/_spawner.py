@@ -177,9 +177,10 @@ class ExecSpawner:
 
     remote = False
 
-    def __init__(self, env: dict[str, str], nursery: trio.Nursery) -> None:
+    def __init__(self, env: dict[str, str], nursery: trio.Nursery, *, nice: int = 0) -> None:
         self.pid: int | None = os.getpid()
         self._env = env
+        self._nice = nice
         self._nursery = nursery
         self._live: dict[int, SpawnedProcess] = {}
 
@@ -197,6 +198,7 @@ class ExecSpawner:
                     f"--parent-pid={os.getpid()}",
                     f"--limits={limits.model_dump_json()}",
                     f"--sandbox={sandbox.model_dump_json()}",
+                    f"--nice={self._nice}",
                 ],
                 self._env,
                 [down_r, up_w],
@@ -258,9 +260,11 @@ class ZygoteSpawner:
         stop_grace: float = 5.0,
         standby: int = 0,
         hidden: tuple[str, ...] = (),
+        nice: int = 0,
     ) -> None:
         self.pid: int | None = None
         self._standby = standby
+        self._nice = nice
         self._hidden = hidden
         self.boot_ms: float | None = None
         self._env = env
@@ -294,6 +298,7 @@ class ZygoteSpawner:
                         f"--control-fd={theirs.fileno()}",
                         f"--parent-pid={os.getpid()}",
                         f"--standby={self._standby}",
+                        f"--nice={self._nice}",
                         *(f"--hide={path}" for path in self._hidden),
                     ],
                     self._env,

@@ -128,7 +128,7 @@ class Supervisor:
             self.tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
-        self._spawners["exec"] = ExecSpawner(env, self._nursery)
+        self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
         zygote = self._zygote_spawner(env, self._nursery)
         self._spawners["zygote"] = zygote
         self._nursery.start_soon(self._sample_memory)
@@ -153,6 +153,7 @@ class Supervisor:
                 tree_id=self.tree_id,
                 hidden=self._hidden_paths,
                 standby=self.config.zygote_standby,
+                nice=self.config.worker_nice,
                 start_timeout=self.config.zygote_start_timeout_s,
                 sample_interval_s=self.config.sample_interval_s,
                 tree_caps=self.config.tree_caps,
@@ -166,6 +167,7 @@ class Supervisor:
             stop_grace=max(1.0, self.config.kill_grace_s),
             standby=self.config.zygote_standby,
             hidden=self._hidden_paths,
+            nice=self.config.worker_nice,
         )
 
     async def __aexit__(

@@ -39,6 +39,10 @@ class SupervisorConfig(BaseModel):
     zygote_start_timeout_s: float = Field(default=30.0, gt=0)
     #: Workers the zygote keeps forked and started, waiting for a spawn.
     zygote_standby: int = Field(default=2, ge=0, le=64)
+    #: Every worker's nice value (and ``SCHED_BATCH``): under load the
+    #: supervisor, which serves every agent, runs first (``worker.lower_priority``).
+    #: 0: workers compete with it as equals.
+    worker_nice: int = Field(default=10, ge=0, le=19)
     #: How often each worker's tree is judged against its caps (S-SEC-4).
     sample_interval_s: float = Field(default=0.25, gt=0)
     #: Time between SIGTERM and SIGKILL when a worker is stopped.

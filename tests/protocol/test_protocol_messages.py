@@ -533,6 +533,7 @@ _FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
         "spawn_mode": "spawn_mode",
         "rlimits": "rlimits",
         "sandbox": "sandbox",
+        "nice": "nice",
     },
     WorkerRequest: {"id": "id", "method": "worker_method", "params": "dict"},
     Event: {"name": "event_name", "data": "dict"},
@@ -586,6 +587,7 @@ _not_sandbox = st.one_of(
 _WRONG: dict[str, st.SearchStrategy[Any]] = {
     "sandbox": _not_sandbox,
     "int": _not_int,
+    "nice": _not_int | st.integers(min_value=20) | st.integers(max_value=-21),
     "id": _not_int | st.integers(min_value=-(2**63), max_value=-1),
     "str": _not_str,
     "event_name": _not_str | _texts.filter(lambda s: s not in WORKER_EVENT_NAMES),

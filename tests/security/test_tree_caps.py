@@ -141,3 +141,35 @@ def test_s_sec_4_the_mechanism_in_force_is_stated() -> None:
 
     stated = trio.run(main)
     assert stated.startswith(("cgroup v1", "cgroup v2", "sampling ("))
+
+
+async def test_s_sec_4_a_workers_tree_runs_below_the_supervisor_and_cannot_climb_back(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-4: what a subagent's Bash starts runs at the fleet's nice value (10) above the
+    supervisor's, so a busy tree cannot starve the supervisor that serves every agent; it
+    cannot lower its nice value again, nor raise the limit that would let it."""
+    import os
+
+    from tests.support.attack import bash_attack
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = f"nice {max(SupervisorConfig().worker_nice, ours)}"
+    nice = f"{PY} -c \"import os; print('nice', os.getpriority(os.PRIO_PROCESS, 0))\""
+    attack = await bash_attack(
+        tmp_path,
+        [
+            nice,
+            f"renice -n {ours} -p $$ >/dev/null 2>&1; echo renice=$?",
+            f"{PY} -c \"import os; os.setpriority(os.PRIO_PROCESS, 0, {ours})\" 2>&1 | tail -1",
+            f"{PY} -c \"import resource as r; r.setrlimit(r.RLIMIT_NICE, (20, 20))\" 2>&1"
+            " | tail -1",
+            nice,
+        ],
+    )
+    assert SupervisorConfig().worker_nice > 0
+    assert expected in attack.output(0), attack.output(0)
+    assert "renice=0" not in attack.output(1), attack.output(1)
+    assert "PermissionError" in attack.output(2), attack.output(2)
+    assert "not allowed to raise maximum limit" in attack.output(3), attack.output(3)
+    assert expected in attack.output(4), attack.output(4)
