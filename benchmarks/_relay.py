@@ -22,7 +22,7 @@ Per N:
 - ``wall_s`` and ``twin_wall_s``: the root's whole turn.
 
 The chunk lag and stream times are read where the gateway hands each
-delta on (``_probing``), so they include reading and parsing the chunk.
+piece of text on (``_probing``), so they include reading and parsing the chunk.
 """
 
 from __future__ import annotations
@@ -90,27 +90,37 @@ class _Probe:
 def _probing(probe: _Probe) -> Iterator[None]:
     """Route ``ModelGateway.stream`` through ``probe`` while the block runs.
 
-    Every gateway call streams through ``stream``; the probe reads each
-    delta's stamps as the gateway hands it on (a regular-expression scan
-    per delta, which the CPU figures include).
+    Every gateway call streams through ``stream``, its text going to the
+    caller's ``on_text`` as the gateway reads it; the probe reads each
+    piece's stamps there (a regular-expression scan per piece, which the CPU
+    figures include), and times the call from its start to its result.
     """
     original = ModelGateway.stream
 
     async def stream(
         self: ModelGateway, request: ModelRequest, **options: Any
     ) -> AsyncGenerator[ModelEvent, None]:
-        started, stamped = time.monotonic(), False
+        started, streamed = time.monotonic(), False
+        on_text = options.get("on_text")
+
+        def stamped(text: str) -> None:
+            nonlocal streamed
+            now = time.monotonic()
+            stamps = _STAMP.findall(text)
+            probe.chunks += len(stamps)
+            probe.lags.extend(now - float(stamp) for stamp in stamps)
+            streamed = True
+            if on_text is not None:
+                on_text(text)
+
+        options["on_text"] = stamped
         async with aclosing(original(self, request, **options)) as events:
             async for event in events:
                 if isinstance(event, ModelStreamDelta):
-                    now = time.monotonic()
-                    stamps = _STAMP.findall(event.text)
-                    probe.chunks += len(stamps)
-                    probe.lags.extend(now - float(stamp) for stamp in stamps)
-                elif stamped:
+                    stamped(event.text)
+                elif streamed:
                     # The caller stops at the result: time the stream now.
                     probe.streams.append(time.monotonic() - started)
-                stamped = stamped or isinstance(event, ModelStreamDelta)
                 yield event
 
     ModelGateway.stream = stream  # type: ignore[method-assign]

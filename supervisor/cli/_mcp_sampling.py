@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from protocol import ChatMessage, ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
 
-from ..providers import ModelBadRequestError, ModelConnectionError, ModelEvent
+from ..providers import ModelBadRequestError, ModelConnectionError, ModelEvent, TextSink
 
 __all__ = ["SAMPLING_PROVIDER", "ClientSampling", "SamplingClient"]
 
@@ -57,7 +57,9 @@ class ClientSampling:
         """The seat closed: its agents' calls fail from now on."""
         self._clients.pop(session_id, None)
 
-    async def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
+    async def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
         """Ask the seat's client to sample; yield its text, then the result."""
         client = self._clients.get(model)
         if client is None:

@@ -183,15 +183,10 @@ class AgentRequestServer:
 
     async def _call_model(self, policy: AgentRequestPolicy, asked: ModelRequest) -> ModelResult:
         call = policy.prepare_model_call(asked)
-        on_text = policy.on_model_text
-        on_delta = None
-        if on_text is not None:
-
-            async def on_delta(text: str) -> None:
-                on_text(text)
-
         try:
-            result = await self._gateway.call(call, on_delta, on_wait=policy.on_model_wait)
+            result = await self._gateway.call(
+                call, policy.on_model_text, on_wait=policy.on_model_wait
+            )
         except ModelError as exc:
             raise RequestRefusedError("model_error", str(exc)) from None
         policy.record_model_result(asked, result)

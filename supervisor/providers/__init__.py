@@ -7,7 +7,7 @@ concurrency limit and retries.
 """
 
 from ._anthropic import ANTHROPIC_API_VERSION, ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
-from ._base import ModelEvent, ModelProvider
+from ._base import ModelEvent, ModelProvider, TextSink
 from ._config import GatewayConfig, ProviderConfig
 from ._errors import (
     ModelAuthError,
@@ -57,6 +57,7 @@ __all__ = [
     "ScriptedProvider",
     "ScriptedToolCall",
     "ScriptedTurn",
+    "TextSink",
     "UnknownProviderError",
     "load_scenario",
     "parse_model_string",

@@ -12,7 +12,7 @@ import httpx
 
 from protocol import ChatMessage, ModelRequest, ModelResult, ToolCall, Usage
 
-from ._base import ModelEvent
+from ._base import ModelEvent, TextSink
 from ._errors import ModelProviderError, ModelResponseError
 from ._http import (
     MALFORMED_ERRORS,
@@ -82,7 +82,9 @@ class AnthropicProvider:
         self._streaming = streaming
         self._timeout = timeout or httpx.Timeout(600.0, connect=10.0)
 
-    def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
+    def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
         """Call ``model``; yields text deltas and then the ``ModelResult``."""
         origin = CallOrigin(
             provider=self._name,
@@ -99,6 +101,7 @@ class AnthropicProvider:
                 body,
                 headers=self._headers(),
                 timeouts=self._timeout,
+                on_text=on_text,
                 assembler=_StreamState(model=model),
             )
         return complete_once(

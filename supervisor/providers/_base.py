@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from protocol import ModelRequest, ModelResult, ModelStreamDelta
 
-__all__ = ["ModelEvent", "ModelProvider"]
+__all__ = ["ModelEvent", "ModelProvider", "TextSink"]
 
 #: What a provider stream yields: text deltas, then exactly one result.
 ModelEvent = ModelStreamDelta | ModelResult
+
+#: Takes the pieces of an answer's text as they arrive (synchronously: it must not block).
+TextSink = Callable[[str], None]
 
 
 class ModelProvider(Protocol):
@@ -21,8 +24,14 @@ class ModelProvider(Protocol):
     ``model`` is the model part of the model string (no provider, no effort);
     the effort, if any, is in ``request.effort``. Failures are raised as
     ``ModelProviderError`` subclasses so the gateway can decide on retries.
+    With ``on_text`` a provider may hand the text pieces to it as it reads
+    them, wherever it reads them, instead of yielding them: a streamed answer
+    then wakes its caller once, not once a piece.
     """
 
-    def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
-        """Call ``model`` with ``request``, yielding deltas and then the result."""
+    def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
+        """Call ``model`` with ``request``, yielding deltas (or giving them to ``on_text``)
+        and then the result."""
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Self
@@ -21,7 +21,7 @@ import trio
 from protocol import ModelRequest, ModelResult
 
 from ._anthropic import ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
-from ._base import ModelEvent, ModelProvider
+from ._base import ModelEvent, ModelProvider, TextSink
 from ._config import GatewayConfig, ProviderConfig
 from ._errors import ModelProviderError, ModelResponseError, ModelStringError, UnknownProviderError
 from ._model_string import ModelSpec, parse_model_string
@@ -121,30 +121,38 @@ class ModelGateway:
     async def call(
         self,
         request: ModelRequest,
-        on_delta: Callable[[str], Awaitable[None]] | None = None,
+        on_text: TextSink | None = None,
         *,
         on_wait: Callable[[bool], None] | None = None,
     ) -> ModelResult:
-        """Make one model call; ``on_delta`` receives text pieces as they arrive.
+        """Make one model call; ``on_text`` receives its text pieces as they arrive.
 
         ``on_wait(True)`` is called when the call has to wait for a model slot,
         ``on_wait(False)`` once it has one.
         """
-        async with aclosing(self.stream(request, on_wait=on_wait)) as events:
+        # Without a sink of its own the text is dropped as it is read: the
+        # answer is whole in the result, and a streamed body wakes us once.
+        sink = on_text or _drop_text
+        async with aclosing(self.stream(request, on_wait=on_wait, on_text=sink)) as events:
             async for event in events:
                 if isinstance(event, ModelResult):
                     return event
-                if on_delta is not None:
-                    await on_delta(event.text)
         raise AssertionError("ModelGateway.stream ended without a ModelResult")
 
     async def stream(
-        self, request: ModelRequest, *, on_wait: Callable[[bool], None] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        on_wait: Callable[[bool], None] | None = None,
+        on_text: TextSink | None = None,
     ) -> AsyncGenerator[ModelEvent, None]:
         """Make one model call, yielding text deltas and then exactly one ``ModelResult``.
 
-        Close it early with ``contextlib.aclosing`` if you stop iterating;
-        ``on_wait`` is as for ``call``.
+        With ``on_text`` the deltas go to it instead (synchronously, as the
+        provider reads them: an HTTP stream then wakes this generator once),
+        and only the result is yielded. Close it early with
+        ``contextlib.aclosing`` if you stop iterating; ``on_wait`` is as for
+        ``call``.
         """
         if self._closed:
             raise RuntimeError("ModelGateway is closed")
@@ -154,8 +162,10 @@ class ModelGateway:
             request = request.model_copy(update={"effort": spec.effort})
         attempt = 1
         while True:
-            delivered_text = False
             result: ModelResult | None = None
+            delivery = _Delivery(on_text)
+            sink = delivery if on_text is not None else None
+
             # The token, not the task, holds the slot: trio may finalize an
             # abandoned generator in another task.
             slot = object()
@@ -164,15 +174,19 @@ class ModelGateway:
                 if limited:
                     await self._acquire(slot, on_wait)
                 try:
-                    events = provider.stream(request, spec.model)
+                    events = provider.stream(request, spec.model, on_text=sink)
                     try:
                         async for event in events:
                             if result is not None:
                                 raise _protocol_error(spec, "yielded an event after its result")
                             if isinstance(event, ModelResult):
                                 result = event
-                            elif event.text:
-                                delivered_text = True
+                            elif not event.text:
+                                continue
+                            elif sink is not None:
+                                sink(event.text)
+                            else:
+                                delivery.delivered = True
                                 yield event
                     finally:
                         await _aclose(events)
@@ -183,7 +197,7 @@ class ModelGateway:
                     raise _protocol_error(spec, "ended without a result")
             except ModelProviderError as exc:
                 exc.attempts = attempt
-                if delivered_text or not exc.retryable or attempt > self.config.max_retries:
+                if delivery.delivered or not exc.retryable or attempt > self.config.max_retries:
                     raise
                 delay = retry_delay(self.config, attempt, exc.retry_after, self._rng)
                 # ``exc.message``: ``str(exc)`` would say it was given up on.
@@ -240,6 +254,25 @@ def _http_provider(
         streaming=config.streaming,
         timeout=timeout,
     )
+
+
+class _Delivery:
+    """An attempt's text sink: passes pieces on, and remembers whether any went."""
+
+    __slots__ = ("_on_text", "delivered")
+
+    def __init__(self, on_text: TextSink | None) -> None:
+        self.delivered = False
+        self._on_text = on_text
+
+    def __call__(self, text: str) -> None:
+        self.delivered = True
+        if self._on_text is not None:
+            self._on_text(text)
+
+
+def _drop_text(text: str) -> None:
+    pass
 
 
 def _protocol_error(spec: ModelSpec, what: str) -> ModelResponseError:

@@ -24,7 +24,7 @@ import trio
 
 from protocol import ModelResult, ModelStreamDelta
 
-from ._base import ModelEvent
+from ._base import ModelEvent, TextSink
 from ._errors import (
     ModelAuthError,
     ModelBadRequestError,
@@ -35,6 +35,7 @@ from ._errors import (
     ModelServerError,
 )
 from ._sse import SseDecoder, SseEvent
+from ._transport import BODY_EXTENSION, FeedableBody
 
 __all__ = [
     "MALFORMED_ERRORS",
@@ -310,33 +311,56 @@ async def stream_sse_answer(
     headers: Mapping[str, str],
     timeouts: httpx.Timeout,
     assembler: StreamAssembler,
+    on_text: TextSink | None = None,
 ) -> AsyncIterator[ModelEvent]:
     """A streaming call: text deltas as they arrive, then the ``ModelResult``.
 
     The body is decoded a network read at a time: one delta per read holds
-    the text of every event in it. Reading stops at the provider's last
-    word; what follows it is drained for at most a second (so the
-    connection can be reused). A stream that ends before the answer is whole
-    is a ``ModelConnectionError`` that says what was missing.
+    the text of every event in it. With ``on_text`` the deltas go to it
+    instead, synchronously, and only the result is yielded; where the
+    transport can feed the body (``GatewayTransport``), the events are then
+    parsed as each read arrives, in the transport's reader, and this task
+    wakes once, at the end. Reading stops at the provider's last word; what
+    follows it is drained for at most a second (so the connection can be
+    reused). A stream that ends before the answer is whole is a
+    ``ModelConnectionError`` that says what was missing.
     """
     decoder = SseDecoder()
     async with (
         post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
         aclosing(_body_reads(response)) as reads,
     ):
-        async for data in reads:
-            text = _fold(decoder.feed(data), assembler, origin)
-            if text:
-                yield ModelStreamDelta(text=text)
-            if assembler.finished:
-                with trio.move_on_after(_DRAIN_S):
-                    async for _ in reads:
-                        pass
-                break
+        feedable = response.extensions.get(BODY_EXTENSION) if on_text is not None else None
+        if feedable is not None:
+            assert on_text is not None
+
+            def sink(payload: bytes) -> bool:
+                text = _fold(decoder.feed(payload), assembler, origin)
+                if text:
+                    on_text(text)
+                return assembler.finished
+
+            await cast(FeedableBody, feedable).feed(sink)
+        else:
+            async for data in reads:
+                text = _fold(decoder.feed(data), assembler, origin)
+                if text:
+                    if on_text is not None:
+                        on_text(text)
+                    else:
+                        yield ModelStreamDelta(text=text)
+                if assembler.finished:
+                    break
+        if assembler.finished:
+            with trio.move_on_after(_DRAIN_S):
+                async for _ in reads:
+                    pass
         else:
             last = decoder.end()
             text = _fold([last] if last is not None else [], assembler, origin)
-            if text:
+            if text and on_text is not None:
+                on_text(text)
+            elif text:
                 yield ModelStreamDelta(text=text)
     missing = assembler.unfinished
     if missing is not None:

@@ -12,7 +12,7 @@ import httpx
 
 from protocol import ModelRequest, ModelResult, ToolCall, Usage
 
-from ._base import ModelEvent
+from ._base import ModelEvent, TextSink
 from ._errors import ModelResponseError
 from ._http import (
     MALFORMED_ERRORS,
@@ -84,7 +84,9 @@ class OpenAIProvider:
         )
         self._max_tokens_param = max_tokens_param or default_param
 
-    def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
+    def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
         """Call ``model``; yields text deltas and then the ``ModelResult``."""
         origin = CallOrigin(
             provider=self._name,
@@ -103,6 +105,7 @@ class OpenAIProvider:
                 body,
                 headers=self._headers(),
                 timeouts=self._timeout,
+                on_text=on_text,
                 assembler=_StreamState(model=model),
             )
         return complete_once(

@@ -29,7 +29,7 @@ from protocol import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usag
 
 from ..files._input_files import read_regular_file
 from ..files._untrusted_yaml import describe_yaml_error, load_untrusted_yaml
-from ._base import ModelEvent
+from ._base import ModelEvent, TextSink
 from ._errors import ScenarioError
 
 #: A scenario file larger than this is refused (a 5,000-agent stress scenario is 2.5 MB).
@@ -191,8 +191,10 @@ class ScriptedProvider:
     def __init__(self) -> None:
         self._scenarios: dict[str, Scenario] = {}
 
-    def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
-        """Answer ``request`` from the scenario file ``model``."""
+    def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
+        """Answer ``request`` from the scenario file ``model`` (its pieces are yielded)."""
         return self._answer(request, model)
 
     async def scenario(self, path: str) -> Scenario:

@@ -93,7 +93,7 @@ async def test_streamed_answer_whole_however_the_body_is_cut(
     server.enqueue(_streamed("one two three four", piece_size))
     deltas: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    def on_delta(text: str) -> None:
         deltas.append(text)
 
     async with _gateway(server.base_url) as gateway:

@@ -27,6 +27,7 @@ from supervisor.providers import (
     ModelRateLimitError,
     ModelResponseError,
     ModelStringError,
+    TextSink,
     UnknownProviderError,
     parse_retry_after,
     retry_delay,
@@ -105,7 +106,7 @@ async def test_429_retry_after_is_honoured_then_success(
     )
     deltas: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    def on_delta(text: str) -> None:
         deltas.append(text)
 
     # backoff_base_s=0: without honouring Retry-After the retry would be immediate.
@@ -198,7 +199,7 @@ async def test_no_retry_once_text_reached_the_caller(server: ProviderServer) -> 
     )
     deltas: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    def on_delta(text: str) -> None:
         deltas.append(text)
 
     async with gateway_for(server.base_url) as gateway:
@@ -336,7 +337,9 @@ async def test_injected_transport_timeouts_are_retried() -> None:
 class _SilentProvider:
     """A provider that breaks the contract: it ends without a result."""
 
-    async def stream(self, request: ModelRequest, model: str) -> AsyncIterator[ModelEvent]:
+    async def stream(
+        self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
+    ) -> AsyncIterator[ModelEvent]:
         yield ModelStreamDelta(text="only a delta")
 
 
