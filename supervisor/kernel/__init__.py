@@ -29,7 +29,7 @@ from ._errors import (
 from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
-from ._spawner import reap_child
+from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
 from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
 from ._worker_tree import in_worker_tree, refuse_inside_worker_tree, worker_tree_ancestor
@@ -62,6 +62,7 @@ __all__ = [
     "find_exception",
     "in_worker_tree",
     "landlock_abi_max_from_env",
+    "launch_python",
     "mode_enforcement",
     "reap_child",
     "refuse_inside_worker_tree",

@@ -47,6 +47,7 @@ __all__ = [
     "Spawner",
     "WorkerStream",
     "ZygoteSpawner",
+    "launch_python",
     "reap_child",
 ]
 
@@ -126,7 +127,7 @@ def _pipe_pair() -> tuple[int, int, int, int]:
     return down_r, down_w, up_r, up_w
 
 
-def _python_launch(module: str, args: list[str], env: dict[str, str], inherit: list[int]) -> int:
+def launch_python(module: str, args: list[str], env: dict[str, str], inherit: list[int]) -> int:
     """posix_spawn ``python -m module``, passing the ``inherit`` fds; return its pid.
 
     posix_spawn (not fork) because the supervisor runs trio and may have
@@ -189,7 +190,7 @@ class ExecSpawner:
     ) -> SpawnedProcess:
         down_r, down_w, up_r, up_w = _pipe_pair()
         try:
-            pid = _python_launch(
+            pid = launch_python(
                 "worker",
                 [
                     f"--worker-id={worker_id}",
@@ -292,7 +293,7 @@ class ZygoteSpawner:
             launched = trio.current_time()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                pid = _python_launch(
+                pid = launch_python(
                     "worker.zygote",
                     [
                         f"--control-fd={theirs.fileno()}",

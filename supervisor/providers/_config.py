@@ -45,6 +45,9 @@ class GatewayConfig(BaseModel):
     Retries happen on 429, 5xx and connection failures, waiting
     ``Retry-After`` (at most ``retry_after_max_s``) or an exponential
     backoff from ``backoff_base_s`` up to ``backoff_max_s``, with jitter.
+    Once ``pool_after`` calls stream at once, the HTTP providers' calls are
+    made by ``processes`` gateway processes beside the supervisor (``auto``:
+    one per two CPUs; 0: always in the supervisor).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +58,15 @@ class GatewayConfig(BaseModel):
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
     retry_after_max_s: float = Field(default=60.0, ge=0)
+    processes: int | Literal["auto"] = Field(default="auto")
+    pool_after: int = Field(default=8, ge=1)
+
+    @field_validator("processes")
+    @classmethod
+    def _check_processes(cls, processes: int | str) -> int | str:
+        if isinstance(processes, int) and not 0 <= processes <= 64:
+            raise ValueError("processes must be 'auto' or 0 to 64")
+        return processes
 
     @model_validator(mode="before")
     @classmethod

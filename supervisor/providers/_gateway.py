@@ -24,6 +24,7 @@ from ._anthropic import ANTHROPIC_DEFAULT_BASE_URL, AnthropicProvider
 from ._base import ModelEvent, ModelProvider, TextSink
 from ._config import GatewayConfig, ProviderConfig
 from ._errors import ModelProviderError, ModelResponseError, ModelStringError, UnknownProviderError
+from ._gateway_pool import GatewayPool, PooledProvider, pool_size
 from ._model_string import ModelSpec, parse_model_string
 from ._openai import OPENAI_DEFAULT_BASE_URL, OpenAIProvider
 from ._retry import retry_delay
@@ -41,11 +42,15 @@ class ModelGateway:
     Use as ``async with ModelGateway(config) as gateway:`` (or call
     ``aclose``). ``transport`` replaces the HTTP transport (tests pass a
     local or mock one), ``env`` the environment API keys are read from,
-    ``providers`` adds or replaces providers by name, ``rng`` drives jitter.
+    ``providers`` adds or replaces providers by name, ``rng`` drives jitter,
+    ``read_rounds_s`` is ``GatewayTransport``'s.
 
     ``config.max_concurrency`` bounds the calls in flight across the HTTP
     providers (a slot is free while a call waits to retry); a caller can
-    learn that its call waits for a slot (``on_wait``). The offline
+    learn that its call waits for a slot (``on_wait``). Once
+    ``config.pool_after`` of them are in flight, their calls go to gateway
+    processes (``GatewayPool``), unless ``transport`` was given: a test's
+    transport lives in this process. The offline
     ``scripted`` provider has no remote rate limit to protect, so stress runs
     on it are not throttled. A failed attempt is retried only while no text delta of it has
     reached the caller, so a caller never sees the same text twice.
@@ -59,10 +64,12 @@ class ModelGateway:
         env: Mapping[str, str] | None = None,
         providers: Mapping[str, ModelProvider] | None = None,
         rng: random.Random | None = None,
+        read_rounds_s: float | None = None,
     ) -> None:
         self.config = config or GatewayConfig()
         self._client = httpx.AsyncClient(
-            transport=transport or GatewayTransport(max_idle=self.config.max_concurrency),
+            transport=transport
+            or GatewayTransport(max_idle=self.config.max_concurrency, read_rounds_s=read_rounds_s),
             # The limiter below bounds concurrency; the pool must never be the
             # tighter limit, or calls would queue inside httpx and time out.
             limits=httpx.Limits(
@@ -74,9 +81,13 @@ class ModelGateway:
         self._rng = rng or random.Random()
         self._closed = False
         environment = os.environ if env is None else env
+        size = pool_size(self.config.processes) if transport is None and env is None else 0
+        #: The gateway processes, when the config asks for them (started on demand).
+        self.pool = GatewayPool(self.config, size) if size else None
         self._providers: dict[str, ModelProvider] = {"scripted": ScriptedProvider()}
         for name, provider_config in self.config.providers.items():
-            self._providers[name] = _http_provider(name, provider_config, self._client, environment)
+            local = _http_provider(name, provider_config, self._client, environment)
+            self._providers[name] = local if self.pool is None else PooledProvider(local, self.pool)
         self._providers.update(providers or {})
 
     @property
@@ -96,9 +107,18 @@ class ModelGateway:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the shared HTTP client; later calls raise ``RuntimeError``."""
+        """Close the shared HTTP client and the gateway processes; later calls raise."""
         self._closed = True
+        if self.pool is not None:
+            await self.pool.aclose()
         await self._client.aclose()
+
+    def process_cpu_seconds(self, *, starting: bool = True) -> float:
+        """CPU the gateway processes have used so far (0 without any).
+
+        ``starting=False``: less what each used to start (imports), before its first call.
+        """
+        return self.pool.cpu_seconds(starting=starting) if self.pool is not None else 0.0
 
     def resolve(self, model: str) -> tuple[ModelSpec, ModelProvider]:
         """The parsed model string and its provider.
@@ -216,6 +236,8 @@ class ModelGateway:
 
     async def _acquire(self, slot: object, on_wait: Callable[[bool], None] | None) -> None:
         limiter = self._limiter
+        if self.pool is not None and limiter.borrowed_tokens + 1 >= self.config.pool_after:
+            self.pool.start_soon()
         if on_wait is None or limiter.available_tokens:
             await limiter.acquire_on_behalf_of(slot)
             return

@@ -395,10 +395,11 @@ class _Reader:
     load a round then reads dozens of sockets; a quiet one costs no extra wake-up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rounds_s: float | None = None) -> None:
         self._epoll: select.epoll | None = None
         self._bodies: dict[int, _Body] = {}
         self._running: object | None = None
+        self._rounds_s = rounds_s
 
     def watch(self, body: _Body) -> None:
         """Read ``body`` into its sink from now on."""
@@ -436,7 +437,9 @@ class _Reader:
                     body = self._bodies.get(fd)
                     if body is not None:
                         body._readable(now)
-                if len(ready) >= _BUSY_ROUND:
+                if self._rounds_s is not None:
+                    await trio.sleep(self._rounds_s)
+                elif len(ready) >= _BUSY_ROUND:
                     # Under load, what arrives meanwhile is read in the next round,
                     # all in one wake-up: a few ms of lag for far fewer of them.
                     await trio.sleep(_BATCH_S)
@@ -460,16 +463,25 @@ class GatewayTransport(httpx.AsyncBaseTransport):
 
     ``ssl_context`` verifies ``https`` servers (default: the system's
     trust store, as httpx does); ``max_idle`` bounds the idle keep-alive
-    connections kept per origin.
+    connections kept per origin. ``read_rounds_s``: fed bodies are read in
+    rounds at most this often, whenever a round found something (default:
+    only after busy rounds, ``_BATCH_S`` apart); whoever passes text on in
+    batches of that period loses nothing by it.
     """
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, max_idle: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        max_idle: int = 64,
+        read_rounds_s: float | None = None,
+    ) -> None:
         self._ssl_context = ssl_context
         self._max_idle = max_idle
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._reading: weakref.WeakSet[_Body] = weakref.WeakSet()
         self._sweeping: object | None = None
-        self._reader = _Reader()
+        self._reader = _Reader(read_rounds_s)
         self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

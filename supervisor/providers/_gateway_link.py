@@ -1,0 +1,154 @@
+"""The link between the gateway and one of its processes: what each frame carries.
+
+Both ends are subvisor's own: the supervisor, and a gateway process it
+started (``_gateway_process``). The frames are the protocol's (a 4-byte
+length, then msgpack), each body an array:
+
+==============================  ==================================================
+supervisor -> gateway process
+``["start", config]``           first and once: the ``GatewayConfig``, keys included
+``["call", id, request]``       one attempt of a ``ModelRequest`` at its provider
+``["cancel", id]``              stop that attempt (it is still answered)
+gateway process -> supervisor
+``["ready"]``                   once, after ``start``: it takes calls
+``["texts", [[id, text]...]]``  the text read since the last batch, per call
+``["result", id, result]``      the attempt's ``ModelResult``
+``["failed", id, error]``       the attempt's ``ModelProviderError``, as fields
+==============================  ==================================================
+
+Invariants: every call is answered exactly once, ``result`` or ``failed``,
+and after every ``texts`` piece of it; the pieces of one call arrive in
+order. A batch of texts goes out at most every ``TEXT_BATCH_S``, whatever
+the number of calls streaming: the supervisor reads one frame per batch,
+not one per chunk. An error crosses as its class name and fields, and is
+rebuilt as the same class on the other side (retries depend on it).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from protocol import FrameDecoder, FrameLimits, LocalProtocolError
+
+from ._config import GatewayConfig
+from ._errors import (
+    ModelAuthError,
+    ModelBadRequestError,
+    ModelConnectionError,
+    ModelProviderError,
+    ModelRateLimitError,
+    ModelResponseError,
+    ModelServerError,
+)
+
+__all__ = [
+    "LINK_LIMITS",
+    "TEXT_BATCH_S",
+    "config_fields",
+    "error_fields",
+    "error_from_fields",
+    "link_decoder",
+    "link_frame",
+]
+
+#: How often a gateway process sends the text it read (at most).
+TEXT_BATCH_S = 0.01
+
+#: A request holds a whole conversation: larger than a worker's frames may be.
+LINK_LIMITS = FrameLimits(
+    max_frame_size=256 * 1024 * 1024,
+    max_str_len=256 * 1024 * 1024,
+    max_bin_len=256 * 1024 * 1024,
+    max_array_len=10_000_000,
+    max_map_len=1_000_000,
+    max_nesting=64,
+)
+
+_ERRORS: dict[str, type[ModelProviderError]] = {
+    cls.__name__: cls
+    for cls in (
+        ModelAuthError,
+        ModelBadRequestError,
+        ModelConnectionError,
+        ModelProviderError,
+        ModelRateLimitError,
+        ModelResponseError,
+        ModelServerError,
+    )
+}
+
+
+_HEADER = struct.Struct(">I")
+
+
+def link_frame(message: list[Any]) -> bytes:
+    """One frame of the link.
+
+    Both ends are ours, and a batch of texts is wide, not deep: only the
+    frame's size is checked here (the decoder checks everything it reads).
+    """
+    body: bytes = msgpack.packb(message, use_bin_type=True)
+    if len(body) > LINK_LIMITS.max_frame_size:
+        raise LocalProtocolError(
+            f"a gateway link frame of {len(body)} bytes exceeds "
+            f"{LINK_LIMITS.max_frame_size}: the request is too large to send",
+            limit="max_frame_size",
+        )
+    return _HEADER.pack(len(body)) + body
+
+
+def link_decoder() -> FrameDecoder:
+    """A decoder for the frames of the link."""
+    return FrameDecoder(LINK_LIMITS)
+
+
+def config_fields(config: GatewayConfig) -> dict[str, Any]:
+    """``config`` as plain data, its keys revealed: what ``start`` carries."""
+    fields = config.model_dump(mode="json", exclude={"providers"})
+    fields["providers"] = {
+        name: {
+            **provider.model_dump(mode="json", exclude={"api_key"}),
+            "api_key": provider.api_key.get_secret_value() if provider.api_key else None,
+        }
+        for name, provider in config.providers.items()
+    }
+    return fields
+
+
+def error_fields(exc: ModelProviderError) -> dict[str, Any]:
+    """What rebuilds ``exc`` on the other side of the link."""
+    return {
+        "kind": type(exc).__name__ if type(exc).__name__ in _ERRORS else "ModelProviderError",
+        "message": exc.message,
+        "provider": exc.provider,
+        "model": exc.model,
+        "status_code": exc.status_code,
+        "provider_message": exc.provider_message,
+        "retry_after": exc.retry_after,
+        "retryable": exc.retryable,
+    }
+
+
+def error_from_fields(fields: dict[str, Any]) -> ModelProviderError:
+    """The error ``error_fields`` described."""
+    cls = _ERRORS.get(str(fields.get("kind")), ModelProviderError)
+    provider, model = str(fields.get("provider", "")), str(fields.get("model", ""))
+    message = str(fields.get("message", "the model call failed in a gateway process"))
+    error: ModelProviderError
+    if cls is ModelConnectionError:
+        error = ModelConnectionError(
+            message, provider=provider, model=model, retryable=bool(fields.get("retryable"))
+        )
+    else:
+        error = cls(
+            message,
+            provider=provider,
+            model=model,
+            status_code=fields.get("status_code"),
+            provider_message=str(fields.get("provider_message") or ""),
+            retry_after=fields.get("retry_after"),
+        )
+    return error

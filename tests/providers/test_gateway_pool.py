@@ -1,0 +1,184 @@
+"""The gateway's processes: HTTP providers' calls made beside the supervisor (S-PROF-6, S-SEC-1).
+
+Real gateway processes against the real local provider server: each call
+goes there once enough calls are in flight (``pool_after``), its text comes
+back in order, its errors as the same classes (so retries still work), and
+a process that dies mid-call costs the call a retry, not the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections.abc import Iterator
+
+import psutil
+import pytest
+import trio
+
+from protocol._chat import ChatMessage, ModelRequest
+from supervisor.providers import GatewayConfig, ModelAuthError, ModelGateway
+from supervisor.providers._gateway_process import GATEWAY_PROCESS_NAME
+from tests.support.provider_server import CannedResponse, ProviderServer
+
+HELLO = (ChatMessage(role="user", content="hi"),)
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with ProviderServer() as running:
+        yield running
+
+
+def _pooled(base_url: str, **config: object) -> ModelGateway:
+    settings = GatewayConfig.model_validate(
+        {
+            "processes": 1,
+            "pool_after": 1,
+            "max_retries": 1,
+            "backoff_base_s": 0.0,
+            "providers": {"openai": {"base_url": base_url + "/v1", "api_key": "sk-pool-test"}},
+            **config,
+        }
+    )
+    return ModelGateway(settings, rng=random.Random(3))
+
+
+def _words(text: str) -> CannedResponse:
+    events = [
+        (None, {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
+        for word in text.split(" ")
+    ]
+    events.append((None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    events.append((None, "[DONE]"))
+    return CannedResponse.sse(events)
+
+
+async def _ready(gateway: ModelGateway) -> None:
+    """Start the pool and wait until calls go to it."""
+    assert gateway.pool is not None
+    gateway.pool.start_soon()
+    with trio.fail_after(60):
+        while not gateway.pool.ready:  # noqa: ASYNC110 (another process: no event here)
+            await trio.sleep(0.02)
+
+
+def _gateway_processes() -> list[psutil.Process]:
+    me = psutil.Process()
+    return [child for child in me.children() if child.name() == GATEWAY_PROCESS_NAME]
+
+
+async def test_a_call_streams_through_a_gateway_process_in_order(server: ProviderServer) -> None:
+    """S-PROF-6: with the pool ready, a streamed answer is read by a gateway process (a child
+    of ours, named so); its text reaches the caller's sink in order, and the result is whole."""
+    words = " ".join(f"w{i}" for i in range(60))
+    server.enqueue(_words(words))
+    pieces: list[str] = []
+    async with _pooled(server.base_url) as gateway:
+        await _ready(gateway)
+        [process] = _gateway_processes()
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
+        assert gateway.process_cpu_seconds() > 0
+    assert result.text == words.replace(" ", "")
+    assert "".join(pieces) == result.text
+    assert server.requests[0].headers["authorization"] == "Bearer sk-pool-test"
+    with pytest.raises(psutil.NoSuchProcess):
+        process.wait(timeout=10)
+        process.status()
+
+
+async def test_errors_cross_as_their_class_and_retries_stay_with_the_gateway(
+    server: ProviderServer,
+) -> None:
+    """A 429 in the gateway process is retried by the supervisor's gateway; a 401 arrives
+    as ``ModelAuthError`` saying what the provider said, and is not retried."""
+    server.enqueue(
+        CannedResponse.json({"error": {"message": "slow down"}}, status=429),
+        _words("after the wait"),
+        CannedResponse.json({"error": {"message": "bad key"}}, status=401),
+    )
+    async with _pooled(server.base_url) as gateway:
+        await _ready(gateway)
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        assert result.text == "afterthewait"
+        with pytest.raises(ModelAuthError, match="bad key") as refused:
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    assert refused.value.status_code == 401 and refused.value.attempts == 1
+    assert len(server.requests) == 3
+
+
+async def test_a_gateway_process_killed_mid_call_costs_a_retry_not_the_answer(
+    server: ProviderServer,
+) -> None:
+    """A gateway process SIGKILLed while its call waits for the stream: the call fails
+    over (retried, here while the pool restarts) and the caller gets the whole answer. (Once
+    text has reached the caller, a failed attempt is not retried: it would say it twice.)"""
+    import threading
+
+    held = threading.Event()
+    first = _words("never finished")
+    server.enqueue(
+        CannedResponse(headers=first.headers, chunks=first.chunks, holds=((0, held),)),
+        _words("the whole answer"),
+    )
+    async with _pooled(server.base_url) as gateway:
+        await _ready(gateway)
+        [process] = _gateway_processes()
+
+        async def kill_when_streaming() -> None:
+            while not server.requests:  # noqa: ASYNC110 (the server's thread)
+                await trio.sleep(0.01)
+            os.kill(process.pid, signal.SIGKILL)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_when_streaming)
+            result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        held.set()
+    assert result.text == "thewholeanswer"
+    assert len(server.requests) == 2
+
+
+async def test_a_cancelled_call_is_cancelled_in_its_gateway_process(
+    server: ProviderServer,
+) -> None:
+    """Cancelling the caller sends the process ``cancel``: it drops the provider's connection
+    (the server sees it go) and the pool serves the next call as usual."""
+    import threading
+
+    held = threading.Event()
+    stalled = _words("held forever")
+    server.enqueue(
+        CannedResponse(headers=stalled.headers, chunks=stalled.chunks, holds=((1, held),)),
+        _words("next one"),
+    )
+    async with _pooled(server.base_url) as gateway:
+        await _ready(gateway)
+        with trio.move_on_after(0.5) as waited:
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        assert waited.cancelled_caught
+        held.set()
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    assert result.text == "nextone"
+    assert len(server.requests) == 2
+
+
+async def test_below_pool_after_calls_stay_in_the_supervisor(server: ProviderServer) -> None:
+    """Fewer calls in flight than ``pool_after``: no gateway process is started at all."""
+    server.enqueue(_words("here"))
+    async with _pooled(server.base_url, pool_after=4) as gateway:
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        assert gateway.pool is not None and not gateway.pool.ready
+        assert _gateway_processes() == []
+    assert result.text == "here"
+
+
+def test_processes_auto_is_sized_to_the_machine() -> None:
+    """``processes = "auto"``: one gateway process per two CPUs we may use, none on one."""
+    from supervisor.providers._gateway_pool import pool_size
+
+    cpus = len(os.sched_getaffinity(0))
+    assert pool_size("auto") == (0 if cpus < 2 else min(8, cpus // 2))
+    assert pool_size(3) == 3 and pool_size(0) == 0
+    with pytest.raises(ValueError, match="processes"):
+        GatewayConfig.model_validate({"processes": -1})
