@@ -35,6 +35,10 @@ class ProviderConfig(BaseModel):
     read_timeout_s: float = Field(default=300.0, gt=0)
     max_tokens_param: MaxTokensParam | None = None
 
+    def key_variable(self, name: str) -> str:
+        """The environment variable the key of provider ``name`` is read from."""
+        return self.api_key_env or f"{name.upper().replace('-', '_')}_API_KEY"
+
 
 class GatewayConfig(BaseModel):
     """The model gateway: providers by name, concurrency limit, retry policy.

@@ -252,7 +252,7 @@ def _http_provider(
     name: str, config: ProviderConfig, client: httpx.AsyncClient, env: Mapping[str, str]
 ) -> ModelProvider:
     api_key = config.api_key.get_secret_value() if config.api_key is not None else None
-    api_key_env = config.api_key_env or f"{name.upper().replace('-', '_')}_API_KEY"
+    api_key_env = config.key_variable(name)
     timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
     if config.api == "openai":
         return OpenAIProvider(

@@ -27,6 +27,7 @@ rebuilt as the same class on the other side (retries depend on it).
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -50,6 +51,7 @@ __all__ = [
     "config_fields",
     "error_fields",
     "error_from_fields",
+    "key_free",
     "link_decoder",
     "link_frame",
 ]
@@ -105,17 +107,28 @@ def link_decoder() -> FrameDecoder:
     return FrameDecoder(LINK_LIMITS)
 
 
-def config_fields(config: GatewayConfig) -> dict[str, Any]:
-    """``config`` as plain data, its keys revealed: what ``start`` carries."""
+def config_fields(config: GatewayConfig, env: Mapping[str, str]) -> dict[str, Any]:
+    """``config`` as plain data, every key in it: what ``start`` carries.
+
+    A key the config leaves to the environment is taken from ``env`` here,
+    so that a gateway process's own environment needs none (``key_free``).
+    """
     fields = config.model_dump(mode="json", exclude={"providers"})
-    fields["providers"] = {
-        name: {
+    providers: dict[str, Any] = {}
+    for name, provider in config.providers.items():
+        key = provider.api_key.get_secret_value() if provider.api_key else None
+        providers[name] = {
             **provider.model_dump(mode="json", exclude={"api_key"}),
-            "api_key": provider.api_key.get_secret_value() if provider.api_key else None,
+            "api_key": key or env.get(provider.key_variable(name)) or None,
         }
-        for name, provider in config.providers.items()
-    }
+    fields["providers"] = providers
     return fields
+
+
+def key_free(config: GatewayConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the variables ``config`` reads keys from: a gateway process's."""
+    keys = {provider.key_variable(name) for name, provider in config.providers.items()}
+    return {name: value for name, value in env.items() if name not in keys}
 
 
 def error_fields(exc: ModelProviderError) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from ._errors import ModelConnectionError, ModelProviderError
 from ._gateway_link import (
     config_fields,
     error_from_fields,
+    key_free,
     link_decoder,
     link_frame,
 )
@@ -228,7 +229,8 @@ class GatewayPool:
             pid = launch_python(
                 "supervisor.providers._gateway_process",
                 [f"--fd={theirs.fileno()}", f"--parent-pid={os.getpid()}"],
-                dict(os.environ),
+                # Proxies, CA files and the like, but no key: those come over the link.
+                key_free(self._config, os.environ),
                 [theirs.fileno()],
             )
         finally:
@@ -241,7 +243,8 @@ class GatewayPool:
         trio.lowlevel.spawn_system_task(self._reap, process, os.pidfd_open(pid))
         decoder = link_decoder()
         try:
-            await link.send_all(link_frame(["start", config_fields(self._config)]))
+            start = config_fields(self._config, os.environ)
+            await link.send_all(link_frame(["start", start]))
             with trio.move_on_after(_START_TIMEOUT_S):
                 while data := await link.receive_some(_READ_SIZE):
                     messages = decoder.feed(data)

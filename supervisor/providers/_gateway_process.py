@@ -2,9 +2,10 @@
 
 ``python -m supervisor.providers._gateway_process --fd N --parent-pid P`` is
 started by the supervisor's ``GatewayPool`` and speaks ``_gateway_link`` on
-fd ``N``. It holds the keys as the supervisor does (S-SEC-1): it makes
-itself non-dumpable before it reads them, dies with its parent, and is no
-worker's ancestor or descendant, so no worker can reach it. It makes one
+fd ``N``. It holds the keys as the supervisor does (S-SEC-1): they come
+over the link, never in its environment; it makes itself non-dumpable
+before it reads them, dies with its parent, and is no worker's ancestor or
+descendant, so no worker can reach it. It makes one
 attempt per ``call`` (the supervisor's gateway keeps the slots, the
 retries and the accounting) and batches the streamed text of every call
 into one frame per ``TEXT_BATCH_S``.

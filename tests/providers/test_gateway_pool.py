@@ -88,6 +88,32 @@ async def test_a_call_streams_through_a_gateway_process_in_order(server: Provide
         process.status()
 
 
+async def test_keys_reach_a_gateway_process_over_its_link_never_its_environment(
+    server: ProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-1: a key the supervisor reads from its environment is sent to the gateway
+    process in its start frame and used there; the process's own environment holds no key
+    (and the process is not dumpable: only a reader with CAP_SYS_PTRACE, as here, sees it)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-pool-MARKER")
+    server.enqueue(_words("keyed"))
+    config = GatewayConfig.model_validate(
+        {
+            "processes": 1,
+            "pool_after": 1,
+            "providers": {"openai": {"base_url": server.base_url + "/v1"}},
+        }
+    )
+    async with ModelGateway(config) as gateway:
+        await _ready(gateway)
+        [process] = _gateway_processes()
+        environ = await trio.Path(f"/proc/{process.pid}/environ").read_bytes()
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    assert result.text == "keyed"
+    assert server.requests[0].headers["authorization"] == "Bearer sk-env-pool-MARKER"
+    assert b"MARKER" not in environ and b"OPENAI_API_KEY" not in environ
+    assert b"PATH=" in environ  # the rest of the environment is there
+
+
 async def test_errors_cross_as_their_class_and_retries_stay_with_the_gateway(
     server: ProviderServer,
 ) -> None:

@@ -9,6 +9,7 @@ is where the attack looks, from outside the worker tree.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -17,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.state._store import SessionStore
 from tests.support.attack import cli_bash_attack
+from tests.support.cli import run_cli
 from tests.support.delegation import home_for
+from tests.support.provider_server import CannedResponse, ProviderServer
 
 PY = sys.executable
 ENV_KEY = "sk-env-MARKER-5d1c0ffee"
@@ -124,3 +128,75 @@ def test_s_sec_1_control_the_same_reads_work_outside_a_worker(keyed: Path) -> No
         env=dict(os.environ),
     )
     assert FILE_KEY in done.stdout and ENV_KEY in done.stdout
+
+
+def _tool_call(name: str, arguments: dict[str, object]) -> CannedResponse:
+    call = {"index": 0, "id": f"call_{name}", "function": {"name": name, "arguments": ""}}
+    call["function"] = {"name": name, "arguments": json.dumps(arguments)}
+    return CannedResponse.sse(
+        [
+            (None, {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}),
+            (None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            (None, "[DONE]"),
+        ]
+    )
+
+
+def _text(text: str) -> CannedResponse:
+    return CannedResponse.sse(
+        [
+            (None, {"choices": [{"index": 0, "delta": {"content": text}}]}),
+            (None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            (None, "[DONE]"),
+        ]
+    )
+
+
+#: Waits for the gateway's process, then tries its environ, memory and ptrace, and sweeps.
+_GATEWAY = """
+for i in $(seq 100); do gw=$(pgrep -x subvisor-gw | head -1); [ -n "$gw" ] && break; sleep 0.1; done
+echo "gateway=$gw"
+tr '\\0' '\\n' < /proc/$gw/environ 2>&1 | grep -E 'MARKER|denied|not permitted' | head -2
+{py} -c "{mem}" $gw 2>&1 | tail -1
+{py} -c "{attach}" $gw
+ls -l /proc/$gw/fd/ 2>&1 | head -1
+echo "sweep $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MARKER)"
+"""
+
+
+def test_s_sec_1_a_gateway_process_gives_up_no_key(tmp_path: Path, keyed: Path) -> None:
+    """S-SEC-1: with the gateway's processes relaying the model traffic (the subagent's own
+    calls among it), the subagent's Bash finds the process, and gets no key from it: not its
+    environment (which holds none), nor its memory, nor by ptrace, nor its fds."""
+    attack = _GATEWAY.format(py=PY, mem=_MEM, attach=_ATTACH)
+    with ProviderServer() as server:
+        (keyed / "config.toml").write_text(
+            "[gateway]\nprocesses = 1\npool_after = 1\n"
+            f'[gateway.providers.openai]\nbase_url = "{server.base_url}/v1"\n'
+        )
+        server.enqueue(
+            _tool_call(
+                "Agent",
+                {"description": "attack", "prompt": "attack", "subagent_type": "general-purpose"},
+            ),
+            _tool_call("Bash", {"command": attack}),
+            _text("attacked"),
+            _text("done"),
+        )
+        done = run_cli(
+            keyed,
+            "run", "--model", "openai:m", "--json", "--sandbox", "full", "--network", "allow",
+            "--cwd", str(tmp_path), "attack",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        # Control: the key was in the supervisor's environment, and went to the provider.
+        assert all(r.headers["authorization"] == f"Bearer {ENV_KEY}" for r in server.requests)
+    store = SessionStore(keyed / "subvisor.db")
+    root = store.latest_root_session()
+    assert root is not None
+    [child] = store.list_child_sessions(root.session_id)
+    [result] = [m.content for m in store.messages(child.session_id) if m.role == "tool"]
+    assert "gateway=" in result and "gateway=\n" not in result, result
+    assert "MARKER" not in result, result
+    assert "mem b" not in result and "attach 0" not in result, result
+    assert "sweep 0" in result, result
