@@ -135,6 +135,8 @@ class Hello(_Frozen):
     sandbox: SandboxReport | None = None
     #: The nice value it runs at: under load the supervisor runs first.
     nice: int = Field(default=0, ge=-20, le=19)
+    #: Why it could not join the cgroups it was given ("": it joined them, or had none).
+    cgroup_error: str = ""
 
 
 # -- supervisor -> worker -------------------------------------------------------

@@ -41,6 +41,8 @@ class _Frozen(BaseModel):
 class SpawnWorker(_Frozen):
     """Fork a worker; its read and write pipe ends are attached as two fds.
 
+    ``cgroups`` more fds may follow them: ``cgroup.procs`` files the worker
+    writes itself into first, before anything else (S-SEC-4), then closes.
     The worker applies ``sandbox`` to itself before its ``hello`` (S-SBX-1).
     """
 
@@ -48,6 +50,7 @@ class SpawnWorker(_Frozen):
     worker_id: str
     limits: ResourceLimits = ResourceLimits()
     sandbox: SandboxPolicy = SandboxPolicy()
+    cgroups: int = Field(default=0, ge=0, le=8)
 
 
 class ZygoteReady(_Frozen):

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limits", default="{}", help="ResourceLimits as JSON")
     parser.add_argument("--sandbox", default="{}", help="SandboxPolicy as JSON")
     parser.add_argument("--nice", type=int, default=0, help="this worker's nice value")
+    parser.add_argument(
+        "--cgroup-fd", type=int, action="append", default=[], help="a cgroup.procs file to join"
+    )
     args = parser.parse_args(argv)
     die_with_parent(args.parent_pid)
     set_process_name(WORKER_PROCESS_NAME)
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         limits=limits,
         spawn_mode="exec",
         sandbox=sandbox,
+        cgroup_fds=args.cgroup_fd,
     )
 
 

@@ -6,9 +6,11 @@ import array
 import os
 import socket
 
-__all__ = ["FD_SIZE", "close_fds_except", "fds_ancillary", "received_fds"]
+__all__ = ["FD_SIZE", "MAX_SPAWN_FDS", "close_fds_except", "fds_ancillary", "received_fds"]
 
 FD_SIZE = array.array("i").itemsize
+#: A spawn's fds: the two pipe ends, and at most 8 ``cgroup.procs`` files.
+MAX_SPAWN_FDS = 10
 
 
 def fds_ancillary(fds: list[int]) -> list[tuple[int, int, bytes]]:

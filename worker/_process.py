@@ -14,6 +14,7 @@ from protocol import ResourceLimits
 __all__ = [
     "apply_resource_limits",
     "die_with_parent",
+    "join_cgroups",
     "lower_priority",
     "set_parent_death_signal",
     "set_process_name",
@@ -49,6 +50,26 @@ def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> None:
     set_parent_death_signal(sig)
     if os.getppid() != expected_parent:
         os._exit(1)
+
+
+def join_cgroups(fds: list[int]) -> str:
+    """Write this process into each ``cgroup.procs`` file ``fds`` holds, then close them.
+
+    Done first, before anything of a model's runs, so that every process the
+    worker ever starts is born inside (S-SEC-4); the fds are closed at once,
+    so nothing the worker runs can move a process through them. Returns ""
+    when it joined all of them, else what went wrong.
+    """
+    problems = []
+    me = str(os.getpid()).encode()
+    for fd in fds:
+        try:
+            os.write(fd, me)
+        except OSError as exc:
+            problems.append(exc.strerror or str(exc))
+        finally:
+            os.close(fd)
+    return "; ".join(problems)
 
 
 def lower_priority(nice: int) -> None:

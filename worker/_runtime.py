@@ -41,9 +41,9 @@ from protocol import (
 from ._agent_commands import AGENT_COMMANDS
 from ._channel import SupervisorError, SupervisorLink
 from ._commands import KERNEL_COMMANDS, Command, CommandContext, CommandError
-from ._fdpass import FD_SIZE, received_fds
+from ._fdpass import FD_SIZE, MAX_SPAWN_FDS, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
-from ._process import apply_resource_limits
+from ._process import apply_resource_limits, join_cgroups
 from ._sandbox import apply_sandbox
 from ._subtree import kill_descendants, reap_adopted
 from ._workflow_commands import WORKFLOW_COMMANDS
@@ -191,6 +191,7 @@ async def serve(
     rlimits: dict[str, list[int]],
     sandbox: SandboxReport | None = None,
     commands: dict[str, Command[Any, Any]] | None = None,
+    cgroup_error: str = "",
 ) -> int:
     """Handshake with the supervisor and answer its requests until told to stop."""
     await link.send(
@@ -203,6 +204,7 @@ async def serve(
             rlimits=rlimits,
             sandbox=sandbox,
             nice=os.getpriority(os.PRIO_PROCESS, 0),
+            cgroup_error=cgroup_error,
         )
     )
     session = _Session(link, commands if commands is not None else WORKER_COMMANDS)
@@ -221,20 +223,24 @@ async def _reap_adopted_orphans() -> None:
             reap_adopted(keep=command_pids())
 
 
-def _confine(limits: ResourceLimits, sandbox: SandboxPolicy | None) -> tuple[Any, SandboxReport]:
+def _confine(
+    limits: ResourceLimits, sandbox: SandboxPolicy | None, cgroup_fds: list[int]
+) -> tuple[Any, SandboxReport, str]:
     """Everything a worker does to itself before its hello, in order (S-SEC-1, S-SEC-4).
 
-    Subreaper first, so that no descendant can ever leave the tree; then the
+    Into its cgroups first, while it is the only process of its tree; the
+    subreaper next, so that no descendant can ever leave the tree; then the
     rlimits (inherited by every descendant); then mounts, Landlock and the
     privilege drop (``apply_sandbox``); then non-dumpable, so that what the
     worker starts cannot read its memory (where its conversation lives).
     """
+    cgroup_error = join_cgroups(cgroup_fds)
     set_child_subreaper()
     rlimits = apply_resource_limits(limits)
     report = apply_sandbox(sandbox)
     # Last: a user namespace (in ``apply_sandbox``) needs us dumpable to map uids.
     set_dumpable(False)
-    return rlimits, report
+    return rlimits, report, cgroup_error
 
 
 async def _serve_fds(read_fd: int, write_fd: int, **kwargs: Any) -> int:
@@ -253,14 +259,16 @@ def run_worker(
     limits: ResourceLimits,
     spawn_mode: SpawnMode,
     sandbox: SandboxPolicy | None = None,
+    cgroup_fds: list[int] | None = None,
 ) -> int:
     """Apply ``limits`` and ``sandbox``, then serve the supervisor on the given pipe ends.
 
-    Returns an exit code. The sandbox goes on before the event loop starts,
-    while this is the process's only thread (S-SBX-1).
+    Returns an exit code. It joins the cgroups of ``cgroup_fds`` first; the
+    sandbox goes on before the event loop starts, while this is the
+    process's only thread (S-SBX-1).
     """
     try:
-        rlimits, report = _confine(limits, sandbox)
+        rlimits, report, cgroup_error = _confine(limits, sandbox, cgroup_fds or [])
         serve_fds = functools.partial(
             _serve_fds,
             read_fd,
@@ -269,6 +277,7 @@ def run_worker(
             spawn_mode=spawn_mode,
             rlimits=rlimits,
             sandbox=report,
+            cgroup_error=cgroup_error,
         )
         return trio.run(serve_fds)
     except BaseException as exc:
@@ -301,21 +310,21 @@ async def _standby(assign_fd: int) -> int:
             await trio.lowlevel.wait_readable(sock)
             try:
                 data, ancdata, _, _ = sock.recvmsg(
-                    MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * FD_SIZE)
+                    MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(MAX_SPAWN_FDS * FD_SIZE)
                 )
                 break
             except BlockingIOError:
                 continue
     fds = received_fds(ancdata)
-    if not data or len(fds) != 2:
+    request = decode_spawn_request(data) if data else None
+    if request is None or len(fds) != 2 + request.cgroups:
         # The zygote let go of us (it is shutting down), or sent nonsense.
         for fd in fds:
             os.close(fd)
         return EXIT_OK if not data else EXIT_PROTOCOL_ERROR
-    request = decode_spawn_request(data)
     # Only now is the policy known. The loop has started no thread, so the
     # restriction covers the whole process (``apply_sandbox`` checks).
-    rlimits, report = _confine(request.limits, request.sandbox)
+    rlimits, report, cgroup_error = _confine(request.limits, request.sandbox, fds[2:])
     return await _serve_fds(
         fds[0],
         fds[1],
@@ -323,6 +332,7 @@ async def _standby(assign_fd: int) -> int:
         spawn_mode="zygote",
         rlimits=rlimits,
         sandbox=report,
+        cgroup_error=cgroup_error,
     )
 
 

@@ -56,7 +56,7 @@ from protocol import (
     encode_control,
 )
 
-from ._fdpass import FD_SIZE, close_fds_except, fds_ancillary, received_fds
+from ._fdpass import FD_SIZE, MAX_SPAWN_FDS, close_fds_except, fds_ancillary, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
 from ._process import die_with_parent, lower_priority, set_process_name
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
@@ -113,7 +113,7 @@ class Zygote:
     def handle_control(self) -> bool:
         try:
             data, ancdata, _, _ = self.control.recvmsg(
-                MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(2 * FD_SIZE)
+                MAX_CONTROL_DATAGRAM, socket.CMSG_SPACE(MAX_SPAWN_FDS * FD_SIZE)
             )
         except ConnectionResetError:
             return False
@@ -122,14 +122,16 @@ class Zygote:
             return False
         try:
             request = decode_spawn_request(data)
-            if len(fds) != 2:
-                raise RemoteProtocolError(f"spawn request carried {len(fds)} fds, expected 2")
+            if len(fds) != 2 + request.cgroups:
+                raise RemoteProtocolError(
+                    f"spawn request carried {len(fds)} fds, expected {2 + request.cgroups}"
+                )
         except RemoteProtocolError as exc:
             for fd in fds:
                 os.close(fd)
             self.report(SpawnFailed(worker_id="?", error=str(exc)))
             return True
-        self.fork_worker(request, fds[0], fds[1])
+        self.fork_worker(request, fds)
         return True
 
     def fill_standbys(self) -> None:
@@ -158,12 +160,12 @@ class Zygote:
         finally:
             os._exit(code)
 
-    def assign_standby(self, request: SpawnWorker, read_fd: int, write_fd: int) -> int | None:
-        """Hand the request to a waiting standby; its pid, or None if none could take it."""
+    def assign_standby(self, request: SpawnWorker, fds: list[int]) -> int | None:
+        """Hand the request and its fds to a waiting standby; its pid, or None if none could."""
         while self.standbys:
             pid, sock = self.standbys.pop(0)
             try:
-                sock.sendmsg([encode_control(request)], fds_ancillary([read_fd, write_fd]))
+                sock.sendmsg([encode_control(request)], fds_ancillary(fds))
             except OSError:
                 # It died while waiting; the reaper will collect it.
                 continue
@@ -172,42 +174,41 @@ class Zygote:
             return pid
         return None
 
-    def fork_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
-        pid = self.assign_standby(request, read_fd, write_fd)
+    def fork_worker(self, request: SpawnWorker, fds: list[int]) -> None:
+        """Fork (or assign a standby) for ``request``; ``fds``: its pipe ends, then cgroups."""
+        pid = self.assign_standby(request, fds)
         if pid is not None:
-            os.close(read_fd)
-            os.close(write_fd)
+            _close_all(fds)
             self.workers[pid] = request.worker_id
             self.report(WorkerSpawned(worker_id=request.worker_id, pid=pid))
             return
         try:
             pid = os.fork()
         except OSError as exc:
-            os.close(read_fd)
-            os.close(write_fd)
+            _close_all(fds)
             self.report(SpawnFailed(worker_id=request.worker_id, error=f"fork failed: {exc}"))
             return
         if pid == 0:
-            self.become_worker(request, read_fd, write_fd)
+            self.become_worker(request, fds)
         # The child may have got there first (or already exited); both are fine.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.setpgid(pid, pid)
-        os.close(read_fd)
-        os.close(write_fd)
+        _close_all(fds)
         self.workers[pid] = request.worker_id
         self.report(WorkerSpawned(worker_id=request.worker_id, pid=pid))
 
-    def become_worker(self, request: SpawnWorker, read_fd: int, write_fd: int) -> None:
+    def become_worker(self, request: SpawnWorker, fds: list[int]) -> None:
         code = EXIT_INTERNAL_ERROR
         try:
-            self.prepare_child({read_fd, write_fd})
+            self.prepare_child(set(fds))
             code = run_worker(
-                read_fd,
-                write_fd,
+                fds[0],
+                fds[1],
                 worker_id=request.worker_id,
                 limits=request.limits,
                 spawn_mode="zygote",
                 sandbox=request.sandbox,
+                cgroup_fds=fds[2:],
             )
         except BaseException:
             traceback.print_exc()
@@ -280,6 +281,11 @@ class Zygote:
         # Every worker, standby and whatever lives below them, adopted
         # orphans included, until no child is left.
         kill_descendants()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ Each worker's handle holds one budget, with two limits:
 
 The first charge past either limit exhausts the budget: that charge raises
 ``EventBudgetExceededError`` and so does every later one, so nothing more is
-recorded for the worker, and ``exhausted`` is set, on which its handle stops
-it with ``reason`` as its exit.
+recorded for the worker, and ``on_exhausted`` is called, with which its
+handle stops it with ``reason`` as its exit.
 
 Invariants:
 
@@ -27,7 +27,8 @@ Invariants:
 
 from __future__ import annotations
 
-import trio
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._errors import SubvisorError
@@ -66,8 +67,8 @@ class EventBudget:
         self.limits = limits or EventBudgetLimits()
         self.events = 0
         self.bytes = 0
-        #: Set when a charge first went past a limit.
-        self.exhausted = trio.Event()
+        #: Called once, when a charge first goes past a limit.
+        self.on_exhausted: Callable[[], None] | None = None
         #: Why, once exhausted: ``event budget exceeded: 100000 events / 64 MB``.
         self.reason: str | None = None
         self._max_bytes = int(self.limits.max_event_mb * _MB)
@@ -87,7 +88,8 @@ class EventBudget:
                 f"event budget exceeded: {self.limits.describe()}"
                 " ([event_budget] in config.toml allows more)"
             )
-            self.exhausted.set()
+            if self.on_exhausted is not None:
+                self.on_exhausted()
         raise EventBudgetExceededError(self.reason)
 
 

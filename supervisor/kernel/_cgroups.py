@@ -138,8 +138,23 @@ class WorkerCgroup:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def open_procs(self) -> list[int]:
+        """Each of its ``cgroup.procs`` files, open for writing: for the worker to join itself.
+
+        The caller closes them once the worker holds its own copies.
+        """
+        fds: list[int] = []
+        try:
+            for path in dict.fromkeys(self.dirs.values()):
+                fds.append(os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
     def add(self, pid: int) -> None:
-        """Move ``pid`` into every one of this worker's cgroups."""
+        """Move ``pid`` into every one of this worker's cgroups (a node host's workers)."""
         for path in dict.fromkeys(self.dirs.values()):
             _write(path / "cgroup.procs", str(pid))
 
@@ -185,6 +200,23 @@ class WorkerCgroup:
             if sig != signal.SIGKILL or time.monotonic() > deadline:
                 return
             time.sleep(0.005)
+
+    def try_remove(self) -> bool:
+        """Remove the cgroups if nothing is left in them: one ``rmdir`` each, no waiting.
+
+        True when all are gone. A worker's tree is usually gone with it, so
+        this is what ends most workers' cgroups; ``remove`` handles the rest.
+        """
+        self.close_files()
+        gone = True
+        for path in dict.fromkeys(self.dirs.values()):
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                gone = False
+        return gone
 
     def remove(self, *, deadline_s: float = 1.0) -> bool:
         """Kill what is left and remove the cgroups; False if some remain at the deadline.

@@ -30,6 +30,7 @@ the fleet's log.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -162,10 +163,16 @@ class WorkerHandle:
         self._eof = trio.Event()
         self._ended = trio.Event()
         self._kill_reason: tuple[ExitKind, str] | None = None
-        self._ps: psutil.Process | None = None
-        if process.node is None:
+        self._psutil: psutil.Process | None = None
+
+    @property
+    def _ps(self) -> psutil.Process | None:
+        """psutil's handle on the (local, unreaped) worker, made when first needed."""
+        if self._psutil is None and self.node is None and not self._process.reaped.is_set():
+            # Unreaped, its pid cannot have been recycled: this is our worker.
             with contextlib.suppress(psutil.NoSuchProcess):
-                self._ps = psutil.Process(process.pid)
+                self._psutil = psutil.Process(self.pid)
+        return self._psutil
 
     # -- public API ---------------------------------------------------------------
 
@@ -339,8 +346,9 @@ class WorkerHandle:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop, nursery)
-                nursery.start_soon(self._watchdog, nursery)
-                nursery.start_soon(self._enforce_budget)
+                self.budget.on_exhausted = functools.partial(
+                    nursery.start_soon, self._enforce_budget
+                )
                 await self._process.reaped.wait()
                 # Frames written just before death are still in the pipe.
                 with trio.move_on_after(_EOF_AFTER_EXIT_S):
@@ -400,33 +408,25 @@ class WorkerHandle:
             return
         signal_tree(self.pid, sig, self.cgroup, self._ps)
 
-    async def _watchdog(self, nursery: trio.Nursery) -> None:
-        wall = self.limits.wall_timeout_s
-        idle = self.limits.idle_timeout_s
-        while True:
-            deadlines = []
-            if wall is not None:
-                deadlines.append(self.started_at + wall)
-            if idle is not None:
-                deadlines.append(self.last_activity + idle)
-            if not deadlines:
-                return
-            await trio.sleep_until(min(deadlines))
-            now = trio.current_time()
-            if wall is not None and now >= self.started_at + wall:
-                await self.terminate(ExitKind.WALL_TIMEOUT, f"wall timeout after {wall:g} s")
-                return
-            if idle is not None and now >= self.last_activity + idle:
-                if self.owes_answer():
-                    await self.terminate(
-                        ExitKind.IDLE_WATCHDOG,
-                        f"idle watchdog: no frame for {idle:g} s while a request was pending",
-                    )
-                    return
-                self.last_activity = now
+    def overdue(self, now: float) -> tuple[ExitKind, str] | None:
+        """The watchdog's verdict at ``now``: a wall or idle timeout to stop it for, or None.
+
+        Its fleet asks every worker each round (``Supervisor``), so a timeout
+        acts within a round of its deadline. An idle worker that owes no
+        answer is not hung: its idle clock starts again.
+        """
+        wall, idle = self.limits.wall_timeout_s, self.limits.idle_timeout_s
+        if wall is not None and now >= self.started_at + wall:
+            return ExitKind.WALL_TIMEOUT, f"wall timeout after {wall:g} s"
+        if idle is not None and now >= self.last_activity + idle:
+            if self.owes_answer():
+                return ExitKind.IDLE_WATCHDOG, (
+                    f"idle watchdog: no frame for {idle:g} s while a request was pending"
+                )
+            self.last_activity = now
+        return None
 
     async def _enforce_budget(self) -> None:
-        await self.budget.exhausted.wait()
         assert self.budget.reason is not None
         await self.terminate(ExitKind.EVENT_BUDGET, self.budget.reason)
 

@@ -61,7 +61,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -527,9 +527,17 @@ class RaySpawner:
     # -- placement -------------------------------------------------------------------------
 
     async def spawn(
-        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+        self,
+        worker_id: str,
+        limits: ResourceLimits,
+        sandbox: SandboxPolicy,
+        *,
+        cgroups: Sequence[int] = (),
     ) -> RemoteProcess:
-        """Start a worker on the node placement picks; once more elsewhere if that node is lost."""
+        """Start a worker on the node placement picks; once more elsewhere if that node is lost.
+
+        Its cgroups are its node host's (``cgroups`` is for local workers only).
+        """
         await self.start()
         # Remote workers never reach the network, Ray's own services included (S-DIST-1).
         sandbox = sandbox.model_copy(update={"network": "deny"})

@@ -14,10 +14,12 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
+import functools
 import os
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -107,11 +109,18 @@ class Spawner(Protocol):
     remote: bool
 
     async def spawn(
-        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+        self,
+        worker_id: str,
+        limits: ResourceLimits,
+        sandbox: SandboxPolicy,
+        *,
+        cgroups: Sequence[int] = (),
     ) -> SpawnedProcess:
         """Start a worker; return once its pid is known (before its handshake).
 
-        The worker applies ``sandbox`` itself, before its handshake.
+        The worker writes itself into the ``cgroup.procs`` files ``cgroups``
+        holds first (the caller keeps and closes its own fds), then applies
+        ``sandbox`` itself, before its handshake.
         """
         ...
 
@@ -186,7 +195,12 @@ class ExecSpawner:
         self._live: dict[int, SpawnedProcess] = {}
 
     async def spawn(
-        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+        self,
+        worker_id: str,
+        limits: ResourceLimits,
+        sandbox: SandboxPolicy,
+        *,
+        cgroups: Sequence[int] = (),
     ) -> SpawnedProcess:
         down_r, down_w, up_r, up_w = _pipe_pair()
         try:
@@ -200,9 +214,10 @@ class ExecSpawner:
                     f"--limits={limits.model_dump_json()}",
                     f"--sandbox={sandbox.model_dump_json()}",
                     f"--nice={self._nice}",
+                    *(f"--cgroup-fd={fd}" for fd in cgroups),
                 ],
                 self._env,
-                [down_r, up_w],
+                [down_r, up_w, *cgroups],
             )
         except OSError as exc:
             for fd in (down_r, down_w, up_r, up_w):
@@ -413,16 +428,24 @@ class ZygoteSpawner:
         self._live.clear()
 
     async def spawn(
-        self, worker_id: str, limits: ResourceLimits, sandbox: SandboxPolicy
+        self,
+        worker_id: str,
+        limits: ResourceLimits,
+        sandbox: SandboxPolicy,
+        *,
+        cgroups: Sequence[int] = (),
     ) -> SpawnedProcess:
         # A zygote that exits with our request unanswered leaves nothing of it
         # running (its children die with it), so the request goes once more,
         # to the zygote that replaces it. Only once: one that keeps dying has
         # a reason ``subvisor doctor`` can show.
-        outcome = await self._request_worker(await self.start(), worker_id, limits, sandbox)
+        ask = functools.partial(
+            self._request_worker, worker_id=worker_id, limits=limits, sandbox=sandbox
+        )
+        outcome = await ask(await self.start(), cgroups=cgroups)
         if isinstance(outcome, _ZygoteLost):
             self._discard(outcome)
-            outcome = await self._request_worker(await self.start(), worker_id, limits, sandbox)
+            outcome = await ask(await self.start(), cgroups=cgroups)
         if isinstance(outcome, SpawnFailed):
             self._discard(outcome)
             raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")
@@ -431,9 +454,11 @@ class ZygoteSpawner:
     async def _request_worker(
         self,
         control: trio.socket.SocketType,
+        *,
         worker_id: str,
         limits: ResourceLimits,
         sandbox: SandboxPolicy,
+        cgroups: Sequence[int],
     ) -> SpawnedProcess | SpawnFailed:
         """Ask the zygote behind ``control`` for the worker; what it (or its end) answered."""
         down_r, down_w, up_r, up_w = _pipe_pair()
@@ -441,14 +466,13 @@ class ZygoteSpawner:
         self._waiting[worker_id] = send
         self._pending_fds[worker_id] = (up_r, down_w)
         try:
-            fds = array.array("i", [down_r, up_w])
+            fds = array.array("i", [down_r, up_w, *cgroups])
+            request = SpawnWorker(
+                worker_id=worker_id, limits=limits, sandbox=sandbox, cgroups=len(cgroups)
+            )
             async with self._send_lock:
                 await control.sendmsg(
-                    [
-                        encode_control(
-                            SpawnWorker(worker_id=worker_id, limits=limits, sandbox=sandbox)
-                        )
-                    ],
+                    [encode_control(request)],
                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())],
                 )
         except BaseException as exc:

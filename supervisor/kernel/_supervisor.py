@@ -25,7 +25,7 @@ from protocol import (
 )
 from worker._privileges import set_dumpable
 
-from ._cgroups import CgroupTree
+from ._cgroups import CgroupTree, WorkerCgroup
 from ._environment import new_tree_id, worker_environment
 from ._errors import (
     FleetCapacityError,
@@ -131,7 +131,7 @@ class Supervisor:
         self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
         zygote = self._zygote_spawner(env, self._nursery)
         self._spawners["zygote"] = zygote
-        self._nursery.start_soon(self._sample_memory)
+        self._nursery.start_soon(self._watch)
         if self.config.spawn_mode == "zygote":
             try:
                 await zygote.start()
@@ -262,6 +262,8 @@ class Supervisor:
         self.spawned_total += 1
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
         await self._acquire_slot(on_queue)
+        cgroup: WorkerCgroup | None = None
+        join: list[int] = []
         try:
             # Only now: a launch waiting for a slot holds no temp dir.
             spawner = self._spawners[mode]
@@ -269,20 +271,20 @@ class Supervisor:
             policy = self._sandbox_policy(
                 sandbox or SandboxPolicy(), worker_id, temp_dir=not spawner.remote
             )
-            process = await spawner.spawn(worker_id, limits, policy)
+            # A worker on another node gets its cgroups there. A local one
+            # writes itself into its own first, before anything else: every
+            # process of its tree is born inside (S-SEC-4).
+            cgroup, join = self._worker_cgroup(worker_id, limits, local=not spawner.remote)
+            process = await spawner.spawn(worker_id, limits, policy, cgroups=join)
         except BaseException:
             self._slots.release()
             self._temp_dirs.remove(self._temp_dirs.release(worker_id))
+            if cgroup is not None:
+                self._drop_cgroup(worker_id, cgroup)
             raise
-        cgroup = None
-        if self._cgroups is not None and process.node is None:
-            try:
-                cgroup = self._cgroups.add_worker(worker_id, limits)
-                # Before it is asked to do anything: it has started nothing yet.
-                cgroup.add(process.pid)
-            except OSError as exc:
-                log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
-                cgroup = None
+        finally:
+            for fd in join:
+                os.close(fd)
         handle = WorkerHandle(
             process,
             mode=mode,
@@ -306,8 +308,42 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await handle.kill("spawn abandoned before the handshake completed")
             raise
+        assert handle.hello is not None
+        if cgroup is not None and handle.hello.cgroup_error:
+            # It could not join them: its tree is sampled instead, and said to be.
+            log.warning(
+                "worker %s: could not join its cgroups (%s); its tree is sampled",
+                worker_id,
+                handle.hello.cgroup_error,
+            )
+            handle.cgroup, handle.tree_caps = None, "sampling"
+            self._drop_cgroup(worker_id, cgroup)
         await self._check_sandbox(handle, policy)
         return handle
+
+    def _worker_cgroup(
+        self, worker_id: str, limits: ResourceLimits, *, local: bool
+    ) -> tuple[WorkerCgroup | None, list[int]]:
+        """A local worker's cgroups, with its caps set, and their ``cgroup.procs`` to join."""
+        if self._cgroups is None or not local:
+            return None, []
+        try:
+            cgroup = self._cgroups.add_worker(worker_id, limits)
+        except OSError as exc:
+            log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
+            return None, []
+        try:
+            return cgroup, cgroup.open_procs()
+        except OSError as exc:
+            log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
+            self._drop_cgroup(worker_id, cgroup)
+            return None, []
+
+    def _drop_cgroup(self, worker_id: str, cgroup: WorkerCgroup) -> None:
+        """Forget a cgroup no worker holds; its empty dirs go now, the rest at close."""
+        if self._cgroups is not None:
+            self._cgroups.workers.pop(worker_id, None)
+        cgroup.try_remove()
 
     def _sandbox_policy(
         self, policy: SandboxPolicy, worker_id: str, *, temp_dir: bool = True
@@ -381,10 +417,13 @@ class Supervisor:
             if handle.cgroup is not None and self._cgroups is not None:
                 # What its tree left running dies with it (S-SEC-5).
                 self._cgroups.workers.pop(handle.worker_id, None)
-                # Bounded: a dir still busy (a zombie not yet reaped) is removed at close.
-                await trio.to_thread.run_sync(
-                    functools.partial(handle.cgroup.remove, deadline_s=0.25)
-                )
+                # Mostly empty by now: removed here at once. Else a thread kills
+                # what is left, bounded: one still busy (a zombie not yet
+                # reaped) is removed at close.
+                if not handle.cgroup.try_remove():
+                    await trio.to_thread.run_sync(
+                        functools.partial(handle.cgroup.remove, deadline_s=0.25)
+                    )
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
@@ -398,26 +437,38 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await release()
 
-    async def _sample_memory(self) -> None:
-        """Sample every worker's tree; stop one over a cap at once, naming it (S-SEC-4)."""
+    async def _watch(self) -> None:
+        """Each round, judge every worker: its deadlines, and its tree against its caps.
+
+        One task for the fleet, not a watchdog task per worker. A worker over
+        a cap is stopped at once, naming it (S-SEC-4); one past its wall or
+        idle deadline after the usual grace.
+        """
         assert self._nursery is not None
         interval = self.config.sample_interval_s
         while True:
             await trio.sleep(interval)
-            # A remote worker's tree is judged on its node, by its node host.
-            handles = [h for h in self.workers.values() if not h.stopping and h.node is None]
-            if any(h.cgroup is None for h in handles):
+            now = trio.current_time()
+            handles = [h for h in self.workers.values() if not h.stopping]
+            if any(h.cgroup is None and h.node is None for h in handles):
                 self._sampler.refresh()
             for handle in handles:
+                overdue = handle.overdue(now)
+                if overdue is not None:
+                    self._nursery.start_soon(handle.terminate, *overdue)
+                    continue
+                if handle.node is not None:
+                    continue  # its tree is judged on its node, by its node host
                 # The peak RSS comes with the exit status; ``top`` samples it live.
                 found = tree_breach(
                     handle.pid, handle.limits, handle.cgroup, self._sampler, handle.tree_caps
                 )
-                if found is None:
-                    continue
-                kind, reason = found
-                # No grace: a memory or fork bomb keeps growing while it is asked nicely.
-                self._nursery.start_soon(functools.partial(handle.terminate, kind, reason, grace=0))
+                if found is not None:
+                    # No grace: a memory or fork bomb keeps growing while it is asked nicely.
+                    kind, reason = found
+                    self._nursery.start_soon(
+                        functools.partial(handle.terminate, kind, reason, grace=0)
+                    )
 
 
 def _check_local_cpus(cpus: float) -> None:

@@ -43,7 +43,8 @@ class SupervisorConfig(BaseModel):
     #: supervisor, which serves every agent, runs first (``worker.lower_priority``).
     #: 0: workers compete with it as equals.
     worker_nice: int = Field(default=10, ge=0, le=19)
-    #: How often each worker's tree is judged against its caps (S-SEC-4).
+    #: How often each worker is judged: its tree against its caps (S-SEC-4), and
+    #: its wall and idle deadlines (a timeout acts within this of its deadline).
     sample_interval_s: float = Field(default=0.25, gt=0)
     #: Time between SIGTERM and SIGKILL when a worker is stopped.
     kill_grace_s: float = Field(default=2.0, ge=0)

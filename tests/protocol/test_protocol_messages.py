@@ -534,6 +534,7 @@ _FIELD_KINDS: dict[type[BaseModel], dict[str, str]] = {
         "rlimits": "rlimits",
         "sandbox": "sandbox",
         "nice": "nice",
+        "cgroup_error": "str",
     },
     WorkerRequest: {"id": "id", "method": "worker_method", "params": "dict"},
     Event: {"name": "event_name", "data": "dict"},

@@ -161,9 +161,8 @@ async def test_s_sec_4_a_workers_tree_runs_below_the_supervisor_and_cannot_climb
         [
             nice,
             f"renice -n {ours} -p $$ >/dev/null 2>&1; echo renice=$?",
-            f"{PY} -c \"import os; os.setpriority(os.PRIO_PROCESS, 0, {ours})\" 2>&1 | tail -1",
-            f"{PY} -c \"import resource as r; r.setrlimit(r.RLIMIT_NICE, (20, 20))\" 2>&1"
-            " | tail -1",
+            f'{PY} -c "import os; os.setpriority(os.PRIO_PROCESS, 0, {ours})" 2>&1 | tail -1',
+            f'{PY} -c "import resource as r; r.setrlimit(r.RLIMIT_NICE, (20, 20))" 2>&1 | tail -1',
             nice,
         ],
     )
@@ -173,3 +172,45 @@ async def test_s_sec_4_a_workers_tree_runs_below_the_supervisor_and_cannot_climb
     assert "PermissionError" in attack.output(2), attack.output(2)
     assert "not allowed to raise maximum limit" in attack.output(3), attack.output(3)
     assert expected in attack.output(4), attack.output(4)
+
+
+@pytest.mark.machine_may_lack("writable cgroups (root here; a delegated cgroup v2 elsewhere)")
+async def test_s_sec_4_a_worker_is_in_its_own_cgroups_before_it_says_hello(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-4: a local worker writes itself into its own cgroups first, before its hello
+    (so every process it starts is born inside): at the handshake /proc/PID/cgroup already
+    names its cgroup in every hierarchy the fleet uses, and what its Bash starts is there too."""
+    async with Supervisor(SupervisorConfig()) as sup:
+        if not sup.tree_caps.startswith("cgroup"):
+            pytest.skip(f"no writable cgroups here: {sup.tree_caps}")
+        handle = await sup.spawn(
+            limits=ResourceLimits(memory_mb=300), handler=bash_model("cat /proc/self/cgroup")
+        )
+        assert handle.cgroup is not None and handle.hello is not None
+        assert handle.hello.cgroup_error == ""
+        lines = (await trio.Path(f"/proc/{handle.pid}/cgroup").read_text()).splitlines()
+        mine = [line for line in lines if handle.worker_id in line]
+        assert len(mine) >= len(set(handle.cgroup.dirs.values())), lines
+        answer = await run_bash(handle, tmp_path)
+        assert answer.count(handle.worker_id) >= len(mine), answer
+        await handle.shutdown()
+
+
+def test_s_sec_4_joining_a_cgroup_that_refuses_says_why(tmp_path: Path) -> None:
+    """S-SEC-4: a worker that cannot write itself into a cgroup says why (its hello then
+    carries it, and the supervisor samples that tree instead); the fds are closed either way."""
+    import os
+
+    from worker._process import join_cgroups
+
+    target = tmp_path / "not-a-cgroup"
+    target.write_text("")
+    read_only = os.open(target, os.O_RDONLY)
+    writable = os.open(tmp_path / "joined", os.O_WRONLY | os.O_CREAT)
+    error = join_cgroups([read_only, writable])
+    assert "Bad file descriptor" in error
+    assert (tmp_path / "joined").read_text() == str(os.getpid())
+    for fd in (read_only, writable):
+        with pytest.raises(OSError):
+            os.fstat(fd)
