@@ -22,20 +22,24 @@ import hashlib
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
+from pydantic import BaseModel
 
 from protocol import (
     WORKFLOW_RUN,
     WORKFLOW_SCRIPT_ERROR,
+    MethodSpec,
     WorkflowScriptOutcome,
     WorkflowScriptSpec,
 )
 
 from . import workflow as script_api
+from ._channel import SupervisorError, SupervisorLink
 from ._commands import Command, CommandContext, CommandError, command_table
 from .workflow import (
+    CallRefusedError,
     ScriptError,
     ScriptRun,
     WorkflowContext,
@@ -47,6 +51,9 @@ from .workflow import (
 )
 
 __all__ = ["WORKFLOW_COMMANDS", "install_script_api"]
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 
 #: The error code of a workflow function that raised.
 SCRIPT_FAILED = "script_failed"
@@ -99,7 +106,7 @@ async def _run_script(spec: WorkflowScriptSpec, ctx: CommandContext) -> Workflow
     value: Any = None
     failure: Exception | None = None
     async with trio.open_nursery() as nursery:
-        token = enter_run(ScriptRun(ctx.link, nursery, spec.filename))
+        token = enter_run(ScriptRun(_SupervisorAsker(ctx.link), nursery, spec.filename))
         try:
             value = await flow.fn(context, **arguments)
         except Exception as exc:
@@ -112,6 +119,19 @@ async def _run_script(spec: WorkflowScriptSpec, ctx: CommandContext) -> Workflow
     if failure is not None:
         raise CommandError(SCRIPT_FAILED, f"{type(failure).__name__}: {failure}")
     return WorkflowScriptOutcome(value=dump_value(value))
+
+
+class _SupervisorAsker:
+    """The script API's way to the supervisor (``SupervisorCalls``): this worker's link."""
+
+    def __init__(self, link: SupervisorLink) -> None:
+        self._link = link
+
+    async def __call__(self, method: MethodSpec[P, R], params: P, /) -> R:
+        try:
+            return await self._link.call(method, params)
+        except SupervisorError as exc:
+            raise CallRefusedError(exc.code, exc.message) from None
 
 
 WORKFLOW_COMMANDS = command_table(Command(WORKFLOW_RUN, _run_script))

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import trio
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -31,7 +31,6 @@ from protocol import (
     WorkflowAsk,
 )
 
-from .._channel import SupervisorError, SupervisorLink
 from ._script import strip_fence
 
 __all__ = [
@@ -43,10 +42,12 @@ __all__ = [
     "ActorAskFailedError",
     "ActorCrashed",
     "ActorCrashedError",
+    "CallRefusedError",
     "DuplicateActorName",
     "DuplicateActorNameError",
     "EscalationUnansweredError",
     "ScriptRun",
+    "SupervisorCalls",
     "WorkflowActorPinnedModelError",
     "WorkflowError",
     "WorkflowFailed",
@@ -117,11 +118,31 @@ ERROR_CODES: dict[str, type[WorkflowError]] = {
 }
 
 
-class ScriptRun:
-    """The run of one script in this worker: its link, its nursery, its actors' names."""
+class CallRefusedError(Exception):
+    """The supervisor answered a call of the script API with an error ``code``."""
 
-    def __init__(self, link: SupervisorLink, nursery: trio.Nursery, filename: str) -> None:
-        self.link = link
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class SupervisorCalls(Protocol):
+    """How the script API asks the supervisor: the worker's link, adapted by its command.
+
+    It returns the method's result, or raises ``CallRefusedError``.
+    """
+
+    async def __call__(self, method: MethodSpec[P, R], params: P, /) -> R:
+        """Ask ``method`` with ``params``."""
+        ...
+
+
+class ScriptRun:
+    """The run of one script in this worker: how it asks, its nursery, its actors' names."""
+
+    def __init__(self, ask: SupervisorCalls, nursery: trio.Nursery, filename: str) -> None:
+        self._ask = ask
         self.nursery = nursery
         self.filename = filename
         self.names: dict[str, int] = {}
@@ -131,8 +152,8 @@ class ScriptRun:
     async def call(self, method: MethodSpec[P, R], params: P) -> R:
         """Ask the supervisor; an error answer becomes the script's exception for its code."""
         try:
-            return await self.link.call(method, params)
-        except SupervisorError as exc:
+            return await self._ask(method, params)
+        except CallRefusedError as exc:
             raise ERROR_CODES.get(exc.code, WorkflowError)(exc.message) from None
 
     def after_last_declaration(self, declared: trio.Event) -> trio.Event | None:
