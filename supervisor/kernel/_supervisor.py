@@ -40,7 +40,7 @@ from ._sandbox_support import (
     landlock_abi_max_from_env,
     unsupported_message,
 )
-from ._spawner import ExecSpawner, Spawner, ZygoteSpawner
+from ._spawner import ExecSpawner, SpawnedProcess, Spawner, ZygoteSpawner
 from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, tree_breach
@@ -247,10 +247,44 @@ class Supervisor:
         ``on_queue`` is called just before the spawn joins the FIFO queue for
         a slot, with no checkpoint in between (see ``LaunchOrder``).
         """
-        if self._nursery is None or self._closed:
-            raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
         limits = limits or self.config.default_limits
         mode = mode or self.config.spawn_mode
+        self._admit(limits, mode)
+        worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
+        await self._acquire_slot(on_queue)
+        process, policy, cgroup = await self._start_process(worker_id, limits, mode, sandbox)
+        handle = WorkerHandle(
+            process,
+            mode=mode,
+            cgroup=cgroup,
+            tree_caps=process.tree_caps
+            or (self._cgroups.mechanism if cgroup and self._cgroups else "sampling"),
+            limits=limits,
+            frame_limits=self._frame_limits,
+            event_buffer=self.config.event_buffer,
+            kill_grace_s=self.config.kill_grace_s,
+            request_handler=handler or default_request_handler,
+            wire_tap=self._wire_tap,
+            event_budget=self.config.event_budget,
+        )
+        self.workers[worker_id] = handle
+        # From here on the slot belongs to the worker: released when it ends.
+        assert self._nursery is not None
+        self._nursery.start_soon(self._supervise, handle)
+        try:
+            await self._handshake(handle)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await handle.kill("spawn abandoned before the handshake completed")
+            raise
+        self._check_cgroup(handle)
+        await self._check_sandbox(handle, policy)
+        return handle
+
+    def _admit(self, limits: ResourceLimits, mode: SpawnMode) -> None:
+        """Refuse a spawn this supervisor cannot make; else count it."""
+        if self._nursery is None or self._closed:
+            raise SubvisorError("the supervisor is not running: use `async with Supervisor()`")
         if limits.cpus is not None and not self._spawners[mode].remote:
             _check_local_cpus(limits.cpus)
         cap = self.config.max_total_workers
@@ -260,8 +294,15 @@ class Supervisor:
                 f"its max_total_workers; raise the cap or start a new supervisor"
             )
         self.spawned_total += 1
-        worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
-        await self._acquire_slot(on_queue)
+
+    async def _start_process(
+        self,
+        worker_id: str,
+        limits: ResourceLimits,
+        mode: SpawnMode,
+        sandbox: SandboxPolicy | None,
+    ) -> tuple[SpawnedProcess, SandboxPolicy, WorkerCgroup | None]:
+        """Start the worker's process (its slot is held); undo everything if that fails."""
         cgroup: WorkerCgroup | None = None
         join: list[int] = []
         try:
@@ -285,41 +326,20 @@ class Supervisor:
         finally:
             for fd in join:
                 os.close(fd)
-        handle = WorkerHandle(
-            process,
-            mode=mode,
-            cgroup=cgroup,
-            tree_caps=process.tree_caps
-            or (self._cgroups.mechanism if cgroup and self._cgroups else "sampling"),
-            limits=limits,
-            frame_limits=self._frame_limits,
-            event_buffer=self.config.event_buffer,
-            kill_grace_s=self.config.kill_grace_s,
-            request_handler=handler or default_request_handler,
-            wire_tap=self._wire_tap,
-            event_budget=self.config.event_budget,
+        return process, policy, cgroup
+
+    def _check_cgroup(self, handle: WorkerHandle) -> None:
+        """A worker that could not join its cgroups is sampled instead, and said to be."""
+        hello, cgroup = handle.hello, handle.cgroup
+        if cgroup is None or hello is None or not hello.cgroup_error:
+            return
+        log.warning(
+            "worker %s: could not join its cgroups (%s); its tree is sampled",
+            handle.worker_id,
+            hello.cgroup_error,
         )
-        self.workers[worker_id] = handle
-        # From here on the slot belongs to the worker: released when it ends.
-        self._nursery.start_soon(self._supervise, handle)
-        try:
-            await self._handshake(handle)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await handle.kill("spawn abandoned before the handshake completed")
-            raise
-        assert handle.hello is not None
-        if cgroup is not None and handle.hello.cgroup_error:
-            # It could not join them: its tree is sampled instead, and said to be.
-            log.warning(
-                "worker %s: could not join its cgroups (%s); its tree is sampled",
-                worker_id,
-                handle.hello.cgroup_error,
-            )
-            handle.cgroup, handle.tree_caps = None, "sampling"
-            self._drop_cgroup(worker_id, cgroup)
-        await self._check_sandbox(handle, policy)
-        return handle
+        handle.cgroup, handle.tree_caps = None, "sampling"
+        self._drop_cgroup(handle.worker_id, cgroup)
 
     def _worker_cgroup(
         self, worker_id: str, limits: ResourceLimits, *, local: bool
