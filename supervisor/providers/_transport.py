@@ -554,7 +554,12 @@ class GatewayTransport(httpx.AsyncBaseTransport):
                 await trio.aclose_forcefully(stream)
             raise
         except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+            # trio reports a failed TLS handshake as BrokenResourceError, caused
+            # by the SSLError that says why (a certificate not trusted, say).
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            cause = exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc
+            raise httpx.ConnectError(str(cause) or type(cause).__name__, request=request) from exc
         return _Connection(stream, tcp.socket)
 
     async def _exchange(

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import random
+import ssl
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import trio
+import trustme
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -165,3 +167,79 @@ async def test_waiting_for_a_model_slot_is_reported(server: ProviderServer) -> N
         await trio.sleep(0.05)
         await gateway.call(request, on_wait=seen.append)
     assert seen == [True, False]
+
+
+@pytest.fixture(scope="module")
+def certificate_authority() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def tls_server(certificate_authority: trustme.CA) -> Iterator[ProviderServer]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    certificate_authority.issue_cert("127.0.0.1").configure_cert(context)
+    with ProviderServer(tls=context) as running:
+        yield running
+
+
+def _tls_gateway(server: ProviderServer, ca: trustme.CA, **provider: object) -> ModelGateway:
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    config = GatewayConfig.model_validate(
+        {
+            "max_retries": 0,
+            "providers": {"openai": {"base_url": server.base_url + "/v1", **provider}},
+        }
+    )
+    return ModelGateway(
+        config, transport=GatewayTransport(ssl_context=client_context), env={}, rng=random.Random(7)
+    )
+
+
+@pytest.mark.parametrize("piece_size", [None, 7])
+async def test_a_streamed_answer_over_https_is_whole_and_in_order(
+    tls_server: ProviderServer, certificate_authority: trustme.CA, piece_size: int | None
+) -> None:
+    """Over TLS the body is fed a read at a time by its own task: the same whole answer, its
+    pieces in order, on a verified connection."""
+    words = " ".join(f"w{i}" for i in range(40))
+    tls_server.enqueue(_streamed(words, piece_size), _streamed("again"))
+    pieces: list[str] = []
+    async with _tls_gateway(tls_server, certificate_authority) as gateway:
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
+        again = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    assert result.text == words.replace(" ", "")
+    assert "".join(pieces) == result.text
+    assert again.text == "again"
+    # Read to its end, the TLS connection was reused.
+    assert len({r.client_port for r in tls_server.requests}) == 1
+
+
+async def test_an_untrusted_certificate_is_a_connection_error(tls_server: ProviderServer) -> None:
+    """A server whose certificate the system does not trust is refused, saying so."""
+    tls_server.enqueue(_streamed("never"))
+    config = GatewayConfig.model_validate(
+        {"max_retries": 0, "providers": {"openai": {"base_url": tls_server.base_url + "/v1"}}}
+    )
+    async with ModelGateway(config, transport=GatewayTransport(), env={}) as gateway:
+        with pytest.raises(ModelConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+
+
+async def test_a_stalled_tls_body_times_out_as_a_connection_error(
+    tls_server: ProviderServer, certificate_authority: trustme.CA
+) -> None:
+    """A TLS stream that stops mid-answer ends with the read-idle timeout, as plain TCP does."""
+    import threading
+
+    held = threading.Event()
+    stalled = _streamed("one two three")
+    tls_server.enqueue(
+        CannedResponse(headers=stalled.headers, chunks=stalled.chunks, holds=((2, held),))
+    )
+    pieces: list[str] = []
+    async with _tls_gateway(tls_server, certificate_authority, read_timeout_s=0.5) as gateway:
+        with pytest.raises(ModelConnectionError, match="timed out"):
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
+    held.set()
+    assert pieces == ["one", "two"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -113,24 +114,34 @@ def unused_base_url() -> str:
 
 
 class ProviderServer:
-    """The scripted provider stand-in; use as a context manager."""
+    """The scripted provider stand-in; use as a context manager.
 
-    def __init__(self) -> None:
+    With ``tls`` (a server ``SSLContext``) it speaks HTTPS.
+    """
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls
         self._lock = threading.Lock()
         self._queue: deque[CannedResponse] = deque()
         self._requests: list[RecordedRequest] = []
         self._in_flight = 0
         self._max_in_flight = 0
         self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
+        if tls is not None:
+            # The handshake happens in each request's thread (``_Handler.setup``):
+            # a client that refuses the certificate must not stall the accept loop.
+            self._httpd.socket = tls.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` of this server."""
+        """``http://127.0.0.1:PORT`` of this server (``https`` with TLS)."""
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host!s}:{port}"
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -197,6 +208,11 @@ class _Handler(BaseHTTPRequestHandler):
     # delayed ACKs every response would stall for ~40 ms.
     disable_nagle_algorithm = True
     server: _Server
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        super().setup()
 
     def do_POST(self) -> None:
         self._answer()
