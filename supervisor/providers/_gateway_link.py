@@ -1,8 +1,8 @@
 """The link between the gateway and one of its processes: what each frame carries.
 
 Both ends are subvisor's own: the supervisor, and a gateway process it
-started (``_gateway_process``). The frames are the protocol's (a 4-byte
-length, then msgpack), each body an array:
+started (``_gateway_process``). The link is a stream of msgpack arrays, one
+per message (msgpack frames them itself; the decoder bounds what it holds):
 
 ==============================  ==================================================
 supervisor -> gateway process
@@ -26,13 +26,12 @@ rebuilt as the same class on the other side (retries depend on it).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from typing import Any
 
 import msgpack
 
-from protocol import FrameDecoder, FrameLimits, LocalProtocolError
+from protocol import LocalProtocolError, RemoteProtocolError
 
 from ._config import GatewayConfig
 from ._errors import (
@@ -46,13 +45,13 @@ from ._errors import (
 )
 
 __all__ = [
-    "LINK_LIMITS",
+    "MAX_MESSAGE_BYTES",
     "TEXT_BATCH_S",
+    "LinkDecoder",
     "config_fields",
     "error_fields",
     "error_from_fields",
     "key_free",
-    "link_decoder",
     "link_frame",
 ]
 
@@ -60,14 +59,7 @@ __all__ = [
 TEXT_BATCH_S = 0.01
 
 #: A request holds a whole conversation: larger than a worker's frames may be.
-LINK_LIMITS = FrameLimits(
-    max_frame_size=256 * 1024 * 1024,
-    max_str_len=256 * 1024 * 1024,
-    max_bin_len=256 * 1024 * 1024,
-    max_array_len=10_000_000,
-    max_map_len=1_000_000,
-    max_nesting=64,
-)
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 _ERRORS: dict[str, type[ModelProviderError]] = {
     cls.__name__: cls
@@ -83,28 +75,37 @@ _ERRORS: dict[str, type[ModelProviderError]] = {
 }
 
 
-_HEADER = struct.Struct(">I")
-
-
 def link_frame(message: list[Any]) -> bytes:
-    """One frame of the link.
-
-    Both ends are ours, and a batch of texts is wide, not deep: only the
-    frame's size is checked here (the decoder checks everything it reads).
-    """
+    """One message of the link, encoded."""
     body: bytes = msgpack.packb(message, use_bin_type=True)
-    if len(body) > LINK_LIMITS.max_frame_size:
+    if len(body) > MAX_MESSAGE_BYTES:
         raise LocalProtocolError(
-            f"a gateway link frame of {len(body)} bytes exceeds "
-            f"{LINK_LIMITS.max_frame_size}: the request is too large to send",
+            f"a gateway link message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}: "
+            "the request is too large to send",
             limit="max_frame_size",
         )
-    return _HEADER.pack(len(body)) + body
+    return body
 
 
-def link_decoder() -> FrameDecoder:
-    """A decoder for the frames of the link."""
-    return FrameDecoder(LINK_LIMITS)
+class LinkDecoder:
+    """The link's bytes in, its messages (arrays) out."""
+
+    def __init__(self) -> None:
+        self._unpacker = msgpack.Unpacker(
+            raw=False, max_buffer_size=MAX_MESSAGE_BYTES, strict_map_key=False
+        )
+
+    def feed(self, data: bytes) -> list[list[Any]]:
+        """Take bytes; return the messages they complete."""
+        try:
+            self._unpacker.feed(data)
+            messages = list(self._unpacker)
+        except (msgpack.BufferFull, ValueError, msgpack.UnpackException) as exc:
+            raise RemoteProtocolError(f"the gateway link broke: {exc}") from exc
+        for message in messages:
+            if not isinstance(message, list) or not message:
+                raise RemoteProtocolError(f"a gateway link message is not an array: {message!r}")
+        return messages
 
 
 def config_fields(config: GatewayConfig, env: Mapping[str, str]) -> dict[str, Any]:

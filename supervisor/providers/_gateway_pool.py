@@ -48,10 +48,10 @@ from ._base import ModelEvent, ModelProvider, TextSink
 from ._config import GatewayConfig
 from ._errors import ModelConnectionError, ModelProviderError
 from ._gateway_link import (
+    LinkDecoder,
     config_fields,
     error_from_fields,
     key_free,
-    link_decoder,
     link_frame,
 )
 
@@ -241,7 +241,7 @@ class GatewayPool:
         # Listed at once: ``aclose`` ends it even while it starts.
         self._processes.append(process)
         trio.lowlevel.spawn_system_task(self._reap, process, os.pidfd_open(pid))
-        decoder = link_decoder()
+        decoder = LinkDecoder()
         try:
             start = config_fields(self._config, os.environ)
             await link.send_all(link_frame(["start", start]))

@@ -33,8 +33,8 @@ from ._errors import ModelProviderError, ModelResponseError
 from ._gateway import ModelGateway
 from ._gateway_link import (
     TEXT_BATCH_S,
+    LinkDecoder,
     error_fields,
-    link_decoder,
     link_frame,
 )
 
@@ -111,7 +111,7 @@ class _Server:
         await self.link.send_all(link_frame(answer))
 
     async def serve(self) -> None:
-        decoder = link_decoder()
+        decoder = LinkDecoder()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.send_texts_forever)
             while data := await self.link.receive_some(_READ_SIZE):
@@ -128,7 +128,7 @@ class _Server:
 
 async def _serve(fd: int) -> None:
     link = PipeStream(fd, os.dup(fd))
-    decoder = link_decoder()
+    decoder = LinkDecoder()
     start: list[Any] | None = None
     while start is None:
         data = await link.receive_some(_READ_SIZE)
