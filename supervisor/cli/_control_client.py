@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -239,9 +239,15 @@ class ControlClient:
         """One page of the session's subagents."""
         return AgentPage.from_reply(await self.request(ListOp(page=page, page_size=page_size)))
 
-    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
-        """The session's lifecycle events as they happen; ends when the session does."""
-        async for event in self._stream(SubscribeOp()):
+    async def subscribe(
+        self, on_subscribed: Callable[[], None] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The session's lifecycle events as they happen; ends when the session does.
+
+        ``on_subscribed`` is called once the server has subscribed us: state
+        read after it misses none of the events that follow.
+        """
+        async for event in self._stream(SubscribeOp(), on_subscribed):
             yield event
 
     async def follow(self, task_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -249,7 +255,9 @@ class ControlClient:
         async for event in self._stream(FollowOp(task_id=task_id)):
             yield event
 
-    async def _stream(self, request: SubscribeOp | FollowOp) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(
+        self, request: SubscribeOp | FollowOp, on_ok: Callable[[], None] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """The lines after ``request``'s ``ok`` reply: its events, until either end closes."""
         conn = await asyncio.to_thread(_connect, self.address, 30.0)
         reader, writer = await asyncio.open_unix_connection(sock=conn, limit=_MAX_REPLY_BYTES)
@@ -257,6 +265,8 @@ class ControlClient:
             writer.write(_request_line(request))
             await writer.drain()
             _reply(await reader.readline(), self.address)
+            if on_ok is not None:
+                on_ok()
             while line := await reader.readline():
                 yield json.loads(line)
         finally:

@@ -153,8 +153,7 @@ class TopApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        """Start following the session."""
-        self._dirty.set()
+        """Start following the session: its first page once its events are subscribed."""
         self.run_worker(self._redraw_loop(), name="redraw", exclusive=False)
         self.run_worker(self._follow_events(), name="events", exclusive=False)
         self.run_worker(self._resource_ticks(), name="resources", exclusive=False)
@@ -163,13 +162,16 @@ class TopApp(App[None]):
 
     async def _follow_events(self) -> None:
         try:
-            async for event in self.client.subscribe():
+            # The first page is read only once we are subscribed: a status that
+            # changes between the two is then on the page or in an event.
+            async for event in self.client.subscribe(on_subscribed=self._dirty.set):
                 if event.get("event") in _NOT_ON_THE_PAGE:
                     continue  # the open transcript's follow shows streamed text
                 self._apply(event)
                 self._dirty.set()
         except (OSError, ControlError, ValueError) as exc:
             self.say(f"lost the session's events: {exc}")
+        # Ended (or never subscribed): show what it was.
         self.session_ended = True
         self._dirty.set()
 

@@ -313,8 +313,10 @@ class _CountingClient(ControlClient):
         finally:
             self.in_flight -= 1
 
-    async def subscribe(self) -> AsyncIterator[dict[str, Any]]:
-        async for event in super().subscribe():
+    async def subscribe(
+        self, on_subscribed: Callable[[], None] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        async for event in super().subscribe(on_subscribed):
             self.events[event["event"]] += 1
             if event["event"] == "text.streamed":
                 self.streamed_by[event["agentId"]] += 1
