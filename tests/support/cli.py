@@ -2,21 +2,44 @@
 
 from __future__ import annotations
 
+import atexit
+import locale
 import os
+import pickle
+import selectors
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
+
+from tests.support.cli_forkserver import ANSWER
 
 __all__ = ["CHECKOUT", "cli_env", "run_cli"]
 
 #: This checkout: a child started in another directory imports its code, not an installed copy.
 CHECKOUT = Path(__file__).resolve().parents[2]
+#: Set to 1 to start every ``run_cli`` child cold (``python -m supervisor.cli``), unforked.
+COLD_ENV = "SUBVISOR_TESTS_COLD_CLI"
+#: The environment this process started with, before any test changed it.
+_STARTING_ENVIRON = dict(os.environ)
+#: What a forked child's environment may differ in: its home, and the name pytest gives
+#: the test that runs.
+_PER_CALL = ("SUBVISOR_HOME", "PYTEST_CURRENT_TEST")
 
 
 def cli_env(home: Path) -> dict[str, str]:
     """This environment for a ``subvisor`` child: its own home, wide output, not in a tree,
     this checkout's code whatever its working directory."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
+    return _child_env(home, os.environ)
+
+
+def _child_env(home: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in ("SUBVISOR_TREE", "SUBVISOR_MODEL")}
     env["SUBVISOR_HOME"] = str(home)
     env["COLUMNS"] = "200"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), env.get("PYTHONPATH")]))
@@ -26,12 +49,161 @@ def cli_env(home: Path) -> dict[str, str]:
 def run_cli(
     home: Path, *args: str, cwd: Path | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """``subvisor ARGS`` to completion, its output captured."""
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", *args],
-        cwd=cwd,
-        env=cli_env(home),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """``subvisor ARGS`` to completion, its output captured, like ``subprocess.run``.
+
+    The child is a process of its own, ``python -m supervisor.cli ARGS`` with
+    ``cli_env(home)``: forked, as ``tests.support.cli_forkserver`` says, by a
+    warm interpreter that has already done the imports every cold start does
+    first (0.7 s a call; the suite makes about 200). A forked child's
+    ``/proc/PID/environ`` and ``cmdline`` are that interpreter's, so where the
+    environment differs from it in more than the home (say a key a test put
+    there for a subagent to look for) the child is started cold instead.
+    """
+    env = cli_env(home)
+    argv = [sys.executable, "-m", "supervisor.cli", *args]
+    warm = _warm_cli()
+    if warm is not None and warm.serves(env, cwd):
+        try:
+            return warm.run(argv, cwd, env, timeout)
+        except _NotForked:
+            pass
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class _NotForked(Exception):
+    """The warm interpreter is gone: the call was not made."""
+
+
+class _WarmCli:
+    """The test process's end of ``tests.support.cli_forkserver``."""
+
+    def __init__(self) -> None:
+        self.env = _child_env(Path("/nonexistent/home-of-the-warm-cli"), _STARTING_ENVIRON)
+        self._lock = threading.Lock()
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Its stdout is a pipe, as a `run_cli` child's is: Python buffers stdout by what
+        # fd 1 is when it starts, and a forked child keeps that.
+        unread, stdout = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.cli_forkserver", str(theirs.fileno())],
+                cwd=CHECKOUT,
+                env=self.env,
+                stdout=stdout,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+            os.close(unread)
+            os.close(stdout)
+        atexit.register(self.close)
+
+    def serves(self, env: dict[str, str], cwd: Path | None) -> bool:
+        """Whether a forked child would be what a cold start is, for this call."""
+        if self.process.poll() is not None or (cwd is not None and not Path(cwd).is_dir()):
+            return False
+        mine = {k: v for k, v in self.env.items() if k not in _PER_CALL}
+        return mine == {k: v for k, v in env.items() if k not in _PER_CALL}
+
+    def run(
+        self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        deadline = time.monotonic() + timeout
+        answers, theirs = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        call = {"args": argv[3:], "cwd": str(cwd or os.getcwd()), "env": env}
+        try:
+            with self._lock:
+                socket.send_fds(
+                    self._control, [pickle.dumps(call)], [theirs.fileno(), 0, out_w, err_w]
+                )
+        except OSError as exc:
+            answers.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise _NotForked from exc
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        pid: int | None = None
+        status: int | None = None
+        output = {out_r: bytearray(), err_r: bytearray()}
+        answer = bytearray()
+        with selectors.DefaultSelector() as selector:
+            for fd in output:
+                selector.register(fd, selectors.EVENT_READ)
+            selector.register(answers, selectors.EVENT_READ)
+            reading = set(output)
+            try:
+                while (reading or status is None) and (left := deadline - time.monotonic()) > 0:
+                    for key, _ in selector.select(left):
+                        if key.fileobj is not answers:
+                            if data := os.read(key.fd, 65536):
+                                output[key.fd] += data
+                            else:
+                                selector.unregister(key.fd)
+                                reading.discard(key.fd)
+                            continue
+                        if not (piece := answers.recv(2 * ANSWER.size - len(answer))):
+                            raise RuntimeError("the warm CLI server ended mid-call")
+                        answer += piece
+                        if pid is None and len(answer) >= ANSWER.size:
+                            (pid,) = ANSWER.unpack_from(answer)
+                        if len(answer) == 2 * ANSWER.size:
+                            (status,) = ANSWER.unpack_from(answer, ANSWER.size)
+                            selector.unregister(answers)
+            finally:
+                for fd in output:
+                    os.close(fd)
+                if status is None and pid is not None:
+                    # Timed out (or interrupted): killed and reaped, as by subprocess.run.
+                    os.kill(pid, signal.SIGKILL)
+                    answers.settimeout(30)
+                    while len(answer) < 2 * ANSWER.size and (
+                        piece := answers.recv(2 * ANSWER.size - len(answer))
+                    ):
+                        answer += piece
+                answers.close()
+        if status is None:
+            raise subprocess.TimeoutExpired(
+                argv, timeout, output=bytes(output[out_r]), stderr=bytes(output[err_r])
+            )
+        return subprocess.CompletedProcess(
+            argv, os.waitstatus_to_exitcode(status), _text(output[out_r]), _text(output[err_r])
+        )
+
+    def close(self) -> None:
+        self._control.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _text(data: bytearray) -> str:
+    """What ``subprocess.run(text=True)`` makes of a child's output."""
+    text = bytes(data).decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_warm: _WarmCli | None = None
+_warm_failed = False
+_warm_lock = threading.Lock()
+
+
+def _warm_cli() -> _WarmCli | None:
+    """The warm interpreter, started at the first call; None where it cannot serve."""
+    global _warm, _warm_failed
+    if os.environ.get(COLD_ENV) == "1":
+        return None
+    with _warm_lock:
+        if _warm is None and not _warm_failed:
+            try:
+                _warm = _WarmCli()
+            except OSError as exc:
+                _warm_failed = True
+                warnings.warn(f"no warm CLI server ({exc}): every call starts cold", stacklevel=3)
+        return _warm
