@@ -2,7 +2,10 @@
 
 One cluster serves every test here (starting one takes seconds and ~270 MB
 a node); it is shut down at the end of the session, whatever happened. A
-test that needs a node of its own to remove adds one and removes it.
+test that needs a node of its own to remove adds one and removes it. Its
+cleanup removes it gracefully, so that Ray forgets it at once: a node killed
+outright stays listed as alive until Ray's health checks give up on it
+(~15 s), and the next test's supervisor would wait that long for a host there.
 """
 
 from __future__ import annotations
