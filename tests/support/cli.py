@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import inspect
 import locale
 import os
 import pickle
+import select
 import selectors
 import signal
 import socket
@@ -16,10 +18,11 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tests.support.cli_forkserver import ANSWER
 
-__all__ = ["CHECKOUT", "cli_env", "run_cli"]
+__all__ = ["CHECKOUT", "cli_env", "run_cli", "start_cli"]
 
 #: This checkout: a child started in another directory imports its code, not an installed copy.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -70,6 +73,28 @@ def run_cli(
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def start_cli(
+    home: Path, *args: str, cwd: Path | None = None, **options: Any
+) -> subprocess.Popen[Any]:
+    """``subvisor ARGS`` started with ``cli_env(home)``, as ``subprocess.Popen`` starts it
+    (``options`` are Popen's: pipes, ``text``, ``start_new_session``); forked warm where
+    ``run_cli`` would fork it. Either way the result is a ``subprocess.Popen``."""
+    env = cli_env(home)
+    argv = [sys.executable, "-m", "supervisor.cli", *args]
+    warm = _warm_cli()
+    if (
+        warm is not None
+        and _WarmPopen.WORKS
+        and options.keys() <= _WarmPopen.OPTIONS
+        and warm.serves(env, cwd)
+    ):
+        try:
+            return _WarmPopen(warm, argv, cwd=cwd, env=env, **options)
+        except _NotForked:
+            pass
+    return subprocess.Popen(argv, cwd=cwd, env=env, **options)
+
+
 class _NotForked(Exception):
     """The warm interpreter is gone: the call was not made."""
 
@@ -105,32 +130,59 @@ class _WarmCli:
         mine = {k: v for k, v in self.env.items() if k not in _PER_CALL}
         return mine == {k: v for k, v in env.items() if k not in _PER_CALL}
 
+    def start(
+        self,
+        args: list[str],
+        cwd: str | None,
+        env: dict[str, str],
+        stdio: list[int],
+        *,
+        new_session: bool = False,
+    ) -> tuple[socket.socket, int]:
+        """Fork ``subvisor ARGS`` on ``stdio`` (its fds 0, 1, 2); its answer socket and pid.
+
+        Raises ``_NotForked`` where the warm interpreter is gone.
+        """
+        answers, theirs = socket.socketpair()
+        call = {
+            "args": args,
+            "cwd": cwd or os.getcwd(),
+            "env": env,
+            "new_session": new_session,
+        }
+        try:
+            with self._lock:
+                socket.send_fds(self._control, [pickle.dumps(call)], [theirs.fileno(), *stdio])
+            pid = _read_answer(answers)
+        except OSError as exc:
+            answers.close()
+            raise _NotForked from exc
+        finally:
+            theirs.close()
+        if pid is None:
+            answers.close()
+            raise _NotForked
+        return answers, pid
+
     def run(
         self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess[str]:
         deadline = time.monotonic() + timeout
-        answers, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        call = {"args": argv[3:], "cwd": str(cwd or os.getcwd()), "env": env}
         try:
-            with self._lock:
-                socket.send_fds(
-                    self._control, [pickle.dumps(call)], [theirs.fileno(), 0, out_w, err_w]
-                )
-        except OSError as exc:
-            answers.close()
+            answers, pid = self.start(
+                argv[3:], None if cwd is None else str(cwd), env, [0, out_w, err_w]
+            )
+        except _NotForked:
             os.close(out_r)
             os.close(err_r)
-            raise _NotForked from exc
+            raise
         finally:
-            theirs.close()
             os.close(out_w)
             os.close(err_w)
-        pid: int | None = None
         status: int | None = None
         output = {out_r: bytearray(), err_r: bytearray()}
-        answer = bytearray()
         with selectors.DefaultSelector() as selector:
             for fd in output:
                 selector.register(fd, selectors.EVENT_READ)
@@ -146,25 +198,18 @@ class _WarmCli:
                                 selector.unregister(key.fd)
                                 reading.discard(key.fd)
                             continue
-                        if not (piece := answers.recv(2 * ANSWER.size - len(answer))):
+                        status = _read_answer(answers)
+                        if status is None:
                             raise RuntimeError("the warm CLI server ended mid-call")
-                        answer += piece
-                        if pid is None and len(answer) >= ANSWER.size:
-                            (pid,) = ANSWER.unpack_from(answer)
-                        if len(answer) == 2 * ANSWER.size:
-                            (status,) = ANSWER.unpack_from(answer, ANSWER.size)
-                            selector.unregister(answers)
+                        selector.unregister(answers)
             finally:
                 for fd in output:
                     os.close(fd)
-                if status is None and pid is not None:
+                if status is None:
                     # Timed out (or interrupted): killed and reaped, as by subprocess.run.
                     os.kill(pid, signal.SIGKILL)
                     answers.settimeout(30)
-                    while len(answer) < 2 * ANSWER.size and (
-                        piece := answers.recv(2 * ANSWER.size - len(answer))
-                    ):
-                        answer += piece
+                    _read_answer(answers)
                 answers.close()
         if status is None:
             raise subprocess.TimeoutExpired(
@@ -181,6 +226,77 @@ class _WarmCli:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class _WarmPopen(subprocess.Popen[Any]):
+    """A ``subprocess.Popen`` whose child the warm interpreter forks: Popen does the rest
+    (pipes, ``communicate``, signals); only starting the child and learning its wait status
+    go through the warm interpreter, the child's parent."""
+
+    #: The Popen options it takes (any other starts the child cold).
+    OPTIONS = frozenset({"stdin", "stdout", "stderr", "text", "start_new_session"})
+    #: Whether this Python's Popen starts its child as this class expects (3.11 to 3.13).
+    WORKS = tuple(inspect.signature(subprocess.Popen._execute_child).parameters) == (
+        "self", "args", "executable", "preexec_fn", "close_fds", "pass_fds", "cwd", "env",
+        "startupinfo", "creationflags", "shell", "p2cread", "p2cwrite", "c2pread",
+        "c2pwrite", "errread", "errwrite", "restore_signals", "gid", "gids", "uid", "umask",
+        "start_new_session", "process_group",
+    )  # fmt: skip
+
+    def __init__(self, warm: _WarmCli, argv: list[str], **options: Any) -> None:
+        self._warm = warm
+        self._answers: socket.socket | None = None
+        super().__init__(argv, **options)
+
+    def _execute_child(  # type: ignore[override]
+        self, args: list[str], executable: Any, preexec_fn: Any, close_fds: bool,
+        pass_fds: Any, cwd: str | None, env: dict[str, str], startupinfo: Any,
+        creationflags: int, shell: bool, p2cread: int, p2cwrite: int, c2pread: int,
+        c2pwrite: int, errread: int, errwrite: int, restore_signals: bool, gid: Any,
+        gids: Any, uid: Any, umask: int, start_new_session: bool, process_group: int,
+    ) -> None:  # fmt: skip
+        # A stream Popen leaves alone (-1) is inherited, as from a fork. On _NotForked,
+        # Popen closes what it opened, as when any start fails.
+        stdio = [fd if fd != -1 else std for std, fd in enumerate((p2cread, c2pwrite, errwrite))]
+        self._answers, self.pid = self._warm.start(
+            list(args)[3:], cwd, env, stdio, new_session=start_new_session
+        )
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        """``waitpid`` of the child, through the warm interpreter that reaps it."""
+        answers = self._answers
+        if answers is None:
+            return self.pid, 0  # as Popen reports a child it cannot wait for
+        if wait_flags & os.WNOHANG and not select.select([answers], [], [], 0)[0]:
+            return 0, 0
+        status = _read_answer(answers)
+        answers.close()
+        self._answers = None
+        return self.pid, 0 if status is None else status
+
+    def _internal_poll(self, _deadstate: int | None = None, **_: Any) -> int | None:
+        if self.returncode is None and self._waitpid_lock.acquire(False):
+            try:
+                if self.returncode is None:
+                    pid, status = self._try_wait(os.WNOHANG)
+                    if pid == self.pid:
+                        self._handle_exitstatus(status)
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
+
+
+def _read_answer(answers: socket.socket) -> int | None:
+    """The next number on an answer socket (None at its end), waiting for it."""
+    data = b""
+    while len(data) < ANSWER.size:
+        if not (piece := answers.recv(ANSWER.size - len(data))):
+            return None
+        data += piece
+    (number,) = ANSWER.unpack(data)
+    return number
 
 
 def _text(data: bytearray) -> str:

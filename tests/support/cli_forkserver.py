@@ -1,21 +1,22 @@
 """A warm ``python -m supervisor.cli``: one fresh process forked per call (tests only).
 
-``tests.support.cli.run_cli`` starts it once, as ``python -m
-tests.support.cli_forkserver FD`` in the checkout, FD being its end of a
-socket pair with the test process. It imports what ``python -m supervisor.cli``
+``tests.support.cli`` (``run_cli``, ``start_cli``) starts it once, as ``python -m
+tests.support.cli_forkserver FD`` in the checkout, FD being its end of a socket
+pair with the test process. It imports what ``python -m supervisor.cli``
 imports before ``main()`` runs (about 0.7 s that every call paid), then serves
-one message per call: the call's argv, working directory and environment, with
-four fds: a socket for the answers, the caller's stdin, and the write ends of
-its stdout and stderr pipes. It forks, answers the child's pid, and once the
-child has ended its raw wait status. It exits when the test process closes the
-pair.
+one message per call: the call's argv, working directory, environment and
+whether it starts a session of its own (``start_new_session``), with four fds:
+a socket for the answers, and the child's stdin, stdout and stderr. It forks,
+answers the child's pid, and once the child has ended its raw wait status. It
+exits when the test process closes the pair.
 
 The child then becomes what a cold start is: its only fds are those three as
-0, 1 and 2; it runs in that directory with that environment and ``sys.path[0]``
-is the directory, as ``-m`` makes it; its signal dispositions are Python's
-defaults; it runs ``supervisor.cli`` as ``__main__`` and exits as the
-interpreter does (``SystemExit``; a traceback and 1; a ``KeyboardInterrupt`` as
-SIGINT). The server never runs CLI code, so no call sees another's state.
+0, 1 and 2; it starts a session of its own if the call asks; it runs in that
+directory with that environment, and ``sys.path[0]`` is the directory, as
+``-m`` makes it; its signal dispositions are Python's defaults; it runs
+``supervisor.cli`` as ``__main__`` and exits as the interpreter does
+(``SystemExit``; a traceback and 1; a ``KeyboardInterrupt`` as SIGINT). The
+server never runs CLI code, so no call sees another's state.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def become(call: dict[str, Any], stdio: list[int]) -> None:
         os.dup2(fd, target)
     for fd in set(stdio) - {0, 1, 2}:
         os.close(fd)
+    if call["new_session"]:
+        os.setsid()
     os.chdir(call["cwd"])
     os.environ.clear()
     os.environ.update(call["env"])
