@@ -1,7 +1,8 @@
 """A real Ray cluster of three nodes on this machine (``ray.cluster_utils.Cluster``).
 
 One cluster serves every test here (starting one takes seconds and ~270 MB
-a node); it is shut down at the end of the session, whatever happened. A
+a node); it is shut down after the last of them, whatever happened, so the
+rest of the suite does not run beside its idle processes. A
 test that needs a node of its own to remove adds one and removes it. Its
 cleanup removes it gracefully, so that Ray forgets it at once: a node killed
 outright stays listed as alive until Ray's health checks give up on it
@@ -27,7 +28,7 @@ def node_args() -> dict[str, Any]:
     return {"num_cpus": 1, "object_store_memory": _OBJECT_STORE_BYTES}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[Any]:
     """A started three-node cluster; skips (as ``machine_may_lack``) where Ray cannot run."""
     try:
