@@ -67,11 +67,17 @@ def _wait_live(home: Path, runner: subprocess.Popen[str]) -> LiveSession:
     raise AssertionError("the run never served its control channel")
 
 
-async def _until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
-    """Let the app work until ``condition`` holds (a hang guard, not a timing assertion)."""
+async def _until(
+    pilot: Pilot[None],
+    condition: Callable[[], bool],
+    what: str,
+    state: Callable[[], object] = lambda: "",
+) -> None:
+    """Let the app work until ``condition`` holds (a hang guard, not a timing assertion);
+    a hang says what it waited for and ``state()``."""
     deadline = time.monotonic() + 60
     while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
+        assert time.monotonic() < deadline, f"never happened: {what} {state()}"
         await pilot.pause(0.05)
 
 
@@ -350,6 +356,11 @@ async def _drive_streaming_top(
                 and len(server.requests) == STREAMERS
             ),
             "every streamer in its model call",
+            lambda: (
+                f"(shown: {app.shown and app.shown.counts}; model requests: "
+                f"{len(server.requests)}; control requests: {dict(client.requests)}; "
+                f"events: {dict(client.events)})"
+            ),
         )
         _select(app, "stream 0")
         await pilot.press("enter")
