@@ -47,6 +47,8 @@ def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]]:
     wake_write.setblocking(False)
     signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    # Ctrl-C at the terminal reaches the whole process group: it is the test run's, not ours.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     answers: dict[int, socket.socket] = {}
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, "call")
@@ -62,6 +64,7 @@ def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]]:
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
                     selector.close()
                     for resource in (control, wake_read, wake_write, answer, *answers.values()):
                         resource.close()
