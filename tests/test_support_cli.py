@@ -35,7 +35,13 @@ def test_a_warm_child_answers_as_a_cold_start(
     turns = [{"tool_calls": [READ_README]}, {"text": "read: {{tool_result}}"}]
     model = write_scenario(tmp_path / "s.yaml", {"root": turns})
     warm_server = cli._warm_cli()
-    assert warm_server is not None and warm_server.serves(cli.cli_env(home), project)
+    assert warm_server is not None
+    env = cli.cli_env(home)
+    changed = sorted(
+        k for k in env.keys() | warm_server.env.keys() if env.get(k) != warm_server.env.get(k)
+    )
+    # Only the per-call variables may differ (else an earlier test left some behind).
+    assert warm_server.serves(env, project), changed
 
     warm, cold = _both(monkeypatch, home, "run", "--model", model, "go", cwd=project)
     assert warm.returncode == 0 and "# demo project" in warm.stdout, warm.stderr

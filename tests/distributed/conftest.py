@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.environment import environ_restored
+
 #: Every test here needs Ray; a machine that cannot run it skips them, saying so.
 RAY = "Ray and a local three-node cluster (pip install 'subvisor[ray]')"
 NODES = 3
@@ -30,7 +32,15 @@ def node_args() -> dict[str, Any]:
 
 @pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[Any]:
-    """A started three-node cluster; skips (as ``machine_may_lack``) where Ray cannot run."""
+    """A started three-node cluster; skips (as ``machine_may_lack``) where Ray cannot run.
+
+    Importing Ray sets ``RAY_CLIENT_MODE`` in this process's environment: it is removed
+    again with the cluster, so that it reaches no later test's ``subvisor`` child."""
+    with environ_restored():
+        yield from _started_cluster()
+
+
+def _started_cluster() -> Iterator[Any]:
     try:
         from ray.cluster_utils import Cluster
     except ImportError as exc:
