@@ -3,12 +3,13 @@
 ``tests.support.cli`` (``run_cli``, ``start_cli``) starts it once, as ``python -m
 tests.support.cli_forkserver FD`` in the checkout, FD being its end of a socket
 pair with the test process. It imports what ``python -m supervisor.cli``
-imports before ``main()`` runs (about 0.7 s that every call paid), then serves
-one message per call: the call's argv, working directory, environment and
-whether it starts a session of its own (``start_new_session``), with four fds:
-a socket for the answers, and the child's stdin, stdout and stderr. It forks,
-answers the child's pid, and once the child has ended its raw wait status. It
-exits when the test process closes the pair.
+imports before ``main()`` runs (about 0.7 s that every call paid) and ``AHEAD``
+(0.1 to 0.2 s more of most calls), then serves one message per call: the
+call's argv, working directory, environment and whether it starts a session
+of its own (``start_new_session``), with four fds: a socket for the answers,
+and the child's stdin, stdout and stderr. It forks, answers the child's pid,
+and once the child has ended its raw wait status. It exits when the test
+process closes the pair.
 
 The child then becomes what a cold start is: its only fds are those three as
 0, 1 and 2; it starts a session of its own if the call asks; it runs in that
@@ -108,8 +109,28 @@ def become(call: dict[str, Any], stdio: list[int]) -> None:
     sys.argv = ["-m", *call["args"]]
 
 
+#: Imported ahead too: what ``main()`` imports first for the commands the suite runs most
+#: (run and demo, trust, ps, logs, stop and bg, agents), none of them reading the
+#: environment or the directory at import. Not those of ``top`` (textual), ``mcp`` (the
+#: mcp SDK), ``doctor``, ``workflow`` or ``stress``: their children import them as cold.
+AHEAD = (
+    "supervisor.cli._run",
+    "supervisor.cli._trust",
+    "supervisor.cli._task_commands",
+    "supervisor.cli._agents",
+    "supervisor.cli._interrupt",
+    "supervisor.config._config_files",
+    "supervisor.config._project_trust",
+)
+
+
 if __name__ == "__main__":
+    import importlib
+
     import supervisor.cli._main  # noqa: F401  (what supervisor/cli/__main__.py imports)
+
+    for module in AHEAD:
+        importlib.import_module(module)
 
     call, stdio = serve(socket.socket(fileno=int(sys.argv[1])))
     become(call, stdio)
