@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from supervisor import Supervisor, SupervisorConfig
+from tests.support.environment import environ_restored
 
 # Hypothesis's 200 ms deadline per example, and its "too slow" health check,
 # time the machine, not the code: this suite runs beside real worker
@@ -116,6 +117,16 @@ def _private_subvisor_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SUBVISOR_HOME", str(home))
         yield home
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_left_behind() -> Iterator[None]:
+    """What a test, or a library it runs, sets in this process's environment is undone
+    after it. Ray's ``ray.init`` sets ``PYTHONBREAKPOINT`` and its ``ray.shutdown`` leaves
+    it: every ``subvisor`` child of a later test inherited it (and was started cold, its
+    environment not the warm interpreter's: tests/support/cli.py)."""
+    with environ_restored():
+        yield
 
 
 @pytest.fixture

@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
 
 def _start_run(home: Path, project: Path, model: str, *flags: str) -> subprocess.Popen[str]:
     """A live `subvisor run` in the background, as a user would start one."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", *flags, "--model", model, "go"],
+    return start_cli(
+        home,
+        *("run", *flags, "--model", model, "go"),
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import IO
 
 from supervisor.state._paths import database_path
 from supervisor.state._store import SessionStore
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import home_for, readme_project, write_scenario
 from tests.support.live_text import ANSWER, held_answer, streaming_setup
 from tests.support.provider_server import ProviderServer
@@ -30,10 +29,10 @@ HANG = 60
 
 
 def _subvisor(home: Path, project: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", *args],
+    return start_cli(
+        home,
+        *args,
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from supervisor.cli._stress import (
     progress_bar,
     run_stress,
 )
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import run_cli
 
 FAULT_REASONS = {
     "killed by signal SIGSEGV (segmentation fault)",
@@ -154,30 +152,10 @@ def test_stress_refuses_bad_options_before_running(
 
 
 def test_stress_command_reports_json(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "supervisor.cli",
-            "stress",
-            "--agents",
-            "12",
-            "--max-concurrent-subagents",
-            "4",
-            "--fault-rate",
-            "0.25",
-            "--faults",
-            "segfault,exit",
-            "--latency-ms",
-            "1-5",
-            "--json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    run = run_cli(
+        tmp_path / "home",
+        *("stress", "--agents", "12", "--max-concurrent-subagents", "4"),
+        *("--fault-rate", "0.25", "--faults", "segfault,exit", "--latency-ms", "1-5", "--json"),
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)  # no progress bar mixed in

@@ -19,7 +19,7 @@ from supervisor.cli._stress_report import (
     outcome_colour,
     write_report,
 )
-from tests.support.cli import cli_env
+from tests.support.cli import cli_env, run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -165,17 +165,9 @@ def test_stress_command_without_the_extra_still_prints_the_run(tmp_path: Path) -
 
 
 def test_stress_command_writes_the_report(tmp_path: Path) -> None:
-    env = cli_env(tmp_path / "home")
     report, page = tmp_path / "r.png", tmp_path / "r.html"
     reports = ("--report", str(report), "--report", str(page))
-    run = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "stress", *_SMALL, *reports],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = run_cli(tmp_path / "home", "stress", *_SMALL, *reports)
     assert run.returncode == 0, run.stderr
     assert "lost" in run.stdout
     assert f"report: {report}" in " ".join(run.stderr.split())

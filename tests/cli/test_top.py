@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from supervisor.cli._control_channel import LiveSession, address_file, write_add
 from supervisor.cli._control_client import ControlClient, control_request, live_sessions
 from supervisor.cli._control_ops import ControlRequest, ListOp
 from supervisor.cli._top import TopApp
-from tests.support.cli import cli_env
+from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import (
     READ_README,
     agent_call,
@@ -47,10 +46,10 @@ def project(tmp_path: Path) -> Path:
 
 
 def _start_run(home: Path, project: Path, model: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+    return start_cli(
+        home,
+        *("run", "--json", "--model", model, "go"),
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -68,11 +67,17 @@ def _wait_live(home: Path, runner: subprocess.Popen[str]) -> LiveSession:
     raise AssertionError("the run never served its control channel")
 
 
-async def _until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
-    """Let the app work until ``condition`` holds (a hang guard, not a timing assertion)."""
+async def _until(
+    pilot: Pilot[None],
+    condition: Callable[[], bool],
+    what: str,
+    state: Callable[[], object] = lambda: "",
+) -> None:
+    """Let the app work until ``condition`` holds (a hang guard, not a timing assertion);
+    a hang says what it waited for and ``state()``."""
     deadline = time.monotonic() + 60
     while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
+        assert time.monotonic() < deadline, f"never happened: {what} {state()}"
         await pilot.pause(0.05)
 
 
@@ -237,26 +242,14 @@ async def _drive_top(session: LiveSession, runner: subprocess.Popen[str]) -> Non
 
 def test_top_without_a_live_session_says_how_to_start_one(tmp_path: Path) -> None:
     home = home_for(tmp_path)
-    top = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "top"],
-        env=cli_env(home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    top = run_cli(home, "top", timeout=60)
     assert top.returncode == 1
     assert "no live subvisor session" in top.stderr and "subvisor run" in top.stderr
 
 
 def test_top_refuses_more_than_100_per_page(tmp_path: Path) -> None:
     """S-OBS-1: at most 100 subagents per page."""
-    top = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "top", "--page-size", "101"],
-        env=cli_env(home_for(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    top = run_cli(home_for(tmp_path), "top", "--page-size", "101", timeout=60)
     assert top.returncode == 2 and "from 1 to 100" in top.stderr
 
 
@@ -283,13 +276,7 @@ def test_a_stale_address_file_gives_one_line(tmp_path: Path) -> None:
     write_address_file(
         home, LiveSession("sess_dead", "@subvisor-" + "0" * 32, pid=1, started_at=time.time())
     )
-    top = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "top", "sess_dead"],
-        env=cli_env(home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    top = run_cli(home, "top", "sess_dead", timeout=60)
     assert top.returncode == 1
     assert "no live session 'sess_dead'" in top.stderr and "Traceback" not in top.stderr
     assert len(top.stderr.strip().splitlines()) == 1, top.stderr
@@ -339,14 +326,7 @@ def test_top_shows_streamed_text_from_the_events_without_refetching(tmp_path: Pa
     with ProviderServer() as server:
         server.enqueue(*(held_answer((0, start), (2, finish)) for _ in range(STREAMERS)))
         home, project, model = streaming_setup(tmp_path, server, agents=STREAMERS)
-        runner = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
-            cwd=project,
-            env=cli_env(home),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        runner = _start_run(home, project, model)
         try:
             session = _wait_live(home, runner)
             counts = asyncio.run(_drive_streaming_top(session, server, start, finish))
@@ -378,6 +358,11 @@ async def _drive_streaming_top(
                 and len(server.requests) == STREAMERS
             ),
             "every streamer in its model call",
+            lambda: (
+                f"(shown: {app.shown and app.shown.counts}; model requests: "
+                f"{len(server.requests)}; control requests: {dict(client.requests)}; "
+                f"events: {dict(client.events)})"
+            ),
         )
         _select(app, "stream 0")
         await pilot.press("enter")

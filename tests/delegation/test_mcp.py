@@ -275,7 +275,7 @@ async def test_streamable_http_servers_are_borrowed_too(tmp_path: Path) -> None:
 
 
 async def test_a_borrowed_tools_huge_answer_reaches_the_child_cut_to_size(tmp_path: Path) -> None:
-    """S-MCP-1: a real server answering 12 MiB (over a worker frame's 8 MiB) gives the
+    """S-MCP-1: a real server answering 9 MiB (over a worker frame's 8 MiB) gives the
     child the head of it with a marker, and the child lives to finish its run; a small
     answer of the same tool arrives whole."""
     server = McpServerConfig(
@@ -283,7 +283,7 @@ async def test_a_borrowed_tools_huge_answer_reaches_the_child_cut_to_size(tmp_pa
         args=(str(Path(__file__).parents[1] / "mcp_servers" / "large_output.py"),),
     )
     calls = [
-        {"name": "mcp__large__blob", "input": {"size": 12 * 1024 * 1024}},
+        {"name": "mcp__large__blob", "input": {"size": 9 * 1024 * 1024}},
         {"name": "mcp__large__blob", "input": {"size": 250}},
     ]
     model = write_scenario(

@@ -36,6 +36,7 @@ from protocol import (
     SleepParams,
 )
 from supervisor import ExitKind, Supervisor, SupervisorConfig, WorkerExitedError
+from supervisor.kernel._node_link import Heartbeat
 from tests.distributed.conftest import NODES, RAY, node_args
 from tests.support.cli import CHECKOUT, cli_env, run_cli
 from tests.support.processes import processes_in_tree, wait_until_tree_gone
@@ -45,6 +46,24 @@ pytestmark = [pytest.mark.machine_may_lack(RAY), pytest.mark.slow]
 
 @pytest.fixture
 async def remote(ray_cluster: Any) -> AsyncIterator[Supervisor]:
+    config = SupervisorConfig(placement="ray", ray_address=ray_cluster.address)
+    async with Supervisor(config) as sup:
+        yield sup
+
+
+#: The links' heartbeat where a test waits for it: a ping every 0.5 s, and 4 s of silence
+#: (not the default 2 s and 10 s) end a link. The same rounds count the silence.
+QUICK_HEARTBEAT = Heartbeat(interval_s=0.5, timeout_s=4.0)
+
+
+@pytest.fixture
+async def remote_quick_heartbeat(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Supervisor]:
+    """``remote``, its links on ``QUICK_HEARTBEAT``."""
+    from supervisor.kernel import _ray_spawner
+
+    monkeypatch.setattr(_ray_spawner, "Heartbeat", lambda: QUICK_HEARTBEAT)
     config = SupervisorConfig(placement="ray", ray_address=ray_cluster.address)
     async with Supervisor(config) as sup:
         yield sup
@@ -200,7 +219,7 @@ async def test_a_node_removed_mid_run_ends_its_workers_once_as_node_lost_S_DIST_
             assert (await after.request(KERNEL_ECHO, EchoParams(value=3))).value == 3
     finally:
         if doomed in ray_cluster.worker_nodes:
-            ray_cluster.remove_node(doomed, allow_graceful=False)
+            ray_cluster.remove_node(doomed, allow_graceful=True)
 
 
 async def test_a_dead_node_host_is_replaced_S_DIST_2(remote: Supervisor) -> None:
@@ -285,8 +304,9 @@ async def test_a_profiles_cpus_claim_places_it_on_a_node_with_them_free_S_DIST_1
             assert f"({big.node_id[:8]}), has 3 CPUs;" in message
             await second.shutdown()
     finally:
+        # Gracefully: Ray forgets the node at once (see tests/distributed/conftest.py).
         if big in ray_cluster.worker_nodes:
-            ray_cluster.remove_node(big, allow_graceful=False)
+            ray_cluster.remove_node(big, allow_graceful=True)
 
 
 async def test_a_profile_too_large_for_every_node_fails_its_agent_call_S_DIST_1(
@@ -330,8 +350,11 @@ async def test_a_profile_too_large_for_every_node_fails_its_agent_call_S_DIST_1(
     assert "), has 1 CPUs;" in error
 
 
-async def test_a_stopped_node_host_is_lost_by_heartbeat_S_DIST_2(remote: Supervisor) -> None:
+async def test_a_stopped_node_host_is_lost_by_heartbeat_S_DIST_2(
+    remote_quick_heartbeat: Supervisor,
+) -> None:
     """SIGSTOP: its kernel still ACKs, so TCP sees nothing; the heartbeat ends its workers."""
+    remote = remote_quick_heartbeat
     handle = await remote.spawn()
     welcome = remote.remote_nodes[handle.node or ""]
     os.kill(welcome.host_pid, signal.SIGSTOP)

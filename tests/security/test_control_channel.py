@@ -32,7 +32,7 @@ from supervisor.cli._control_channel import LiveSession
 from supervisor.cli._control_client import control_request, live_sessions
 from supervisor.cli._control_ops import TasksOp
 from supervisor.cli._control_peer import peer_credentials, refusal
-from tests.support.cli import cli_env
+from tests.support.cli import cli_env, start_cli
 from tests.support.delegation import agent_call, home_for, readme_project, write_scenario
 
 PY = sys.executable
@@ -125,10 +125,10 @@ def _waiter(marker: Path) -> list[dict[str, Any]]:
 
 def _start_run(home: Path, project: Path, model: str) -> subprocess.Popen[str]:
     """A live `subvisor run` in the weakest sandbox every subagent gets."""
-    return subprocess.Popen(
-        [PY, "-m", "supervisor.cli", "run", "--json", *WEAKEST_SANDBOX, "--model", model, "go"],
+    return start_cli(
+        home,
+        *("run", "--json", *WEAKEST_SANDBOX, "--model", model, "go"),
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.attack import bash_attack
-from tests.support.cli import CHECKOUT, cli_env, run_cli
+from tests.support.cli import CHECKOUT, run_cli, start_cli
 from tests.support.delegation import home_for
 from tests.support.provider_server import CannedResponse, ProviderServer
 
@@ -250,10 +250,10 @@ def _run_at_terminal(project: Project, answer: bytes) -> tuple[int, str, str]:
     """`subvisor run` with stdin and stderr on a real pseudo-terminal; ``answer`` typed
     at the trust question. Returns the exit code, the terminal's text and stdout."""
     master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--model", project.model, "go"],
+    process = start_cli(
+        project.home,
+        *("run", "--model", project.model, "go"),
         cwd=project.dir,
-        env=cli_env(project.home),
         stdin=slave,
         stderr=slave,
         stdout=subprocess.PIPE,

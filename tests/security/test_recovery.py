@@ -22,7 +22,7 @@ from supervisor.state._paths import database_path, run_dir
 from supervisor.state._process_identity import ProcessIdentity, this_process
 from supervisor.state._recovery import UNRECORDED_OWNER, recover_dead_runs
 from supervisor.state._store import SessionStore
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
 #: The subagent's Bash command: long enough to outlast any test, and easy to find.
@@ -51,10 +51,10 @@ def _start_run(tmp_path: Path, project: Path) -> subprocess.Popen[str]:
             ],
         },
     )
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--model", model, "go"],
+    return start_cli(
+        home_for(tmp_path),
+        *("run", "--json", "--model", model, "go"),
         cwd=project,
-        env=cli_env(home_for(tmp_path)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -324,14 +324,11 @@ def test_s_sec_6_sigterm_stops_a_stress_run_like_ctrl_c(
     """S-SEC-6: SIGTERM stops `subvisor stress` gracefully: every worker is gone, a one-line
     message, exit 143, no traceback."""
     home = home_for(tmp_path)
-    runner = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "supervisor.cli", "stress", "--agents", "2"),
-            *("--concurrency", "2", "--background-ratio", "0"),
-            *("--latency-ms", "600000", "--idle-timeout", "900"),
-        ],
+    runner = start_cli(
+        home,
+        *("stress", "--agents", "2", "--concurrency", "2", "--background-ratio", "0"),
+        *("--latency-ms", "600000", "--idle-timeout", "900"),
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -379,10 +376,10 @@ def test_s_sec_6_sigterm_stops_a_workflow_run_like_ctrl_c(tmp_path: Path, projec
     script = tmp_path / "endless.py"
     script.write_text(_ENDLESS_WORKFLOW)
     model = write_scenario(tmp_path / "unused.yaml", {"default": [{"text": "unused"}]})
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "workflow", "run", str(script), "--model", model],
+    runner = start_cli(
+        home,
+        *("workflow", "run", str(script), "--model", model),
         cwd=project,
-        env=cli_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,14 +13,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.cli import cli_env
+from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
 
@@ -81,10 +80,10 @@ def _start_run(tmp_path: Path, markers: list[str]) -> subprocess.Popen[str]:
             ],
         },
     )
-    return subprocess.Popen(
-        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "--json", "x"],
+    return start_cli(
+        home_for(tmp_path),
+        *("run", "--model", model, "--json", "x"),
         cwd=project,
-        env=cli_env(home_for(tmp_path)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -139,14 +138,7 @@ def test_s_sec_5_what_a_worker_left_running_ends_with_it(tmp_path: Path) -> None
             ],
         },
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "supervisor.cli", "run", "--model", model, "--json", "x"],
-        cwd=project,
-        env=cli_env(home_for(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli(home_for(tmp_path), "run", "--model", model, "--json", "x", cwd=project)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tasks"][0]["status"] == "completed"
     _wait(lambda: not _alive_with(markers))

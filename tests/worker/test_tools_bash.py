@@ -266,13 +266,16 @@ async def test_command_dies_with_the_worker(tmp_path: Path) -> None:
             kill_group_quietly(shell_pid)
 
 
-@pytest.mark.slow
-async def test_long_command_outlives_idle_trio_threads(tmp_path: Path) -> None:
+async def test_long_command_outlives_idle_trio_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The parent-death signal must be tied to the event-loop thread, not to a worker thread.
 
     Linux sends it when the *thread* that forked the child exits; trio retires
-    idle pool threads after 10 s, so spawning from one would kill this command.
+    idle pool threads after ``IDLE_TIMEOUT`` (10 s; 0.5 s here), so spawning
+    from one would kill this command, which outlives that four times over.
     """
+    monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.5)
     await trio.to_thread.run_sync(lambda: None)  # put a thread in trio's pool
-    out = await bash(tmp_path, command="sleep 11; echo survived", timeout=60_000)
+    out = await bash(tmp_path, command="sleep 2; echo survived", timeout=60_000)
     assert out == ToolOutput("survived")
