@@ -425,6 +425,8 @@ class RaySpawner:
             "accept_timeout_s": start_timeout,
         }
         self._actor_class: Any = None
+        #: The environment before ``ray.init`` (which sets variables of its own).
+        self._environ_before_ray: dict[str, str] | None = None
         self._nodes: dict[str, _RemoteNode] = {}
         self._node_locks: dict[str, trio.Lock] = {}
         self._node_list: list[_NodeInfo] = []
@@ -489,6 +491,7 @@ class RaySpawner:
 
     def _connect_ray(self, ray: Any) -> None:
         _probe(self.address)
+        self._environ_before_ray = dict(os.environ)
         try:
             ray.init(
                 address=self.address,
@@ -523,6 +526,13 @@ class RaySpawner:
                 ray.kill(actor, no_restart=True)
         if self._owns_ray:
             ray.shutdown()
+            # ray.init set PYTHONBREAKPOINT and the like for this process: a
+            # library must not leave its host's environment changed.
+            before = self._environ_before_ray
+            if before is not None:
+                for name in set(os.environ) - set(before):
+                    del os.environ[name]
+                os.environ.update(before)
 
     # -- placement -------------------------------------------------------------------------
 

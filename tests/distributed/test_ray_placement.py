@@ -407,7 +407,7 @@ def test_the_supervisor_killed_takes_every_remote_worker_with_it_S_DIST_2(
 
 def test_stress_across_three_nodes_loses_nothing_S_DIST_2(ray_cluster: Any, tmp_path: Any) -> None:
     """``subvisor stress --ray``: delegation through the whole stack, workers on every node."""
-    agents = 60
+    agents = 1000
     result = run_cli(
         tmp_path / "home",
         "stress",
@@ -416,7 +416,7 @@ def test_stress_across_three_nodes_loses_nothing_S_DIST_2(ray_cluster: Any, tmp_
         "--agents",
         str(agents),
         "--concurrency",
-        "12",
+        "60",
         "--json",
         cwd=tmp_path,
         timeout=600,
