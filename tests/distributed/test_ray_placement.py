@@ -38,6 +38,7 @@ from protocol import (
 from supervisor import ExitKind, Supervisor, SupervisorConfig, WorkerExitedError
 from supervisor.kernel._node_link import Heartbeat
 from tests.distributed.conftest import NODES, RAY, node_args
+from tests.support.benchmark_runs import check_benchmark_report
 from tests.support.cli import CHECKOUT, cli_env, run_cli
 from tests.support.processes import processes_in_tree, wait_until_tree_gone
 
@@ -429,6 +430,11 @@ def test_stress_across_three_nodes_loses_nothing_S_DIST_2(ray_cluster: Any, tmp_
     assert summary["completed"] == agents
     assert len(summary["workers_per_node"]) == NODES
     assert sum(summary["workers_per_node"].values()) == agents
+
+
+def test_the_ray_benchmark_reports_its_figures_on_the_cluster(ray_cluster: Any) -> None:
+    """``python -m benchmarks ray --address``: every figure of its report, on the shared cluster."""
+    check_benchmark_report("ray", "--address", ray_cluster.address)
 
 
 def test_ray_flag_without_a_cluster_is_one_clear_line(tmp_path: Any) -> None:
