@@ -463,40 +463,33 @@ class _ControlServer:
         }
 
     async def _subscribe(self, conn: _LineStream) -> None:
-        # Subscribed before the ``ok``: whoever reads the state after it (``top``
-        # fetches its first page then) misses no event published in between.
-        subscription = self._lifecycle.subscribe()
-        events = subscription.__enter__()
-        try:
-            await conn.send(
-                {
-                    "ok": True,
-                    "op": "subscribe",
-                    "session_id": self.session_id,
-                    "events": sorted(LIFECYCLE_EVENTS),
-                }
-            )
-            async with trio.open_nursery() as nursery:
+        announce: dict[str, Any] = {
+            "ok": True,
+            "op": "subscribe",
+            "session_id": self.session_id,
+            "events": sorted(LIFECYCLE_EVENTS),
+        }
+        async with trio.open_nursery() as nursery:
 
-                async def until_closed() -> None:
-                    # The client only listens now; what it sends is ignored, and its
-                    # EOF ends the subscription even while no event comes.
-                    while await conn.stream.receive_some(4096):
-                        pass
-                    nursery.cancel_scope.cancel()
+            async def until_closed() -> None:
+                # The client only listens now; what it sends is ignored, and its
+                # EOF ends the subscription even while no event comes.
+                while await conn.stream.receive_some(4096):
+                    pass
+                nursery.cancel_scope.cancel()
 
-                nursery.start_soon(until_closed)
-                while True:
+            nursery.start_soon(until_closed)
+            while True:
+                # Subscribed before the announcement: whoever reads the state
+                # after it (``top`` fetches its first page after the ``ok``, and
+                # re-reads after a ``resync``) misses no event published between.
+                with self._lifecycle.subscribe() as events:
+                    await conn.send(announce)
                     async for event in events:
                         if event["session_id"] == self.session_id:
                             await conn.send(event)
-                    # The feed dropped us: we fell behind. The client re-reads.
-                    subscription.__exit__(None, None, None)
-                    subscription = self._lifecycle.subscribe()
-                    events = subscription.__enter__()
-                    await conn.send({"event": "resync", "session_id": self.session_id})
-        finally:
-            subscription.__exit__(None, None, None)
+                # The feed dropped us: we fell behind. The client re-reads.
+                announce = {"event": "resync", "session_id": self.session_id}
 
     async def _follow(self, conn: _LineStream, request: FollowOp) -> None:
         """Stream one task's transcript and live text until it ends (``subvisor logs -f``).

@@ -440,12 +440,16 @@ class ZygoteSpawner:
         # to the zygote that replaces it. Only once: one that keeps dying has
         # a reason ``subvisor doctor`` can show.
         ask = functools.partial(
-            self._request_worker, worker_id=worker_id, limits=limits, sandbox=sandbox
+            self._request_worker,
+            worker_id=worker_id,
+            limits=limits,
+            sandbox=sandbox,
+            cgroups=cgroups,
         )
-        outcome = await ask(await self.start(), cgroups=cgroups)
+        outcome = await ask(await self.start())
         if isinstance(outcome, _ZygoteLost):
             self._discard(outcome)
-            outcome = await ask(await self.start(), cgroups=cgroups)
+            outcome = await ask(await self.start())
         if isinstance(outcome, SpawnFailed):
             self._discard(outcome)
             raise SpawnError(f"the zygote could not fork worker {worker_id}: {outcome.error}")

@@ -347,23 +347,24 @@ class Supervisor:
         """A local worker's cgroups, with its caps set, and their ``cgroup.procs`` to join."""
         if self._cgroups is None or not local:
             return None, []
+        cgroup = None
         try:
             cgroup = self._cgroups.add_worker(worker_id, limits)
-        except OSError as exc:
-            log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
-            return None, []
-        try:
             return cgroup, cgroup.open_procs()
         except OSError as exc:
             log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
-            self._drop_cgroup(worker_id, cgroup)
+            if cgroup is not None:
+                self._drop_cgroup(worker_id, cgroup)
             return None, []
 
-    def _drop_cgroup(self, worker_id: str, cgroup: WorkerCgroup) -> None:
-        """Forget a cgroup no worker holds; its empty dirs go now, the rest at close."""
+    def _drop_cgroup(self, worker_id: str, cgroup: WorkerCgroup) -> bool:
+        """Forget a cgroup no worker holds; its empty dirs go now, the rest at close.
+
+        True when all of it is gone.
+        """
         if self._cgroups is not None:
             self._cgroups.workers.pop(worker_id, None)
-        cgroup.try_remove()
+        return cgroup.try_remove()
 
     def _sandbox_policy(
         self, policy: SandboxPolicy, worker_id: str, *, temp_dir: bool = True
@@ -434,16 +435,12 @@ class Supervisor:
             released = True
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
-            if handle.cgroup is not None and self._cgroups is not None:
-                # What its tree left running dies with it (S-SEC-5).
-                self._cgroups.workers.pop(handle.worker_id, None)
-                # Mostly empty by now: removed here at once. Else a thread kills
-                # what is left, bounded: one still busy (a zombie not yet
-                # reaped) is removed at close.
-                if not handle.cgroup.try_remove():
-                    await trio.to_thread.run_sync(
-                        functools.partial(handle.cgroup.remove, deadline_s=0.25)
-                    )
+            cgroup = handle.cgroup
+            # Mostly empty by now: removed at once. Else what its tree left
+            # running dies with it (S-SEC-5): a thread kills it, bounded; one
+            # still busy (a zombie not yet reaped) is removed at close.
+            if cgroup is not None and not self._drop_cgroup(handle.worker_id, cgroup):
+                await trio.to_thread.run_sync(functools.partial(cgroup.remove, deadline_s=0.25))
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)

@@ -306,8 +306,10 @@ class _Body(httpx.AsyncByteStream):
 
     def _readable(self, now: float) -> None:
         """The reader task saw the socket readable at ``now``: read it into the sink."""
+        fd = self.watched_fd
+        assert fd is not None, "only a watched body is readable"
         try:
-            data = os.read(self.watched_fd or -1, _READ_SIZE)
+            data = os.read(fd, _READ_SIZE)
         except BlockingIOError:
             return
         except OSError as exc:
@@ -323,7 +325,8 @@ class _Body(httpx.AsyncByteStream):
         """Decode ``data`` into the sink; True once the feed is over (how: ``_fed_error``)."""
         try:
             if not data:
-                return self._at_eof() or True
+                self._at_eof()  # the body ended here, or this raises
+                return True
             payload, ended = self._decode(data)
             self.done = ended
             enough = bool(payload) and self._sink is not None and self._sink(payload)

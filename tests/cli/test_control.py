@@ -198,6 +198,35 @@ async def test_subscribe_streams_lifecycle_events_never_tokens(
         assert all(e["session_id"] == root.session_id for e in events)
 
 
+async def test_a_subscriber_that_fell_behind_is_told_to_resync_and_misses_nothing_after(
+    tmp_path: Path, project: Path
+) -> None:
+    """S-OBS-1: a client that stops reading is dropped by the feed rather than stall the
+    supervisor; it then gets what was buffered, a ``resync``, and every event after it."""
+    published = 20_000
+    agents = quick_agents(0)
+    async with (
+        served_session(tmp_path, project, agents) as (host, root, session),
+        connect(session) as conn,
+    ):
+        ack = await conn.ask({"op": "subscribe"})
+        assert ack["ok"]
+        # No checkpoint: the server forwards nothing while these are published.
+        for i in range(published):
+            host.lifecycle.publish("task.started", root.session_id, f"t_{i}")
+        before: list[dict[str, Any]] = []
+        with trio.fail_after(60):
+            while (event := await conn.receive()) is not None and event["event"] != "resync":
+                before.append(event)
+        assert event is not None and event["session_id"] == root.session_id
+        assert 0 < len(before) < published
+        assert [e["agentId"] for e in before] == [f"t_{i}" for i in range(len(before))]
+        host.lifecycle.publish("task.ended", root.session_id, "t_after")
+        with trio.fail_after(30):
+            after = await conn.receive()
+        assert after is not None and after["agentId"] == "t_after"
+
+
 async def test_transcript_is_read_only_and_incremental_from_a_seq(
     tmp_path: Path, project: Path
 ) -> None:

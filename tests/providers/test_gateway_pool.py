@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 from collections.abc import Iterator
 
 import psutil
@@ -45,14 +46,18 @@ def _pooled(base_url: str, **config: object) -> ModelGateway:
     return ModelGateway(settings, rng=random.Random(3))
 
 
-def _words(text: str) -> CannedResponse:
+def _words(text: str, *, hold: tuple[int, threading.Event] | None = None) -> CannedResponse:
+    """An OpenAI stream of ``text``'s words; ``hold``: stop before that chunk until the event."""
     events = [
         (None, {"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
         for word in text.split(" ")
     ]
     events.append((None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     events.append((None, "[DONE]"))
-    return CannedResponse.sse(events)
+    words = CannedResponse.sse(events)
+    if hold is None:
+        return words
+    return CannedResponse(headers=words.headers, chunks=words.chunks, holds=(hold,))
 
 
 async def _ready(gateway: ModelGateway) -> None:
@@ -140,14 +145,8 @@ async def test_a_gateway_process_killed_mid_call_costs_a_retry_not_the_answer(
     """A gateway process SIGKILLed while its call waits for the stream: the call fails
     over (retried, here while the pool restarts) and the caller gets the whole answer. (Once
     text has reached the caller, a failed attempt is not retried: it would say it twice.)"""
-    import threading
-
     held = threading.Event()
-    first = _words("never finished")
-    server.enqueue(
-        CannedResponse(headers=first.headers, chunks=first.chunks, holds=((0, held),)),
-        _words("the whole answer"),
-    )
+    server.enqueue(_words("never finished", hold=(0, held)), _words("the whole answer"))
     async with _pooled(server.base_url) as gateway:
         await _ready(gateway)
         [process] = _gateway_processes()
@@ -170,14 +169,8 @@ async def test_a_cancelled_call_is_cancelled_in_its_gateway_process(
 ) -> None:
     """Cancelling the caller sends the process ``cancel``: it drops the provider's connection
     (the server sees it go) and the pool serves the next call as usual."""
-    import threading
-
     held = threading.Event()
-    stalled = _words("held forever")
-    server.enqueue(
-        CannedResponse(headers=stalled.headers, chunks=stalled.chunks, holds=((1, held),)),
-        _words("next one"),
-    )
+    server.enqueue(_words("held forever", hold=(1, held)), _words("next one"))
     async with _pooled(server.base_url) as gateway:
         await _ready(gateway)
         with trio.move_on_after(0.5) as waited:
