@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import atexit
 import inspect
-import locale
 import os
 import pickle
 import select
-import selectors
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,23 +58,26 @@ def run_cli(
     environment differs from it in more than the home (say a key a test put
     there for a subagent to look for) the child is started cold instead.
     """
-    env = cli_env(home)
-    argv = [sys.executable, "-m", "supervisor.cli", *args]
-    warm = _warm_cli()
-    if warm is not None and warm.serves(env, cwd):
+    # As subprocess.run does it, on the Popen that start_cli gives.
+    with start_cli(
+        home, *args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
         try:
-            return warm.run(argv, cwd, env, timeout)
-        except _NotForked:
-            pass
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def start_cli(
     home: Path, *args: str, cwd: Path | None = None, **options: Any
 ) -> subprocess.Popen[Any]:
     """``subvisor ARGS`` started with ``cli_env(home)``, as ``subprocess.Popen`` starts it
-    (``options`` are Popen's: pipes, ``text``, ``start_new_session``); forked warm where
-    ``run_cli`` would fork it. Either way the result is a ``subprocess.Popen``."""
+    (``options`` are Popen's: pipes, ``text``, ``start_new_session``); forked warm where the
+    warm interpreter can serve the call (see ``run_cli``), else cold. Either way the result
+    is a ``subprocess.Popen``."""
     env = cli_env(home)
     argv = [sys.executable, "-m", "supervisor.cli", *args]
     warm = _warm_cli()
@@ -164,61 +163,6 @@ class _WarmCli:
             raise _NotForked
         return answers, pid
 
-    def run(
-        self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
-    ) -> subprocess.CompletedProcess[str]:
-        deadline = time.monotonic() + timeout
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            answers, pid = self.start(
-                argv[3:], None if cwd is None else str(cwd), env, [0, out_w, err_w]
-            )
-        except _NotForked:
-            os.close(out_r)
-            os.close(err_r)
-            raise
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        status: int | None = None
-        output = {out_r: bytearray(), err_r: bytearray()}
-        with selectors.DefaultSelector() as selector:
-            for fd in output:
-                selector.register(fd, selectors.EVENT_READ)
-            selector.register(answers, selectors.EVENT_READ)
-            reading = set(output)
-            try:
-                while (reading or status is None) and (left := deadline - time.monotonic()) > 0:
-                    for key, _ in selector.select(left):
-                        if key.fileobj is not answers:
-                            if data := os.read(key.fd, 65536):
-                                output[key.fd] += data
-                            else:
-                                selector.unregister(key.fd)
-                                reading.discard(key.fd)
-                            continue
-                        status = _read_answer(answers)
-                        if status is None:
-                            raise RuntimeError("the warm CLI server ended mid-call")
-                        selector.unregister(answers)
-            finally:
-                for fd in output:
-                    os.close(fd)
-                if status is None:
-                    # Timed out (or interrupted): killed and reaped, as by subprocess.run.
-                    os.kill(pid, signal.SIGKILL)
-                    answers.settimeout(30)
-                    _read_answer(answers)
-                answers.close()
-        if status is None:
-            raise subprocess.TimeoutExpired(
-                argv, timeout, output=bytes(output[out_r]), stderr=bytes(output[err_r])
-            )
-        return subprocess.CompletedProcess(
-            argv, os.waitstatus_to_exitcode(status), _text(output[out_r]), _text(output[err_r])
-        )
-
     def close(self) -> None:
         self._control.close()
         try:
@@ -297,12 +241,6 @@ def _read_answer(answers: socket.socket) -> int | None:
         data += piece
     (number,) = ANSWER.unpack(data)
     return number
-
-
-def _text(data: bytearray) -> str:
-    """What ``subprocess.run(text=True)`` makes of a child's output."""
-    text = bytes(data).decode(locale.getpreferredencoding(False))
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 _warm: _WarmCli | None = None
