@@ -190,8 +190,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """Stay quiet when a client hangs up; report anything else."""
-        if isinstance(sys.exc_info()[1], ConnectionError):
+        """Stay quiet when a client hangs up (over TLS too); report anything else."""
+        if isinstance(sys.exc_info()[1], ConnectionError | ssl.SSLEOFError):
             return
         super().handle_error(request, client_address)
 
