@@ -21,8 +21,12 @@ Races handled here:
   stops using processes that keep dying (``_MAX_DEATHS``), saying so once.
 - A call whose caller is cancelled sends ``cancel`` and forgets the call;
   what the process still sends for it is dropped.
-- The pool starts in a system task of the trio run that first needs it; a
-  call made while it starts runs here.
+- The pool starts in a system task of the trio run that first needs it. A
+  call made while it starts runs here while fewer than ``pool_after`` calls
+  already do; past that it waits for the start to end (ready, or failed:
+  then it runs here too), since at fleet scale the processes are ready
+  long before the streams it would take on here end. The test of
+  ``ready`` and the choice of a process have no checkpoint between them.
 """
 
 from __future__ import annotations
@@ -124,6 +128,12 @@ class GatewayPool:
         self._processes: list[_GatewayProcess] = []
         self._ids = itertools.count(1)
         self._starting: object | None = None
+        #: Set when the start in progress ends, ready or not.
+        self._started = trio.Event()
+        #: Calls of the pooled providers streaming in this process now.
+        self.local_calls = 0
+        #: While the pool starts, more calls than this in the supervisor wait for it.
+        self.local_limit = config.pool_after
         self._deaths = 0
         self._closed = False
         self._reaped: list[_GatewayProcess] = []
@@ -146,7 +156,13 @@ class GatewayPool:
         if self._starting is run or self.ready:
             return
         self._starting = run
+        self._started = trio.Event()
         trio.lowlevel.spawn_system_task(self._start, run, name="GatewayPool start")
+
+    async def wait_started(self) -> None:
+        """Return once the start in progress (in this run) has ended; at once if none is."""
+        if self._starting is trio.lowlevel.current_root_task():
+            await self._started.wait()
 
     def cpu_seconds(self, *, starting: bool = True) -> float:
         """CPU its processes have used so far (those reaped included).
@@ -196,7 +212,10 @@ class GatewayPool:
         yield outcome
 
     async def aclose(self) -> None:
-        """Close every link; each process exits on it (killed if it does not within 2 s)."""
+        """Close every link; each process exits on it (killed if it does not within 2 s).
+
+        Returns once every process is reaped (or 2 s after killing the last ones).
+        """
         self._closed = True
         for process in self._processes:
             process.sample_cpu()
@@ -207,6 +226,10 @@ class GatewayPool:
         for process in self._processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
+        # Reaped before we return: none is left behind as a dying child.
+        with trio.move_on_after(2):
+            for process in list(self._processes):
+                await process.reaped.wait()
 
     # -- the processes ----------------------------------------------------------------
 
@@ -221,6 +244,7 @@ class GatewayPool:
         finally:
             if self._starting is run:
                 self._starting = None
+                self._started.set()
 
     async def _launch(self) -> bool:
         """Start one process; True once it is ready (it is in ``_processes`` from its start)."""
@@ -310,9 +334,7 @@ class GatewayPool:
                 "gateway process %d ended (%s)%s",
                 process.pid,
                 how,
-                "; calls stay in the supervisor from now on"
-                if self._deaths >= _MAX_DEATHS
-                else "",
+                "; calls stay in the supervisor from now on" if self._deaths >= _MAX_DEATHS else "",
             )
         process.link.close()
         process.end("exited")
@@ -330,17 +352,29 @@ class PooledProvider:
     async def stream(
         self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
     ) -> AsyncIterator[ModelEvent]:
-        """One attempt: in a gateway process when the pool is ready, else in this one."""
+        """One attempt: in a gateway process when the pool is ready, else in this one.
+
+        While the pool starts and ``local_limit`` calls already stream here,
+        the attempt waits for the start to end first.
+        """
+        pool = self._pool
+        if not pool.ready and pool.local_calls >= pool.local_limit:
+            await pool.wait_started()
         # No checkpoint between this test and the pool picking a process.
+        local = not pool.ready
         events = (
-            self._pool.stream(request, on_text=on_text)
-            if self._pool.ready
-            else self.local.stream(request, model, on_text=on_text)
+            self.local.stream(request, model, on_text=on_text)
+            if local
+            else pool.stream(request, on_text=on_text)
         )
+        if local:
+            pool.local_calls += 1
         try:
             async for event in events:
                 yield event
         finally:
+            if local:
+                pool.local_calls -= 1
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()

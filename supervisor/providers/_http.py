@@ -58,6 +58,10 @@ _DRAIN_S = 1.0
 # A JSON escape of a surrogate: only where one occurs can a lone one be decoded.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# The C scanner behind ``json.loads``, called directly: a streamed chunk is
+# one object with nothing around it, and ``loads`` would spend more in its
+# three Python layers (whitespace matches, the end check) than in parsing.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,13 @@ def provider_message_from_body(body: bytes) -> str:
 
 def _loads(text: str) -> Any:
     """``json.loads``, every lone surrogate of the result replaced by U+FFFD."""
-    value = json.loads(text)
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        # Whitespace around the value, or no JSON at all: ``loads`` says which.
+        value = json.loads(text)
     return _replace_surrogates(value) if _SURROGATE_ESCAPE.search(text) else value
 
 

@@ -192,6 +192,40 @@ async def test_below_pool_after_calls_stay_in_the_supervisor(server: ProviderSer
     assert result.text == "here"
 
 
+async def test_past_pool_after_a_call_waits_for_the_starting_pool(
+    server: ProviderServer,
+) -> None:
+    """While the pool starts, ``pool_after`` calls stream in the supervisor and the next one
+    waits for the pool: it is made by the gateway process, not on the supervisor's loop."""
+    held = threading.Event()
+    server.enqueue(_words("one", hold=(0, held)), _words("two", hold=(0, held)), _words("three"))
+    results: dict[int, str] = {}
+    async with _pooled(server.base_url, pool_after=2) as gateway:
+
+        async def call(i: int) -> None:
+            result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+            results[i] = result.text
+
+        async with trio.open_nursery() as nursery:
+            for i in range(2):
+                nursery.start_soon(call, i)
+            with trio.fail_after(30):
+                while len(server.requests) < 2:  # noqa: ASYNC110 (the server's thread)
+                    await trio.sleep(0.01)
+            assert gateway.pool is not None and not gateway.pool.ready
+            nursery.start_soon(call, 2)
+            with trio.fail_after(60):
+                while 2 not in results:  # noqa: ASYNC110 (another process: no event here)
+                    await trio.sleep(0.02)
+            ours = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.laddr}
+            held.set()
+    # The first two race each other to the server; the third comes after both.
+    assert sorted(results.values()) == ["one", "three", "two"] and results[2] == "three"
+    first, second, third = (request.client_port for request in server.requests)
+    assert {first, second} <= ours
+    assert third not in ours
+
+
 def test_processes_auto_is_sized_to_the_machine() -> None:
     """``processes = "auto"``: one gateway process per two CPUs we may use, none on one."""
     from supervisor.providers._gateway_pool import pool_size
