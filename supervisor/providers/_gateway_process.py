@@ -53,11 +53,15 @@ class _Server:
         self.gateway = gateway
         self.scopes: dict[int, trio.CancelScope] = {}
         self.texts: list[list[Any]] = []
+        #: Set by the first text after a batch went out.
+        self.has_texts = trio.Event()
 
     def sink(self, call_id: int) -> Any:
         texts = self.texts
 
         def take(text: str) -> None:
+            if not texts:
+                self.has_texts.set()
             texts.append([call_id, text])
 
         return take
@@ -68,9 +72,14 @@ class _Server:
             await self.link.send_all(link_frame(["texts", batch]))
 
     async def send_texts_forever(self) -> None:
+        # A round of the transport's reader feeds every sink in one task step,
+        # so the batch goes out right after the round that read it (not up to
+        # a period later), and then no sooner than a period after the last.
         while True:
-            await trio.sleep(TEXT_BATCH_S)
+            await self.has_texts.wait()
+            self.has_texts = trio.Event()
             await self.flush()
+            await trio.sleep(TEXT_BATCH_S)
 
     async def call(self, call_id: int, fields: dict[str, Any]) -> None:
         answer: list[Any]
