@@ -7,12 +7,18 @@ Both ends of a worker connection use it. It differs from
   complete at once does so without a trip through the scheduler. A read
   parks in ``wait_readable`` first instead of trying a read that, in a
   request/response exchange, almost always finds the pipe empty.
-- Frames never interleave and never tear. Writers take turns through a busy
-  flag (checked and set with no await in between, so it needs no lock), and
-  the rest of a partly written frame is written under a cancel shield: a
-  cancelled sender must not leave half a frame on the pipe, because the
-  peer would then read garbage. ``close`` wakes a parked writer, so a shielded
-  write to a peer that stopped reading still ends when the pipe is closed.
+- Frames never interleave, never tear, and go out in the order their
+  ``send_all`` calls began. Writers take turns through a FIFO lock: a frame
+  that finds the pipe full holds it while the rest is written, and every
+  later frame queues behind it, in order. (Waking every waiting writer at
+  once, as an event would, lets them run in any order, and a writer that
+  finds the pipe free right then would pass them all: a gateway process's
+  answer to a call then overtook the batch holding the call's last text,
+  and the text was lost.) The rest of a partly written frame is written
+  under a cancel shield: a cancelled sender must not leave half a frame on
+  the pipe, because the peer would then read garbage. ``close`` wakes a
+  parked writer, so a shielded write to a peer that stopped reading still
+  ends when the pipe is closed.
 """
 
 from __future__ import annotations
@@ -33,8 +39,7 @@ class PipeStream:
         os.set_blocking(write_fd, False)
         self._read_fd: int | None = read_fd
         self._write_fd: int | None = write_fd
-        self._writing = False
-        self._write_done = trio.Event()
+        self._write_turn = trio.StrictFIFOLock()
 
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` bytes; ``b""`` at EOF."""
@@ -54,28 +59,28 @@ class PipeStream:
                 raise _translate(exc) from exc
 
     async def send_all(self, data: bytes) -> None:
-        """Write one whole frame, after any frame already being written."""
-        while self._writing:
-            await self._write_done.wait()
-        fd = self._write_fd
-        if fd is None:
-            raise trio.ClosedResourceError("pipe was closed")
+        """Write one whole frame, after every frame whose ``send_all`` began earlier."""
+        turn = self._write_turn
+        if turn.locked():
+            await turn.acquire()
+        else:
+            # Free, and nobody queued: no trip through the scheduler.
+            turn.acquire_nowait()
         try:
-            sent = os.write(fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            raise _translate(exc) from exc
-        if sent == len(data):
-            return
-        self._writing = True
-        try:
-            with trio.CancelScope(shield=True):
-                await self._write_rest(memoryview(data)[sent:])
+            fd = self._write_fd
+            if fd is None:
+                raise trio.ClosedResourceError("pipe was closed")
+            try:
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise _translate(exc) from exc
+            if sent < len(data):
+                with trio.CancelScope(shield=True):
+                    await self._write_rest(memoryview(data)[sent:])
         finally:
-            self._writing = False
-            self._write_done.set()
-            self._write_done = trio.Event()
+            turn.release()
 
     async def _write_rest(self, view: memoryview) -> None:
         while view:

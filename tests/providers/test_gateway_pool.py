@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -224,6 +225,40 @@ async def test_past_pool_after_a_call_waits_for_the_starting_pool(
     first, second, third = (request.client_port for request in server.requests)
     assert {first, second} <= ours
     assert third not in ours
+
+
+async def test_every_piece_of_text_arrives_in_order_when_the_supervisor_reads_slowly(
+    server: ProviderServer,
+) -> None:
+    """S-OBS-2: with the supervisor's loop stalling (so the gateway process's link fills and
+    its writers queue), each call's pieces still reach its sink whole and in order: joined,
+    they are the call's answer. (A call's result once overtook its last batch of text.)"""
+    calls, words = 24, 100
+    for call in range(calls):
+        server.enqueue(_words(" ".join(f"c{call}w{i}:" + "x" * 600 for i in range(words))))
+    pieces: dict[int, list[str]] = {call: [] for call in range(calls)}
+    answers: dict[int, str] = {}
+    async with _pooled(server.base_url, max_concurrency=calls) as gateway:
+        await _ready(gateway)
+
+        async def call(i: int) -> None:
+            request = ModelRequest(model="openai:m", messages=HELLO)
+            answers[i] = (await gateway.call(request, pieces[i].append)).text
+
+        async def stall() -> None:
+            while True:
+                time.sleep(0.02)  # noqa: ASYNC251 (the loop is busy: nobody reads the link)
+                await trio.sleep(0.001)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stall)
+            async with trio.open_nursery() as callers:
+                for i in range(calls):
+                    callers.start_soon(call, i)
+            nursery.cancel_scope.cancel()
+    assert len(answers) == calls
+    for i in range(calls):
+        assert "".join(pieces[i]) == answers[i]
 
 
 def test_processes_auto_is_sized_to_the_machine() -> None:
