@@ -51,7 +51,8 @@ class GatewayConfig(BaseModel):
     backoff from ``backoff_base_s`` up to ``backoff_max_s``, with jitter.
     Once ``pool_after`` calls stream at once, the HTTP providers' calls are
     made by ``processes`` gateway processes beside the supervisor (``auto``:
-    one per two CPUs; 0: always in the supervisor).
+    one per two CPUs; 0: always in the supervisor); while they start, calls
+    past ``pool_after`` wait for them rather than stream in the supervisor.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
