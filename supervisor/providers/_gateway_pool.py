@@ -23,10 +23,10 @@ Races handled here:
   what the process still sends for it is dropped.
 - The pool starts in a system task of the trio run that first needs it. A
   call made while it starts runs here while fewer than ``pool_after`` calls
-  already do; past that it waits for the start to end (ready, or failed:
-  then it runs here too), since at fleet scale the processes are ready
-  long before the streams it would take on here end. The test of
-  ``ready`` and the choice of a process have no checkpoint between them.
+  already do; past that it waits until a process is ready (or the start
+  failed: then it runs here too). At fleet scale one is ready long before
+  the streams it would take on here would end. The test of ``ready`` and
+  the choice of a process have no checkpoint between them.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class GatewayPool:
         self._processes: list[_GatewayProcess] = []
         self._ids = itertools.count(1)
         self._starting: object | None = None
-        #: Set when the start in progress ends, ready or not.
+        #: Set once the start in progress has a process ready, or has ended.
         self._started = trio.Event()
         #: Calls of the pooled providers streaming in this process now.
         self.local_calls = 0
@@ -160,7 +160,10 @@ class GatewayPool:
         trio.lowlevel.spawn_system_task(self._start, run, name="GatewayPool start")
 
     async def wait_started(self) -> None:
-        """Return once the start in progress (in this run) has ended; at once if none is."""
+        """Return once the start in progress (in this run) has a process ready or has ended.
+
+        At once if none is in progress.
+        """
         if self._starting is trio.lowlevel.current_root_task():
             await self._started.wait()
 
@@ -277,6 +280,7 @@ class GatewayPool:
                         process.start_cpu_seconds = process.cpu_seconds
                         process.alive = not self._closed
                         trio.lowlevel.spawn_system_task(self._read, process, decoder)
+                        self._started.set()
                         return True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False  # it died starting, or the pool was closed meanwhile
