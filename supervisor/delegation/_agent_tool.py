@@ -7,6 +7,7 @@ model's tool input (its JSON schema is ``spec.input_schema``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..policy._permission_derivation import (
 from ..policy._policy import ToolPolicy
 from ..policy._rule_config import rules_from_config, tools_map_to_rules
 from ..policy._rules import Ruleset, apply_mode
-from ..policy._sandbox import choose_sandbox
+from ..policy._sandbox import choose_sandbox, home_holds
 from ..profiles._agent_memory import apply_memory, memory_dir
 from ..profiles._profile import AgentProfile
 from ..profiles._profile_catalog import ProfileCatalog
@@ -113,6 +114,11 @@ class AgentTool:
         launchable = set(launchable_agents(self._inherited_rules, list(catalog.profiles)))
         self._profiles = {n: p for n, p in catalog.profiles.items() if n in launchable}
         self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
+
+    @functools.cached_property
+    def _home_in_project(self) -> bool:
+        # One session, one project dir and one home: resolved at its first launch.
+        return home_holds(self._cwd, self._services.home)
 
     @property
     def _inherited_rules(self) -> Ruleset:
@@ -274,6 +280,7 @@ class AgentTool:
             project_dir=self._cwd,
             memory_dir=memory_dir(profile, home=self._services.home, project_dir=self._cwd),
             home=self._services.home,
+            home_in_project=self._home_in_project,
         )
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
