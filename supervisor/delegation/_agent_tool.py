@@ -215,21 +215,14 @@ class AgentTool:
     async def _wait_in_foreground(self, run: SubagentRun) -> None:
         """Until the run ends or moves to the background (on request or after
         ``auto_background_ms``)."""
+        # One event for both ends of the wait: no task per end, none to cancel.
         auto_ms = self._services.settings.auto_background_ms
-        async with trio.open_nursery() as nursery:
-
-            async def until(event: trio.Event) -> None:
-                await event.wait()
-                nursery.cancel_scope.cancel()
-
-            async def auto_background(delay_s: float) -> None:
-                await trio.sleep(delay_s)
-                run.move_to_background()
-
-            nursery.start_soon(until, run.done)
-            nursery.start_soon(until, run.backgrounded)
-            if auto_ms is not None:
-                nursery.start_soon(auto_background, auto_ms / 1000)
+        if auto_ms is not None:
+            with trio.move_on_after(auto_ms / 1000):
+                await run.left_foreground.wait()
+                return
+            run.move_to_background()  # no-op if it ended meanwhile
+        await run.left_foreground.wait()
 
     def _plan(
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None
