@@ -133,6 +133,10 @@ _ADDED_COLUMNS = (
 #: What a task that has not ended is: ``pending`` or ``running``.
 _UNENDED = "status IN ('pending', 'running')"
 
+#: ``json.dumps(data, separators=(",", ":"))`` without a new encoder per call
+#: (``json.dumps`` caches one only for its default arguments).
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
 #: The INSERT of one appended row, and the query of the next ``seq``, per table.
 _APPEND_SQL = {
     "messages": "INSERT INTO messages (session_id, seq, message, created_at) VALUES (?, ?, ?, ?)",
@@ -470,7 +474,7 @@ class SessionStore:
         With a ``budget`` (the worker it comes from) its size is charged
         first, and an ``EventBudgetExceededError`` leaves the events as they were.
         """
-        text = json.dumps(data, separators=(",", ":"))
+        text = _COMPACT_JSON.encode(data)
         if budget is not None:
             budget.charge(size=len(text) + text_size(name))  # json.dumps escapes to ASCII
         return self._append("events", session_id, (name, text, time.time()))
