@@ -116,6 +116,11 @@ class AgentTool:
         self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
 
     @functools.cached_property
+    def _configured_rules(self) -> Ruleset:
+        # The settings are frozen: their rules are parsed once per session, not per launch.
+        return self._services.settings.rules
+
+    @functools.cached_property
     def _home_in_project(self) -> bool:
         # One session, one project dir and one home: resolved at its first launch.
         return home_holds(self._cwd, self._services.home)
@@ -317,7 +322,7 @@ class AgentTool:
         # profile's), then what it inherits from the parent (external
         # directories and every deny), then todowrite/task denied by default.
         own = (
-            self._services.settings.rules
+            self._configured_rules
             + rules_from_config(profile.permission or {})
             + tools_map_to_rules(profile.tool_switches or {})
         )
