@@ -27,6 +27,7 @@ import math
 import resource
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,21 +169,37 @@ def _scenario(agents: int, latency_ms: float) -> dict[str, Any]:
     return {"agents": scenario}
 
 
-async def _delegate(work: Path, agents: int, concurrency: int) -> tuple[float, int, float]:
+@dataclass
+class _Delegated:
+    wall_s: float
+    completed: int
+    worker_cpu_s: float
+    #: The supervisor's CPU to start (Subvisor and root, before the first
+    #: model call) and to stop (after the root's answer): inside the measured
+    #: run, and reported apart too, as a cost paid once per run, not per agent.
+    start_cpu_s: float = 0.0
+    stop_cpu_s: float = 0.0
+
+
+async def _delegate(work: Path, agents: int, concurrency: int) -> _Delegated:
     settings = SubvisorSettings(
         home=work / "home",
         max_concurrent_subagents=concurrency,
         subagent_limits=ResourceLimits(memory_mb=1024, idle_timeout_s=120),
     )
+    cpu_before = _cpu_seconds(resource.RUSAGE_SELF)
     async with Subvisor(settings) as host:
         root = RootSession(host, model=f"scripted:{work / 'scenario.json'}", cwd=work / "tree")
         started = time.perf_counter()
+        start_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before
         await root.run("delegate")
         wall = time.perf_counter() - started
         records = host.registry.list(root.session_id)
         completed = sum(r.status == "completed" for r in records)
         worker_cpu = sum(r.usage.cpu_seconds for r in records)
-    return wall, completed, worker_cpu
+        cpu_before = _cpu_seconds(resource.RUSAGE_SELF)
+    stop_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before
+    return _Delegated(wall, completed, worker_cpu, start_cpu, stop_cpu)
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -199,7 +216,8 @@ def run(args: argparse.Namespace) -> Report:
         (work / "scenario.json").write_text(json.dumps(_scenario(agents, latency_ms)))
         cpu_before = _cpu_seconds(resource.RUSAGE_SELF)
         children_before = _cpu_seconds(resource.RUSAGE_CHILDREN)
-        wall, completed, worker_cpu = trio.run(_delegate, work, agents, concurrency)
+        run = trio.run(_delegate, work, agents, concurrency)
+        wall, completed, worker_cpu = run.wall_s, run.completed, run.worker_cpu_s
         supervisor_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu_before
         # The zygote is reaped when the host closes, and with it every worker it reaped.
         children_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
@@ -216,6 +234,9 @@ def run(args: argparse.Namespace) -> Report:
         "per_agent_overhead_ms": rounded(max(0.0, wall - scripted_s) / agents * 1000),
         "supervisor_cpu_s": rounded(supervisor_cpu),
         "supervisor_cpu_per_agent_ms": rounded(supervisor_cpu / agents * 1000),
+        # Both are inside supervisor_cpu_s as well: paid once per run, not per agent.
+        "supervisor_start_cpu_ms": rounded(run.start_cpu_s * 1000),
+        "supervisor_stop_cpu_ms": rounded(run.stop_cpu_s * 1000),
         "worker_cpu_per_agent_ms": rounded(worker_cpu / agents * 1000),
         # The zygote's forks and reaping, and the standby workers it kept.
         "zygote_cpu_per_agent_ms": rounded(max(0.0, children_cpu - worker_cpu) / agents * 1000),

@@ -34,6 +34,7 @@ from ..delegation._agent_tool_schema import AGENT_TOOL_NAME, HIDDEN_ALIASES
 from ..delegation._messaging import SendMessageTool
 from ..delegation._notifications import Command, build_task_notification, format_command_turn
 from ..delegation._shells import TaskListTool
+from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
 from ..policy._policy import ToolPolicy
 from ..profiles._profile_catalog import ProfileCatalog
@@ -195,52 +196,25 @@ class McpSeat:
             return self._not_ours(resumed)
         if report is None:
             return await self.agent_tool.invoke(call.input, tool_use_id=call.id)
+        relay = _ProgressRelay(self._runs, self.session_id, call.id, report)
         with self._lifecycle.subscribe() as events:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._relay_progress, events, call.id, report)
+                nursery.start_soon(relay.run, events)
+                # (Should the call raise, the nursery cancels the relay.)
+                output = await self.agent_tool.invoke(call.input, tool_use_id=call.id)
+                # A step being reported is finished, not cut off: the relay
+                # stops at its next wait for an event.
+                relay.stop()
+            # Its last events (``task.ended`` among them) were published before
+            # the call returned, but the relay may not have taken them yet: the
+            # call's waiter can wake first. They go out before the result.
+            while True:
                 try:
-                    return await self.agent_tool.invoke(call.input, tool_use_id=call.id)
-                finally:
-                    nursery.cancel_scope.cancel()
-
-    async def _relay_progress(
-        self,
-        events: trio.MemoryReceiveChannel[dict[str, Any]],
-        tool_use_id: str,
-        report: ProgressReport,
-    ) -> None:
-        """Turn the lifecycle events of the agent this call launched into progress steps."""
-        agent_id: str | None = None
-        step = 0
-        async for event in events:
-            if event["session_id"] != self.session_id:
-                continue
-            name = event["event"]
-            if agent_id is None:
-                # Registered before its events reach us: the run is in ``runs``.
-                run = self._runs.get(event["agentId"])
-                if name != "task.registered" or run is None:
-                    continue
-                if run.launch.tool_use_id != tool_use_id:
-                    continue
-                agent_id = event["agentId"]
-                message = f"{agent_id} launched"
-            elif event["agentId"] != agent_id:
-                continue
-            elif name == "task.started":
-                message = f"{agent_id} running (pid {event.get('pid')})"
-            elif name == "turn.finished":
-                message = f"{agent_id} model turn {event.get('model_calls')} done"
-            elif name == "tool.finished":
-                message = f"{agent_id} tool call {event.get('tool')} done"
-            elif name == "task.backgrounded":
-                message = f"{agent_id} moved to the background"
-            elif name == "task.ended":
-                message = f"{agent_id} {event.get('status')}"
-            else:
-                continue
-            step += 1
-            await report(step, message)
+                    event = events.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                await relay.send(event)
+        return output
 
     def _task_output(self, task_id: object) -> ToolOutput:
         record = self.record(task_id) if isinstance(task_id, str) and task_id else None
@@ -305,3 +279,74 @@ def _notification_text(command: Command) -> str:
     if command.kind == "task-notification":
         return command.text
     return format_command_turn([command])
+
+
+class _ProgressRelay:
+    """Turns the lifecycle events of the agent one Agent call launched into progress steps."""
+
+    def __init__(
+        self,
+        runs: Mapping[str, SubagentRun],
+        session_id: str,
+        tool_use_id: str,
+        report: ProgressReport,
+    ) -> None:
+        self._runs = runs
+        self._session_id = session_id
+        self._tool_use_id = tool_use_id
+        self._report = report
+        self._agent_id: str | None = None
+        self._step = 0
+        self._stopped = False
+        self._waiting = trio.CancelScope()
+
+    async def run(self, events: trio.MemoryReceiveChannel[dict[str, Any]]) -> None:
+        """Relay every event until ``stop`` (or cancelled)."""
+        while not self._stopped:
+            event = None
+            # A cancelled receive takes nothing: what is left stays in the channel.
+            with trio.CancelScope() as self._waiting:
+                event = await events.receive()
+            if event is None:
+                return
+            await self.send(event)
+
+    def stop(self) -> None:
+        """End ``run`` at its next wait for an event (at once, if it is waiting)."""
+        self._stopped = True
+        self._waiting.cancel()
+
+    async def send(self, event: dict[str, Any]) -> None:
+        """Report ``event`` as the next step, if it is one of this call's agent."""
+        message = self._message(event)
+        if message is not None:
+            self._step += 1
+            await self._report(self._step, message)
+
+    def _message(self, event: dict[str, Any]) -> str | None:
+        if event["session_id"] != self._session_id:
+            return None
+        name = event["event"]
+        agent_id = self._agent_id
+        if agent_id is None:
+            # Registered before its events reach us: the run is in ``runs``.
+            run = self._runs.get(event["agentId"])
+            if name != "task.registered" or run is None:
+                return None
+            if run.launch.tool_use_id != self._tool_use_id:
+                return None
+            self._agent_id = agent_id = event["agentId"]
+            return f"{agent_id} launched"
+        if event["agentId"] != agent_id:
+            return None
+        if name == "task.started":
+            return f"{agent_id} running (pid {event.get('pid')})"
+        if name == "turn.finished":
+            return f"{agent_id} model turn {event.get('model_calls')} done"
+        if name == "tool.finished":
+            return f"{agent_id} tool call {event.get('tool')} done"
+        if name == "task.backgrounded":
+            return f"{agent_id} moved to the background"
+        if name == "task.ended":
+            return f"{agent_id} {event.get('status')}"
+        return None

@@ -7,6 +7,7 @@ model's tool input (its JSON schema is ``spec.input_schema``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..policy._permission_derivation import (
 from ..policy._policy import ToolPolicy
 from ..policy._rule_config import rules_from_config, tools_map_to_rules
 from ..policy._rules import Ruleset, apply_mode
-from ..policy._sandbox import choose_sandbox
+from ..policy._sandbox import choose_sandbox, home_holds
 from ..profiles._agent_memory import apply_memory, memory_dir
 from ..profiles._profile import AgentProfile
 from ..profiles._profile_catalog import ProfileCatalog
@@ -113,6 +114,16 @@ class AgentTool:
         launchable = set(launchable_agents(self._inherited_rules, list(catalog.profiles)))
         self._profiles = {n: p for n, p in catalog.profiles.items() if n in launchable}
         self.spec: ToolSpec = agent_tool_spec(list(self._profiles.values()), self._parent_tools)
+
+    @functools.cached_property
+    def _configured_rules(self) -> Ruleset:
+        # The settings are frozen: their rules are parsed once per session, not per launch.
+        return self._services.settings.rules
+
+    @functools.cached_property
+    def _home_in_project(self) -> bool:
+        # One session, one project dir and one home: resolved at its first launch.
+        return home_holds(self._cwd, self._services.home)
 
     @property
     def _inherited_rules(self) -> Ruleset:
@@ -209,21 +220,14 @@ class AgentTool:
     async def _wait_in_foreground(self, run: SubagentRun) -> None:
         """Until the run ends or moves to the background (on request or after
         ``auto_background_ms``)."""
+        # One event for both ends of the wait: no task per end, none to cancel.
         auto_ms = self._services.settings.auto_background_ms
-        async with trio.open_nursery() as nursery:
-
-            async def until(event: trio.Event) -> None:
-                await event.wait()
-                nursery.cancel_scope.cancel()
-
-            async def auto_background(delay_s: float) -> None:
-                await trio.sleep(delay_s)
-                run.move_to_background()
-
-            nursery.start_soon(until, run.done)
-            nursery.start_soon(until, run.backgrounded)
-            if auto_ms is not None:
-                nursery.start_soon(auto_background, auto_ms / 1000)
+        if auto_ms is not None:
+            with trio.move_on_after(auto_ms / 1000):
+                await run.left_foreground.wait()
+                return
+            run.move_to_background()  # no-op if it ended meanwhile
+        await run.left_foreground.wait()
 
     def _plan(
         self, request: AgentToolInput, tool_use_id: str | None, override: str | None
@@ -274,6 +278,7 @@ class AgentTool:
             project_dir=self._cwd,
             memory_dir=memory_dir(profile, home=self._services.home, project_dir=self._cwd),
             home=self._services.home,
+            home_in_project=self._home_in_project,
         )
         return SubagentLaunch(
             parent_session_id=self._parent_session_id,
@@ -317,7 +322,7 @@ class AgentTool:
         # profile's), then what it inherits from the parent (external
         # directories and every deny), then todowrite/task denied by default.
         own = (
-            self._services.settings.rules
+            self._configured_rules
             + rules_from_config(profile.permission or {})
             + tools_map_to_rules(profile.tool_switches or {})
         )

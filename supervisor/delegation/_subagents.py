@@ -214,6 +214,8 @@ class SubagentRun:
         self.pending_messages: list[str] = []
         #: Set when a foreground run is moved to the background (S-RUN-5).
         self.backgrounded = trio.Event()
+        #: Set once its parent stops waiting for it: it ended, or went to the background.
+        self.left_foreground = trio.Event()
         self._cancel_scope = trio.CancelScope()
         self._stop_reason: str | None = None
         self._process_groups: set[int] = set()
@@ -343,6 +345,7 @@ class SubagentRun:
                 finally:
                     self.ready.set()
                     self.done.set()
+                    self.left_foreground.set()
 
     def _pass_turn(self) -> None:
         self.launch_order.pass_turn(self.ticket)
@@ -452,6 +455,7 @@ class SubagentRun:
             self.launch.parent_session_id, "SubagentBackgrounded", {"agentId": self.task_id}
         )
         self.backgrounded.set()
+        self.left_foreground.set()
         self._publish("task.backgrounded")
         return True
 

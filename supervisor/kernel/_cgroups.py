@@ -70,8 +70,13 @@ def _parse_int(text: bytes, key: bytes | None = None) -> int:
     return 0
 
 
-def _write(path: Path, value: str) -> None:
-    path.write_text(value)
+def _write(path: str, value: str) -> None:
+    # os calls on plain strings: a worker's caps are written on every spawn.
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +116,16 @@ class WorkerCgroup:
     sampled four times a second, that was most of the supervisor's CPU.
     """
 
-    def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
+    def __init__(self, dirs: dict[str, str], v2: bool) -> None:
+        #: Its directory per controller (``""`` for v2), as plain paths.
         self.dirs = dirs
         self.v2 = v2
         self._figures = _FIGURES_V2 if v2 else _FIGURES_V1
         self._fds: dict[str, int] = {}
+        #: Each distinct directory once (v1 hierarchies may share a mount).
+        self._unique = tuple(dict.fromkeys(dirs.values()))
 
-    def _dir(self, controller: str) -> Path:
+    def _dir(self, controller: str) -> str:
         return self.dirs["" if self.v2 else controller]
 
     def _figure(self, name: str) -> int:
@@ -126,7 +134,8 @@ class WorkerCgroup:
         fd = self._fds.get(name)
         try:
             if fd is None:
-                fd = self._fds[name] = os.open(self._dir(controller) / file, os.O_RDONLY)
+                path = os.path.join(self._dir(controller), file)
+                fd = self._fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             return _parse_int(os.pread(fd, 4096, 0), key)
         except OSError:
             return 0
@@ -145,8 +154,8 @@ class WorkerCgroup:
         """
         fds: list[int] = []
         try:
-            for path in dict.fromkeys(self.dirs.values()):
-                fds.append(os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            for path in self._unique:
+                fds.append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -155,8 +164,8 @@ class WorkerCgroup:
 
     def add(self, pid: int) -> None:
         """Move ``pid`` into every one of this worker's cgroups (a node host's workers)."""
-        for path in dict.fromkeys(self.dirs.values()):
-            _write(path / "cgroup.procs", str(pid))
+        for path in self._unique:
+            _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def usage(self, *, breaches_only: bool = False, cpu: bool = True) -> CgroupUsage:
         """The tree's memory, process count, CPU, and how often a cap was hit.
@@ -180,7 +189,8 @@ class WorkerCgroup:
     def pids(self) -> list[int]:
         """Every process in the worker's cgroup now."""
         try:
-            text = (self._dir("pids") / "cgroup.procs").read_text()
+            with open(os.path.join(self._dir("pids"), "cgroup.procs"), "rb") as procs:
+                text = procs.read()
         except OSError:
             return []
         return [int(p) for p in text.split()]
@@ -209,9 +219,9 @@ class WorkerCgroup:
         """
         self.close_files()
         gone = True
-        for path in dict.fromkeys(self.dirs.values()):
+        for path in self._unique:
             try:
-                path.rmdir()
+                os.rmdir(path)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -229,11 +239,11 @@ class WorkerCgroup:
         deadline = time.monotonic() + deadline_s
         self.close_files()
         self.kill_all(deadline_s=deadline_s)
-        left = list(dict.fromkeys(self.dirs.values()))
+        left = list(self._unique)
         while left:
             for path in list(left):
                 try:
-                    path.rmdir()
+                    os.rmdir(path)
                 except FileNotFoundError:
                     pass
                 except OSError:
@@ -252,6 +262,9 @@ class CgroupTree:
         self.dirs = dirs
         self.v2 = v2
         self.workers: dict[str, WorkerCgroup] = {}
+        self._bases = {controller: str(path) for controller, path in dirs.items()}
+        #: Whether v1's memory controller also caps swap (memsw); learnt at the first worker.
+        self._memsw: bool | None = None
 
     @property
     def mechanism(self) -> str:
@@ -295,28 +308,33 @@ class CgroupTree:
 
     def add_worker(self, worker_id: str, limits: ResourceLimits) -> WorkerCgroup:
         """Make a worker's cgroups with its caps set; move it in with ``WorkerCgroup.add``."""
-        dirs = {c: base / worker_id for c, base in self.dirs.items()}
-        for path in dict.fromkeys(dirs.values()):
-            path.mkdir(exist_ok=True)
+        join = os.path.join
+        dirs = {c: join(base, worker_id) for c, base in self._bases.items()}
         cgroup = WorkerCgroup(dirs, self.v2)
+        for path in cgroup._unique:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path)
         memory = int(limits.memory_mb * _MIB) if limits.memory_mb is not None else None
         if self.v2:
             d = dirs[""]
             if memory is not None:
-                _write(d / "memory.max", str(memory))
+                _write(join(d, "memory.max"), str(memory))
                 with contextlib.suppress(OSError):
-                    _write(d / "memory.swap.max", "0")
+                    _write(join(d, "memory.swap.max"), "0")
             if limits.max_processes is not None:
-                _write(d / "pids.max", str(limits.max_processes))
+                _write(join(d, "pids.max"), str(limits.max_processes))
         else:
             if memory is not None:
-                _write(dirs["memory"] / "memory.limit_in_bytes", str(memory))
-                memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
-                if memsw.exists():
+                _write(join(dirs["memory"], "memory.limit_in_bytes"), str(memory))
+                memsw = join(dirs["memory"], "memory.memsw.limit_in_bytes")
+                if self._memsw is None:
+                    # Every memory cgroup of the hierarchy has the file, or none does.
+                    self._memsw = os.path.exists(memsw)
+                if self._memsw:
                     with contextlib.suppress(OSError):
                         _write(memsw, str(memory))
             if limits.max_processes is not None:
-                _write(dirs["pids"] / "pids.max", str(limits.max_processes))
+                _write(join(dirs["pids"], "pids.max"), str(limits.max_processes))
         self.workers[worker_id] = cgroup
         return cgroup
 
@@ -346,7 +364,7 @@ def _remove_tree(path: Path, *, deadline_s: float = 1.0) -> None:
     with contextlib.suppress(OSError):
         children = [child for child in path.iterdir() if child.is_dir()]
     # Each directory alone: the same code serves every v1 hierarchy and v2.
-    groups = [WorkerCgroup({"": d}, v2=True) for d in (*children, path)]
+    groups = [WorkerCgroup({"": str(d)}, v2=True) for d in (*children, path)]
     for group in groups:
         group.kill_all(deadline_s=0)
     deadline = time.monotonic() + deadline_s

@@ -30,7 +30,7 @@ from protocol import NetworkMode, OnUnsupported, SandboxMode, SandboxPolicy
 from ..kernel import SubvisorError
 from ..profiles._profile import AgentProfile
 
-__all__ = ["WRITING_TOOLS", "SandboxSettings", "choose_sandbox"]
+__all__ = ["WRITING_TOOLS", "SandboxSettings", "choose_sandbox", "home_holds"]
 
 #: A profile with either of these writes files on purpose: workspace-write.
 WRITING_TOOLS = frozenset({"Write", "Edit"})
@@ -54,6 +54,17 @@ class SandboxSettings(BaseModel):
     force_network: NetworkMode | None = None
 
 
+def home_holds(project_dir: Path, home: Path) -> bool:
+    """Whether ``project_dir`` holds subvisor's ``home``, both resolved (S-SEC-3).
+
+    Resolving walks every component of both paths (an ``lstat`` each): a
+    caller that launches many agents in one project asks once. Neither
+    answer can be changed by a sandboxed subagent: moving the project dir or
+    home (or a link on the way to them) needs write access above the project.
+    """
+    return home.resolve().is_relative_to(project_dir.resolve())
+
+
 def choose_sandbox(
     profile: AgentProfile | None,
     tools: Sequence[str],
@@ -62,6 +73,7 @@ def choose_sandbox(
     project_dir: Path,
     memory_dir: Path | None = None,
     home: Path | None = None,
+    home_in_project: bool | None = None,
 ) -> SandboxPolicy:
     """The sandbox a launch of ``profile`` with ``tools`` gets (see the module doc).
 
@@ -72,6 +84,8 @@ def choose_sandbox(
     (S-SBX-3), whatever path the profile took to get here, and for
     ``workspace-write`` in a project dir that holds subvisor's ``home``
     (S-SEC-3): the subagent could rewrite the user's config and database.
+    ``home_in_project``: that answer (``home_holds``) when the caller knows
+    it already; None: worked out here.
     """
     if profile is not None and profile.scope == "project" and profile.sandbox == "full":
         raise SubvisorError(
@@ -91,7 +105,9 @@ def choose_sandbox(
     network = settings.force_network or wanted_network or default_network or "deny"
     roots: list[str] = []
     if mode == "workspace-write":
-        if home is not None and home.resolve().is_relative_to(project_dir.resolve()):
+        if home_in_project is None:
+            home_in_project = home is not None and home_holds(project_dir, home)
+        if home_in_project:
             raise SubvisorError(
                 f"workspace-write refused: the project dir {project_dir} holds subvisor's "
                 f"home {home}, whose config and database a subagent could then rewrite; "

@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -135,6 +133,20 @@ _ADDED_COLUMNS = (
 #: What a task that has not ended is: ``pending`` or ``running``.
 _UNENDED = "status IN ('pending', 'running')"
 
+#: ``json.dumps(data, separators=(",", ":"))`` without a new encoder per call
+#: (``json.dumps`` caches one only for its default arguments).
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+#: The INSERT of one appended row, and the query of the next ``seq``, per table.
+_APPEND_SQL = {
+    "messages": "INSERT INTO messages (session_id, seq, message, created_at) VALUES (?, ?, ?, ?)",
+    "events": "INSERT INTO events (session_id, seq, name, data, ts) VALUES (?, ?, ?, ?, ?)",
+}
+_NEXT_SEQ_SQL = {
+    table: f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE session_id = ?"
+    for table in _APPEND_SQL
+}
+
 _SESSION_COLUMNS = (
     "session_id, parent_id, task_type, agent_type, description, model, cwd, status,"
     " created_at, updated_at, status_reason"
@@ -155,6 +167,44 @@ def connect_database(path: Path | str) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
     return db
+
+
+class _Transaction:
+    """``with``: one write transaction, or a part of the one already open.
+
+    A class rather than a generator context manager: every batch of events
+    opens one, and this is the supervisor's hottest path to the store.
+    """
+
+    __slots__ = ("_began", "_db", "_next_seq")
+
+    def __init__(self, db: sqlite3.Connection, next_seq: dict[tuple[str, str], int]) -> None:
+        self._db = db
+        self._next_seq = next_seq
+        self._began = False
+
+    def __enter__(self) -> None:
+        if not self._db.in_transaction:
+            # IMMEDIATE takes the write lock up front, so a seq read inside the
+            # transaction cannot be raced by another writer.
+            self._db.execute("BEGIN IMMEDIATE")
+            self._began = True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._began:
+            self._began = False
+            if exc_type is None:
+                self._db.execute("COMMIT")
+                return
+            # Any exception (a cancellation too) undoes the whole transaction,
+            # and the seqs it used are free again: the counters are re-read.
+            self._db.execute("ROLLBACK")
+            self._next_seq.clear()
 
 
 class StoreError(SubvisorError):
@@ -246,30 +296,16 @@ class SessionStore:
         row = self._db.execute("PRAGMA user_version").fetchone()
         return int(row[0])
 
-    @contextmanager
-    def _write(self) -> Iterator[None]:
+    def _write(self) -> _Transaction:
         """One write transaction, committed on exit, rolled back on error.
 
         Nested uses join the outermost transaction (see ``batch``).
         """
-        if self._db.in_transaction:
-            yield
-            return
-        # IMMEDIATE takes the write lock up front, so a seq read inside the
-        # transaction cannot be raced by another writer.
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        return _Transaction(self._db, self._next_seq)
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> _Transaction:
         """Make every write in the block one transaction: one commit for a burst of events."""
-        with self._write():
-            yield
+        return _Transaction(self._db, self._next_seq)
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""
@@ -340,6 +376,10 @@ class SessionStore:
                 f"session {session_id!r} already exists; every session needs a new id"
             ) from error
         self._created.add(session_id)
+        # A new session has no messages or events (their foreign key names
+        # it): its first of each is seq 1, with no MAX(seq) query to learn it.
+        for table in _APPEND_SQL:
+            self._next_seq[table, session_id] = 1
         return row
 
     def get_session(self, session_id: str) -> SessionRow | None:
@@ -412,7 +452,7 @@ class SessionStore:
         text = message.model_dump_json()
         if budget is not None:
             budget.charge(size=text_size(text))
-        return self._append("messages", "message, created_at", session_id, (text, time.time()))
+        return self._append("messages", session_id, (text, time.time()))
 
     def messages(self, session_id: str) -> list[ChatMessage]:
         """A session's transcript, in order."""
@@ -434,10 +474,10 @@ class SessionStore:
         With a ``budget`` (the worker it comes from) its size is charged
         first, and an ``EventBudgetExceededError`` leaves the events as they were.
         """
-        text = json.dumps(data, separators=(",", ":"))
+        text = _COMPACT_JSON.encode(data)
         if budget is not None:
             budget.charge(size=len(text) + text_size(name))  # json.dumps escapes to ASCII
-        return self._append("events", "name, data, ts", session_id, (name, text, time.time()))
+        return self._append("events", session_id, (name, text, time.time()))
 
     def events(
         self, session_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -468,27 +508,20 @@ class SessionStore:
         ).fetchone()
         return int(row[0])
 
-    def _append(self, table: str, columns: str, session_id: str, values: tuple[object, ...]) -> int:
+    def _append(self, table: str, session_id: str, values: tuple[object, ...]) -> int:
         # The next seq per (table, session) is kept in memory: this process is
         # the only writer of its sessions, so one INSERT (one commit) per
         # append suffices. Another writer on the same session would collide
         # on the (session_id, seq) key; the counter is then re-read and the
         # insert retried.
-        placeholders = ", ".join("?" * (len(values) + 2))
         key = (table, session_id)
         for _ in range(3):
             seq = self._next_seq.get(key)
             if seq is None:
-                row = self._db.execute(
-                    f"SELECT COALESCE(MAX(seq), 0) + 1 FROM {table} WHERE session_id = ?",
-                    (session_id,),
-                ).fetchone()
+                row = self._db.execute(_NEXT_SEQ_SQL[table], (session_id,)).fetchone()
                 seq = int(row[0])
             try:
-                self._db.execute(
-                    f"INSERT INTO {table} (session_id, seq, {columns}) VALUES ({placeholders})",
-                    (session_id, seq, *values),
-                )
+                self._db.execute(_APPEND_SQL[table], (session_id, seq, *values))
             except sqlite3.IntegrityError as error:
                 self._next_seq.pop(key, None)
                 if "FOREIGN KEY" in str(error).upper():

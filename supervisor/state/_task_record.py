@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -147,4 +146,5 @@ def new_task_id(kind: TaskKind) -> str:
 
 def write_metadata(record: TaskRecord) -> None:
     """Rewrite the task's ``metadata.json`` (atomically) from ``record``."""
-    write_atomically(Path(record.output_dir) / METADATA_FILE, record.model_dump_json(indent=2))
+    path = os.path.join(record.output_dir, METADATA_FILE)
+    write_atomically(path, record.model_dump_json(indent=2))

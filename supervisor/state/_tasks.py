@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any
 
 import trio
 
+from ..files._atomic_write import write_all
 from ..files._ext4_topdir import mark_top_directory
 from ..kernel import SubvisorError
 from ._paths import agent_output_dir, agents_dir
@@ -123,12 +125,12 @@ class TaskRegistry:
         record = record.model_copy(
             update={
                 "output_dir": output_dir,
-                "output_file": record.output_file or str(Path(output_dir) / RESULT_FILE),
+                "output_file": record.output_file or os.path.join(output_dir, RESULT_FILE),
             }
         )
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        Path(record.output_file).write_text("", encoding="utf-8")
-        Path(record.log_file).write_text("", encoding="utf-8")
+        _make_dir(output_dir)
+        _write_file(record.output_file, "")
+        _write_file(record.log_file, "")
         self._persist(record)
         self._entries[record.task_id] = _Entry(record)
         self._launched[record.parent_session_id, record.kind] += 1
@@ -181,8 +183,11 @@ class TaskRegistry:
     def append_output(self, task_id: str, text: str) -> None:
         """Append to the task's running log, ``task.output``."""
         record = self._entry(task_id).record
-        with open(record.log_file, "a", encoding="utf-8") as log:
-            log.write(text)
+        fd = os.open(record.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            write_all(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
 
     def finish(
         self,
@@ -224,9 +229,7 @@ class TaskRegistry:
         )
         # Written in place: the file is empty until now, like a log not yet
         # written, and the ended record is published only after it.
-        Path(record.output_file).write_text(
-            result if result is not None else (error or ""), encoding="utf-8"
-        )
+        _write_file(record.output_file, result if result is not None else (error or ""))
         self._persist(record)
         entry.record = record
         entry.stopper = None
@@ -250,7 +253,7 @@ class TaskRegistry:
         else:
             record = self._store.get_task(task_id)
         # A task of another machine's home has no output dir here to update.
-        if record is not None and Path(record.output_dir).is_dir():
+        if record is not None and os.path.isdir(record.output_dir):
             write_metadata(record)
         return True
 
@@ -332,6 +335,30 @@ class TaskRegistry:
     def _persist(self, record: TaskRecord) -> None:
         write_metadata(record)
         self._store.save_task(record)
+
+
+# Plain strings and os calls, not pathlib: these run for every task, on the
+# supervisor's hot path.
+
+
+def _make_dir(path: str) -> None:
+    """``mkdir -p path``: one ``mkdir`` when its parent exists (the usual case)."""
+    try:
+        os.mkdir(path)
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
+def _write_file(path: str, text: str) -> None:
+    """Set a file's content to ``text`` in place (creating it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        write_all(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _unknown_task(task_id: str) -> UnknownTaskError:

@@ -68,7 +68,8 @@ async def test_s_sec_3_workspace_write_is_refused_where_the_project_holds_home(
     tmp_path: Path,
 ) -> None:
     """S-SEC-3: run from a directory that holds subvisor's home (as from `~`), a
-    workspace-write launch fails saying why, and runs nothing."""
+    workspace-write launch fails saying why, and runs nothing; so does every later
+    launch of the session (which asks where home is only once)."""
     project = tmp_path / "user-home"
     project.mkdir()
     home = project / ".subvisor"
@@ -77,15 +78,19 @@ async def test_s_sec_3_workspace_write_is_refused_where_the_project_holds_home(
         {
             "root": [
                 {"tool_calls": [agent_call("w", "w", subagent_type="general-purpose")]},
+                {"tool_calls": [agent_call("w2", "w2", subagent_type="general-purpose")]},
                 {"text": "{{tool_result}}"},
             ],
             "w": [{"text": "should not run"}],
+            "w2": [{"text": "should not run"}],
         },
     )
     async with subvisor(home) as host:
         root = RootSession(host, model=model, cwd=project)
         outcome = await root.run("go")
-    assert "workspace-write refused" in outcome.text
+        results = [m.content for m in host.store.messages(root.session_id) if m.role == "tool"]
+    assert len(results) == 2
+    assert all("workspace-write refused" in text for text in results), results
     assert "should not run" not in outcome.text
 
 

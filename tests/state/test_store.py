@@ -181,6 +181,32 @@ def test_appending_to_an_unknown_session_fails_and_writes_nothing(store: Session
     assert store.append_event("sess_ghost", "TurnStarted", {}) == 1
 
 
+def test_a_session_this_store_created_appends_with_one_insert_each(store: SessionStore) -> None:
+    """Its first message and event are seq 1 with no MAX(seq) query: the store made the
+    session, so it knows there is nothing before them."""
+    statements: list[str] = []
+    store.create_session("sess_new", parent_id=None, task_type="root")
+    store._db.set_trace_callback(statements.append)
+    assert store.append_event("sess_new", "TurnStarted", {}) == 1
+    assert store.append_message("sess_new", ChatMessage(role="user", content="hi")) == 1
+    assert store.append_event("sess_new", "TurnEnded", {}) == 2
+    store._db.set_trace_callback(None)
+    assert [s.split()[0] for s in statements] == ["INSERT", "INSERT", "INSERT"]
+
+
+def test_a_rolled_back_batch_leaves_no_gap_in_seq(store: SessionStore) -> None:
+    """``seq`` has no gaps: what a rolled-back batch appended frees its numbers again."""
+    store.create_session("sess_root", parent_id=None, task_type="root")
+    assert store.append_event("sess_root", "E1", {}) == 1
+    with pytest.raises(RuntimeError), store.batch():
+        assert store.append_event("sess_root", "E2", {}) == 2
+        assert store.append_message("sess_root", ChatMessage(role="user", content="x")) == 1
+        raise RuntimeError("undo")
+    assert store.append_event("sess_root", "E2 again", {}) == 2
+    assert store.append_message("sess_root", ChatMessage(role="user", content="y")) == 1
+    assert [row.name for row in store.events("sess_root")] == ["E1", "E2 again"]
+
+
 def test_events_after_seq_and_limit(store: SessionStore) -> None:
     store.create_session("sess_root", parent_id=None, task_type="root")
     for index in range(5):

@@ -144,6 +144,23 @@ def test_metadata_rewrites_swap_two_inodes_and_free_none_s_run_1(
     assert len(inodes) == 2
 
 
+def test_a_shorter_rewrite_of_a_reused_scratch_file_leaves_no_stale_tail(
+    tmp_path: Path,
+) -> None:
+    """The scratch inode is written over, then cut to the new length: each version
+    reads back exactly, however long the one before it in that inode was."""
+    path = tmp_path / "metadata.json"
+    versions = ["a" * 5000, "b" * 3000, "c" * 10, "d" * 4, "", "e" * 7]
+    for text in versions:
+        _atomic_write.write_atomically(path, text)
+        assert path.read_text() == text
+    mode_path = tmp_path / "secret.json"
+    for text in ("x" * 100, "y"):
+        _atomic_write.write_atomically(mode_path, text, mode=0o600)
+        assert mode_path.read_text() == text
+        assert mode_path.stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.machine_may_lack("a filesystem with ext4's top-directory flag under its tmp dir")
 def test_the_agents_dir_is_marked_as_a_top_directory_where_the_filesystem_can(
     registry: TaskRegistry, home: Path, tmp_path: Path
