@@ -14,7 +14,7 @@ import resource
 import signal
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -86,8 +86,10 @@ class CommandContext:
     request_id: int
 
 
-#: Answers one method: given its params model, returns its result model.
-CommandHandler = Callable[[P, CommandContext], Awaitable[R]]
+#: Answers one method: given its params model, returns its result model. An
+#: ``async def``, or a plain function for a command that never waits: that one
+#: cannot be cancelled midway, so it runs without a cancel scope of its own.
+CommandHandler = Callable[[P, CommandContext], Coroutine[Any, Any, R] | R]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,7 @@ def command_table(*commands: Command[Any, Any]) -> dict[str, Command[Any, Any]]:
 _held: list[bytes] = []
 
 
-async def _echo(params: EchoParams, ctx: CommandContext) -> EchoResult:
+def _echo(params: EchoParams, ctx: CommandContext) -> EchoResult:
     return EchoResult(value=params.value)
 
 
@@ -162,9 +164,9 @@ async def _crash(params: CrashParams, ctx: CommandContext) -> NoReturn:
     await trio.sleep_forever()
 
 
-async def _hang(params: HangParams, ctx: CommandContext) -> Slept:
+def _hang(params: HangParams, ctx: CommandContext) -> Slept:
     # Blocks the whole process, event loop included, like a wedged C call.
-    time.sleep(params.seconds)  # noqa: ASYNC251
+    time.sleep(params.seconds)
     return Slept(seconds=params.seconds)
 
 
@@ -220,7 +222,7 @@ def _open_fds() -> dict[str, str]:
     return targets
 
 
-async def _info(params: InfoParams, ctx: CommandContext) -> WorkerInfo:
+def _info(params: InfoParams, ctx: CommandContext) -> WorkerInfo:
     limits = {
         name: resource.getrlimit(getattr(resource, name))
         for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_CORE")

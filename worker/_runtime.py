@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Coroutine
 from typing import Any, Literal
 
 import trio
@@ -138,26 +139,37 @@ class _Session:
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def run_request(self, request: SupervisorRequest) -> None:
-        command = self.commands.get(request.method)
-        scope = self.scopes[request.id] = trio.CancelScope()
+        """Answer ``request``; a ``cancel`` while its handler waits answers ``cancelled``."""
         reply: Response | ErrorReply
         try:
-            with scope:
-                if command is None:
-                    # A method of the protocol that this worker was not given
-                    # (``serve(commands=...)``).
-                    raise CommandError(
-                        "unknown_method",
-                        f"this worker does not serve {request.method!r}; "
-                        f"it serves: {sorted(self.commands)}",
-                    )
-                # The connection validated the params against the method's model.
-                result = await command.handler(
-                    request.params, CommandContext(self.link, request.id)
+            command = self.commands.get(request.method)
+            if command is None:
+                # A method of the protocol that this worker was not given
+                # (``serve(commands=...)``).
+                raise CommandError(
+                    "unknown_method",
+                    f"this worker does not serve {request.method!r}; "
+                    f"it serves: {sorted(self.commands)}",
                 )
-                reply = Response.answering(request.id, result)
-            if scope.cancelled_caught:
-                reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
+            # The connection validated the params against the method's model.
+            # A plain-function handler has answered by now; an ``async def``
+            # one has only made its coroutine, which runs in its own cancel
+            # scope. One that cannot wait needs none: entering and leaving a
+            # scope costs more than most such commands, and a ``cancel`` for
+            # it can only be read after it answered (this task holds the loop).
+            handled = command.handler(request.params, CommandContext(self.link, request.id))
+            if isinstance(handled, Coroutine):
+                scope = self.scopes[request.id] = trio.CancelScope()
+                try:
+                    with scope:
+                        result = await handled
+                finally:
+                    del self.scopes[request.id]
+                if scope.cancelled_caught:
+                    raise CommandError("cancelled", "request cancelled")
+            else:
+                result = handled
+            reply = Response.answering(request.id, result)
         except CommandError as exc:
             reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
         except SupervisorError as exc:
@@ -167,8 +179,6 @@ class _Session:
             reply = ErrorReply(
                 id=request.id, code="internal_error", message=f"{type(exc).__name__}: {exc}"
             )
-        finally:
-            del self.scopes[request.id]
         await self.link.send(reply)
 
     def cancel(self, request_id: int) -> None:
