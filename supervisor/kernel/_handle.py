@@ -235,16 +235,21 @@ class WorkerHandle:
             await self._send(method.request_for(request_id, params))
             if self._reader is None and not self._handed_over:
                 self._reader = trio.lowlevel.current_task()
-                await self._read_for(pending)
+                try:
+                    await self._read_for(pending)
+                finally:
+                    # Answered, handed over, or cancelled: the reader task reads on.
+                    self._give_back_reading()
             await pending.wait()
         except trio.Cancelled:
-            self._give_back_reading()  # before a send that may wait
             if self.alive:
                 with trio.CancelScope(shield=True), trio.move_on_after(1):
                     await self._send_quietly(Cancel(id=request_id))
             raise
         finally:
             self._pending.pop(request_id, None)
+            # Woken by the reader task, which stepped aside for us: wake it
+            # unless a requester took the baton meanwhile.
             self._give_back_reading()
         outcome = pending.value
         if isinstance(outcome, WorkerExit):
