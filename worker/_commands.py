@@ -9,13 +9,14 @@ protocol on purpose.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import resource
 import signal
 import struct
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar
 
 import msgpack
@@ -98,6 +99,11 @@ class Command(Generic[P, R]):
 
     spec: CommandSpec[P, R]
     handler: CommandHandler[P, R]
+    #: True for an ``async def`` handler (it may wait); False for a plain function.
+    waits: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waits", inspect.iscoroutinefunction(self.handler))
 
 
 def command_table(*commands: Command[Any, Any]) -> dict[str, Command[Any, Any]]:

@@ -7,6 +7,9 @@ Both ends of a worker connection use it. It differs from
   complete at once does so without a trip through the scheduler. A read
   parks in ``wait_readable`` first instead of trying a read that, in a
   request/response exchange, almost always finds the pipe empty.
+- A frame the pipe takes whole at once can be written with no await at all
+  (``send_now``): a pipe writes up to ``PIPE_BUF`` bytes whole or not at
+  all, so a frame that does not fit now is left unwritten, never torn.
 - Frames never interleave and never tear. Writers take turns through a busy
   flag (checked and set with no await in between, so it needs no lock), and
   the rest of a partly written frame is written under a cancel shield: a
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import errno
 import os
+import select
+import stat
 
 import trio
 
@@ -35,6 +40,8 @@ class PipeStream:
         self._write_fd: int | None = write_fd
         self._writing = False
         self._write_done = trio.Event()
+        # Only a pipe promises that a write of up to PIPE_BUF bytes is whole or nothing.
+        self._atomic_size = select.PIPE_BUF if stat.S_ISFIFO(os.fstat(write_fd).st_mode) else 0
 
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` bytes; ``b""`` at EOF."""
@@ -52,6 +59,24 @@ class PipeStream:
                 continue
             except OSError as exc:
                 raise _translate(exc) from exc
+
+    def send_now(self, data: bytes) -> bool:
+        """Write the frame ``data`` whole if the pipe takes it at once; else write nothing.
+
+        False when the frame is larger than the pipe writes atomically, another
+        frame is being written, or the pipe is full (or closed): then
+        ``send_all`` it.
+        """
+        fd = self._write_fd
+        if self._writing or fd is None or len(data) > self._atomic_size:
+            return False
+        try:
+            os.write(fd, data)  # whole: at most PIPE_BUF bytes to a pipe
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise _translate(exc) from exc
+        return True
 
     async def send_all(self, data: bytes) -> None:
         """Write one whole frame, after any frame already being written."""
