@@ -58,7 +58,7 @@ class _SteeringInbox:
 _inbox = _SteeringInbox()
 
 
-async def _steer(message: SteerMessage, ctx: CommandContext) -> SteerReceipt:
+def _steer(message: SteerMessage, ctx: CommandContext) -> SteerReceipt:
     if _inbox.pending is None:
         return SteerReceipt(delivered=False, reason="no active turn")
     _inbox.pending.append(message.text)

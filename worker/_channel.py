@@ -63,6 +63,19 @@ class SupervisorLink:
         """Validate ``message`` against the protocol state and write it."""
         await self._pipe.send_all(self.connection.send(message))
 
+    def send_now(self, message: Message) -> bytes:
+        """Check ``message`` against the protocol state and write it if the pipe takes it at once.
+
+        Returns its frame if it could not be written then (``b""`` if it was):
+        ``write_frame`` it before sending anything else.
+        """
+        frame = self.connection.send(message)
+        return b"" if self._pipe.send_now(frame) else frame
+
+    async def write_frame(self, frame: bytes) -> None:
+        """Write a frame that ``send_now`` returned."""
+        await self._pipe.send_all(frame)
+
     async def write_raw(self, data: bytes) -> None:
         """Write bytes that bypass the protocol checks (fault injection only)."""
         await self._pipe.send_all(data)

@@ -9,13 +9,14 @@ protocol on purpose.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import resource
 import signal
 import struct
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar
 
 import msgpack
@@ -86,8 +87,10 @@ class CommandContext:
     request_id: int
 
 
-#: Answers one method: given its params model, returns its result model.
-CommandHandler = Callable[[P, CommandContext], Awaitable[R]]
+#: Answers one method: given its params model, returns its result model. An
+#: ``async def``, or a plain function for a command that never waits: that one
+#: cannot be cancelled midway, so it runs without a cancel scope of its own.
+CommandHandler = Callable[[P, CommandContext], Coroutine[Any, Any, R] | R]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,11 @@ class Command(Generic[P, R]):
 
     spec: CommandSpec[P, R]
     handler: CommandHandler[P, R]
+    #: True for an ``async def`` handler (it may wait); False for a plain function.
+    waits: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waits", inspect.iscoroutinefunction(self.handler))
 
 
 def command_table(*commands: Command[Any, Any]) -> dict[str, Command[Any, Any]]:
@@ -107,7 +115,7 @@ def command_table(*commands: Command[Any, Any]) -> dict[str, Command[Any, Any]]:
 _held: list[bytes] = []
 
 
-async def _echo(params: EchoParams, ctx: CommandContext) -> EchoResult:
+def _echo(params: EchoParams, ctx: CommandContext) -> EchoResult:
     return EchoResult(value=params.value)
 
 
@@ -162,9 +170,9 @@ async def _crash(params: CrashParams, ctx: CommandContext) -> NoReturn:
     await trio.sleep_forever()
 
 
-async def _hang(params: HangParams, ctx: CommandContext) -> Slept:
+def _hang(params: HangParams, ctx: CommandContext) -> Slept:
     # Blocks the whole process, event loop included, like a wedged C call.
-    time.sleep(params.seconds)  # noqa: ASYNC251
+    time.sleep(params.seconds)
     return Slept(seconds=params.seconds)
 
 
@@ -220,7 +228,7 @@ def _open_fds() -> dict[str, str]:
     return targets
 
 
-async def _info(params: InfoParams, ctx: CommandContext) -> WorkerInfo:
+def _info(params: InfoParams, ctx: CommandContext) -> WorkerInfo:
     limits = {
         name: resource.getrlimit(getattr(resource, name))
         for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_CORE")

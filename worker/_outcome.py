@@ -25,14 +25,19 @@ class Outcome(Generic[T]):
         self.value: T | None = None
         self._task: trio.lowlevel.Task | None = None
 
-    def set(self, value: T) -> None:
-        """Store ``value`` and wake the waiting task, unless a value is already set."""
+    def set(self, value: T) -> bool:
+        """Store ``value`` and wake the waiting task, unless a value is already set.
+
+        True when it woke a task (which runs in the scheduler's next batch).
+        """
         if self.value is not None:
-            return
+            return False
         self.value = value
-        if self._task is not None:
-            trio.lowlevel.reschedule(self._task)
-            self._task = None
+        if self._task is None:
+            return False
+        trio.lowlevel.reschedule(self._task)
+        self._task = None
+        return True
 
     async def wait(self) -> None:
         """Wait until a value is set (one task at a time)."""

@@ -7,6 +7,9 @@ Both ends of a worker connection use it. It differs from
   complete at once does so without a trip through the scheduler. A read
   parks in ``wait_readable`` first instead of trying a read that, in a
   request/response exchange, almost always finds the pipe empty.
+- A frame the pipe takes whole at once can be written with no await at all
+  (``send_now``): a pipe writes up to ``PIPE_BUF`` bytes whole or not at
+  all, so a frame that does not fit now is left unwritten, never torn.
 - Frames never interleave, never tear, and go out in the order their
   ``send_all`` calls began. Writers take turns through a FIFO lock: a frame
   that finds the pipe full holds it while the rest is written, and every
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import errno
 import os
+import select
+import stat
 
 import trio
 
@@ -40,6 +45,8 @@ class PipeStream:
         self._read_fd: int | None = read_fd
         self._write_fd: int | None = write_fd
         self._write_turn = trio.StrictFIFOLock()
+        # Only a pipe promises that a write of up to PIPE_BUF bytes is whole or nothing.
+        self._atomic_size = select.PIPE_BUF if stat.S_ISFIFO(os.fstat(write_fd).st_mode) else 0
 
     async def receive_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` bytes; ``b""`` at EOF."""
@@ -57,6 +64,24 @@ class PipeStream:
                 continue
             except OSError as exc:
                 raise _translate(exc) from exc
+
+    def send_now(self, data: bytes) -> bool:
+        """Write the frame ``data`` whole if the pipe takes it at once; else write nothing.
+
+        False when the frame is larger than the pipe writes atomically, another
+        frame is being written or waits its turn (this one must not pass it),
+        or the pipe is full (or closed): then ``send_all`` it.
+        """
+        fd = self._write_fd
+        if self._write_turn.locked() or fd is None or len(data) > self._atomic_size:
+            return False
+        try:
+            os.write(fd, data)  # whole: at most PIPE_BUF bytes to a pipe
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise _translate(exc) from exc
+        return True
 
     async def send_all(self, data: bytes) -> None:
         """Write one whole frame, after every frame whose ``send_all`` began earlier."""

@@ -14,9 +14,10 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import trio
+from pydantic import BaseModel
 
 from protocol import (
     MAX_CONTROL_DATAGRAM,
@@ -77,6 +78,13 @@ class _Session:
     request itself: the reply goes out in the same scheduler batch as the
     read, and no task is spawned per request. Requests still run
     concurrently, each in its own task with its own cancel scope.
+
+    A command that cannot wait (a plain-function handler) is answered by the
+    reading task without passing the reading on, when its reply fits in the
+    pipe at once: it could not have run concurrently with anything anyway,
+    and the reader goes straight back to reading, with no task switch. A reply
+    that would wait for the pipe passes the reading on first, so that a full
+    pipe never stops the worker from reading (a ``cancel`` among others).
     """
 
     def __init__(self, link: SupervisorLink, commands: dict[str, Command[Any, Any]]) -> None:
@@ -91,8 +99,16 @@ class _Session:
             request = await self._read_until_request(nursery)
             if request is None:
                 return
-            self._pass_reading_on(nursery)
-            await self.run_request(request)
+            command = self.commands.get(request.method)
+            if command is not None and not command.waits:
+                rest = self.link.send_now(self._answer_now(request, command))
+                if not rest:
+                    continue  # answered; read on
+                self._pass_reading_on(nursery)
+                await self.link.write_frame(rest)
+            else:
+                self._pass_reading_on(nursery)
+                await self.run_request(request)
             if len(self._idle) >= _MAX_IDLE_READERS:
                 return
             await self._wait_to_read()
@@ -138,44 +154,66 @@ class _Session:
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def run_request(self, request: SupervisorRequest) -> None:
+        """Answer ``request``; a ``cancel`` while its handler waits answers ``cancelled``."""
         command = self.commands.get(request.method)
-        scope = self.scopes[request.id] = trio.CancelScope()
         reply: Response | ErrorReply
-        try:
-            with scope:
-                if command is None:
-                    # A method of the protocol that this worker was not given
-                    # (``serve(commands=...)``).
-                    raise CommandError(
-                        "unknown_method",
-                        f"this worker does not serve {request.method!r}; "
-                        f"it serves: {sorted(self.commands)}",
-                    )
+        if command is None or not command.waits:
+            # No cancel scope for a command that cannot wait: entering and
+            # leaving one costs more than most such commands, and a ``cancel``
+            # for it can only be read after it answered (this task holds the loop).
+            reply = self._answer_now(request, command)
+        else:
+            try:
                 # The connection validated the params against the method's model.
-                result = await command.handler(
-                    request.params, CommandContext(self.link, request.id)
-                )
+                scope = self.scopes[request.id] = trio.CancelScope()
+                try:
+                    with scope:
+                        result = await command.handler(
+                            request.params, CommandContext(self.link, request.id)
+                        )
+                finally:
+                    del self.scopes[request.id]
+                if scope.cancelled_caught:
+                    raise CommandError("cancelled", "request cancelled")
                 reply = Response.answering(request.id, result)
-            if scope.cancelled_caught:
-                reply = ErrorReply(id=request.id, code="cancelled", message="request cancelled")
-        except CommandError as exc:
-            reply = ErrorReply(id=request.id, code=exc.code, message=str(exc))
-        except SupervisorError as exc:
-            # A command that asked the supervisor and was refused: say what it said.
-            reply = ErrorReply(id=request.id, code=exc.code, message=exc.message)
-        except Exception as exc:
-            reply = ErrorReply(
-                id=request.id, code="internal_error", message=f"{type(exc).__name__}: {exc}"
-            )
-        finally:
-            del self.scopes[request.id]
+            except Exception as exc:
+                reply = _error_reply(request.id, exc)
         await self.link.send(reply)
+
+    def _answer_now(
+        self, request: SupervisorRequest, command: Command[Any, Any] | None
+    ) -> Response | ErrorReply:
+        """The answer of a command that cannot wait (or of one this worker lacks)."""
+        try:
+            if command is None:
+                # A method of the protocol that this worker was not given
+                # (``serve(commands=...)``).
+                raise CommandError(
+                    "unknown_method",
+                    f"this worker does not serve {request.method!r}; "
+                    f"it serves: {sorted(self.commands)}",
+                )
+            # ``waits`` is False: a plain function, whose value is the result model.
+            result = command.handler(request.params, CommandContext(self.link, request.id))
+            return Response.answering(request.id, cast("BaseModel", result))
+        except Exception as exc:
+            return _error_reply(request.id, exc)
 
     def cancel(self, request_id: int) -> None:
         scope = self.scopes.get(request_id)
         # A cancel may cross the reply on the wire; then there is nothing to do.
         if scope is not None:
             scope.cancel()
+
+
+def _error_reply(request_id: int, exc: Exception) -> ErrorReply:
+    """The error answer for a command that raised ``exc``."""
+    if isinstance(exc, CommandError):
+        return ErrorReply(id=request_id, code=exc.code, message=str(exc))
+    if isinstance(exc, SupervisorError):
+        # A command that asked the supervisor and was refused: say what it said.
+        return ErrorReply(id=request_id, code=exc.code, message=exc.message)
+    return ErrorReply(id=request_id, code="internal_error", message=f"{type(exc).__name__}: {exc}")
 
 
 _END = (ConnectionClosed, Shutdown)

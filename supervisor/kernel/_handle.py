@@ -20,6 +20,19 @@ the single ``WorkerExit`` built in ``_finish``; the first *reason* to kill it
 wins, so a worker killed for its memory cap is reported as such and not as
 "killed by SIGKILL".
 
+Reading is a baton, held by one task at a time. The reader task holds it,
+except while a requester holds it to read its own answer (``request``): the
+requester that gets its answer in the read it was woken for returns in the
+same scheduler batch, where a hop through the reader task would cost it
+another batch. A requester only takes a free baton, and only routes answers
+itself; the first message that is anything else, and every one after it, is
+handed over to the reader task, with the baton, in order, and so is a
+read's error. The reader takes the baton back whenever it runs and finds it
+free, and steps aside (frees it and parks) after a read that woke a
+requester: that requester, running next, either takes it for its next
+request or wakes the reader (``_give_back_reading``), so the baton is never
+left free with nobody bound to run.
+
 A protocol violation is the worker's only when its frames broke the protocol
 (``RemoteProtocolError``). A ``LocalProtocolError`` is ours (an answer that
 cannot be framed, a message out of turn): it is never taken for a dead
@@ -33,7 +46,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psutil
 import trio
@@ -55,6 +68,7 @@ from protocol import (
     LocalProtocolError,
     Message,
     Progress,
+    ProtocolError,
     RemoteProtocolError,
     ResourceLimits,
     Response,
@@ -108,6 +122,19 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
+class _HandedOver:
+    """What a requester read but left to the reader task: messages in order, then a failure."""
+
+    __slots__ = ("error", "messages")
+
+    def __init__(self) -> None:
+        self.messages: list[Message | ConnectionClosed] = []
+        self.error: BaseException | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.messages) or self.error is not None
+
+
 class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
     # A class, not the alias ``Outcome[...]``: calling an alias tries to set
     # ``__orig_class__`` on the (slotted) instance and swallows the error, per request.
@@ -157,6 +184,11 @@ class WorkerHandle:
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
         self._pipe = process.open_stream()
         self._pending: dict[int, _Pending] = {}
+        # The reading baton (module docstring): the task holding it, None when free.
+        self._reader: trio.lowlevel.Task | None = None
+        # The reader task while it waits for the baton.
+        self._reader_parked: trio.lowlevel.Task | None = None
+        self._handed_over = _HandedOver()
         self._heartbeats: dict[int, trio.Event] = {}
         self._events_in, self._events_out = trio.open_memory_channel[Event](event_buffer)
         self._ready = trio.Event()
@@ -201,6 +233,13 @@ class WorkerHandle:
         try:
             self.last_activity = trio.current_time()
             await self._send(method.request_for(request_id, params))
+            if self._reader is None and not self._handed_over:
+                self._reader = trio.lowlevel.current_task()
+                try:
+                    await self._read_for(pending)
+                finally:
+                    # Answered, handed over, or cancelled: the reader task reads on.
+                    self._give_back_reading()
             await pending.wait()
         except trio.Cancelled:
             if self.alive:
@@ -209,6 +248,9 @@ class WorkerHandle:
             raise
         finally:
             self._pending.pop(request_id, None)
+            # Woken by the reader task, which stepped aside for us: wake it
+            # unless a requester took the baton meanwhile.
+            self._give_back_reading()
         outcome = pending.value
         if isinstance(outcome, WorkerExit):
             raise WorkerExitedError(outcome)
@@ -430,17 +472,88 @@ class WorkerHandle:
         assert self.budget.reason is not None
         await self.terminate(ExitKind.EVENT_BUDGET, self.budget.reason)
 
-    async def _read_loop(self, nursery: trio.Nursery) -> None:
-        try:
-            while True:
+    async def _read_for(self, pending: _Pending) -> None:
+        """Holding the baton, read and route answers until ``pending`` has its own.
+
+        Stops early, handing the rest over to the reader task, at the first
+        message that is not an answer, or a read that fails. Cancellation can
+        only come in ``receive_some``, before anything was read.
+        """
+        handed_over = self._handed_over
+        while pending.value is None:
+            try:
                 data = await self._pipe.receive_some(_READ_SIZE)
                 messages = self._connection.receive_data(data)
+            except (
+                ProtocolError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                OSError,
+            ) as exc:
+                handed_over.error = exc
+                return
+            now = trio.current_time()
+            for i, message in enumerate(messages):
+                if not isinstance(message, _ANSWERS):
+                    handed_over.messages.extend(messages[i:])
+                    return
+                self.last_activity = now
+                answered = self._pending.get(message.id)
+                if answered is not None:
+                    answered.set(message)
+
+    def _give_back_reading(self) -> None:
+        """Free the baton if this task holds it; wake the reader task if it waits for a free one."""
+        if self._reader is trio.lowlevel.current_task():
+            self._reader = None
+        if self._reader is None and self._reader_parked is not None:
+            trio.lowlevel.reschedule(self._reader_parked)
+            self._reader_parked = None
+
+    async def _wait_for_reading(self) -> None:
+        """Park the reader task until a requester gives the baton back (or frees it)."""
+        task = self._reader_parked = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._reader_parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        try:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            if self._reader_parked is task:
+                self._reader_parked = None
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        me = trio.lowlevel.current_task()
+        handed_over = self._handed_over
+        try:
+            while True:
+                if self._reader is None:
+                    self._reader = me
+                elif self._reader is not me:
+                    await self._wait_for_reading()
+                    continue
+                if handed_over:
+                    messages, handed_over.messages = handed_over.messages, []
+                    error, handed_over.error = handed_over.error, None
+                else:
+                    data = await self._pipe.receive_some(_READ_SIZE)
+                    messages, error = self._connection.receive_data(data), None
                 now = trio.current_time()
+                woke = False
                 for message in messages:
                     if isinstance(message, ConnectionClosed):
                         return
                     self.last_activity = now
-                    await self._dispatch(message, nursery)
+                    woke = await self._dispatch(message, nursery) or woke
+                if error is not None:
+                    raise error
+                if woke:
+                    # Step aside for the requester just woken: it runs next, and
+                    # takes the baton for its next request or wakes us.
+                    self._reader = None
+                    await self._wait_for_reading()
         except RemoteProtocolError as exc:
             # Only the worker's violations: a LocalProtocolError (ours, re-raised by the
             # connection it poisoned) propagates, and ``supervise`` stops the worker for it.
@@ -450,9 +563,12 @@ class WorkerHandle:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
+            # Held for good: nobody reads after the end of the stream.
+            self._reader = me
             self._eof.set()
 
-    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> None:
+    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> bool:
+        """Route one message; True when it woke a requester waiting for its answer."""
         # Most frequent first. The reader yields once per read (in
         # ``receive_some``), not per message: an event only waits when the
         # buffer is full.
@@ -460,7 +576,7 @@ class WorkerHandle:
             try:
                 self.budget.charge(events=1)
             except EventBudgetExceededError:
-                return  # the worker is being stopped for it; nothing more is kept
+                return False  # the worker is being stopped for it; nothing more is kept
             try:
                 self._events_in.send_nowait(message)
             except trio.WouldBlock:
@@ -468,7 +584,7 @@ class WorkerHandle:
         elif isinstance(message, _ANSWERS):
             pending = self._pending.get(message.id)
             if pending is not None:
-                pending.set(message)
+                return pending.set(message)
         elif isinstance(message, Progress):
             pass  # no method streams progress (``protocol.Progress``); the connection checked it
         elif isinstance(message, WorkerRequest):
@@ -488,6 +604,7 @@ class WorkerHandle:
             self.hello = message
             self.ready_at = trio.current_time()
             self._ready.set()
+        return False
 
     async def _answer(self, request: WorkerRequest) -> None:
         reply: Response | ErrorReply

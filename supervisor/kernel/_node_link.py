@@ -139,7 +139,12 @@ class LinkChannel:
     # -- the stream ---------------------------------------------------------------------
 
     async def receive_some(self, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` bytes; ``b""`` once the peer's end closed or the link ended."""
+        """Up to ``max_bytes`` bytes; ``b""`` once the peer's end closed or the link ended.
+
+        Cancelled only before it takes any bytes, never after (as trio's own
+        streams): a cancelled reader must not lose what it took.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         while not self._buffer and not self._eof and not self._closed:
             self._readable = trio.Event()
             await self._readable.wait()
@@ -157,7 +162,7 @@ class LinkChannel:
                 credit = self._unacknowledged.to_bytes(4, "big")
                 self._link.send_nowait(encode_link_frame(LinkKind.CREDIT, self.channel_id, credit))
             self._unacknowledged = 0
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()
         return data
 
     async def send_all(self, data: bytes) -> None:

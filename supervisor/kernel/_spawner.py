@@ -58,7 +58,11 @@ class WorkerStream(Protocol):
     """The supervisor's byte stream to one worker: its pipes, or a node link's channel."""
 
     async def receive_some(self, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` bytes; ``b""`` at EOF."""
+        """Up to ``max_bytes`` bytes; ``b""`` at EOF.
+
+        Any task may call it, one at a time, and a cancelled call has taken
+        no bytes (the handle's reading baton relies on both).
+        """
         ...
 
     async def send_all(self, data: bytes) -> None:

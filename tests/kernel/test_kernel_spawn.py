@@ -172,6 +172,45 @@ async def test_events_arrive_in_order_with_backpressure(sup: Supervisor) -> None
     assert seen == list(range(5000))
 
 
+async def test_requesters_reading_their_answers_keep_events_in_order() -> None:
+    """Answers read by their requesters and events read by the reader task interleave.
+
+    Echoes from several tasks run while a flood streams events: whichever task
+    holds the reading baton, no event is lost or reordered and every answer
+    reaches its requester; one cancelled while it waits reads nothing more.
+    """
+    seen: list[int] = []
+    answered: list[int] = []
+
+    async def consume() -> None:
+        async for event in handle.events():
+            assert isinstance(event.data, FloodItem)
+            seen.append(event.data.seq)
+            if len(seen) % 100 == 0:
+                await trio.sleep(0.001)  # a slow consumer: the buffer fills, the reader waits
+
+    async def echo(task: int) -> None:
+        for n in range(50):
+            value = task * 1000 + n
+            assert (await handle.request(KERNEL_ECHO, EchoParams(value=value))).value == value
+            answered.append(value)
+
+    config = SupervisorConfig(event_buffer=8, kill_grace_s=1.0)
+    async with Supervisor(config) as sup, trio.open_nursery() as nursery:
+        handle = await sup.spawn()
+        nursery.start_soon(consume)
+        async with trio.open_nursery() as requests:
+            requests.start_soon(handle.request, KERNEL_FLOOD, FloodParams(count=3000, size=50))
+            for task in range(3):
+                requests.start_soon(echo, task)
+            with trio.move_on_after(0.05):
+                await handle.request(KERNEL_SLEEP, SleepParams(seconds=30))
+        assert (await handle.request(KERNEL_ECHO, EchoParams(value="after"))).value == "after"
+        await handle.shutdown()
+    assert seen == list(range(3000))
+    assert sorted(answered) == sorted(t * 1000 + n for t in range(3) for n in range(50))
+
+
 async def test_supervisor_refuses_to_start_inside_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """S-POL-4: one level of delegation holds at the OS boundary."""
     monkeypatch.setenv("SUBVISOR_TREE", "tree_parent")
