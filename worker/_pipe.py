@@ -10,18 +10,15 @@ Both ends of a worker connection use it. It differs from
 - A frame the pipe takes whole at once can be written with no await at all
   (``send_now``): a pipe writes up to ``PIPE_BUF`` bytes whole or not at
   all, so a frame that does not fit now is left unwritten, never torn.
-- Frames never interleave, never tear, and go out in the order their
-  ``send_all`` calls began. Writers take turns through a FIFO lock: a frame
-  that finds the pipe full holds it while the rest is written, and every
-  later frame queues behind it, in order. (Waking every waiting writer at
-  once, as an event would, lets them run in any order, and a writer that
-  finds the pipe free right then would pass them all: a gateway process's
-  answer to a call then overtook the batch holding the call's last text,
-  and the text was lost.) The rest of a partly written frame is written
-  under a cancel shield: a cancelled sender must not leave half a frame on
-  the pipe, because the peer would then read garbage. ``close`` wakes a
-  parked writer, so a shielded write to a peer that stopped reading still
-  ends when the pipe is closed.
+- Frames never interleave and never tear. Writers take turns through a busy
+  flag (checked and set with no await in between, so it needs no lock); the
+  writers waiting for it are not served in any order, so tasks whose frames
+  must arrive in order take turns of their own first (the gateway process's
+  ``_Server.send``), and
+  the rest of a partly written frame is written under a cancel shield: a
+  cancelled sender must not leave half a frame on the pipe, because the
+  peer would then read garbage. ``close`` wakes a parked writer, so a shielded
+  write to a peer that stopped reading still ends when the pipe is closed.
 """
 
 from __future__ import annotations
@@ -44,7 +41,8 @@ class PipeStream:
         os.set_blocking(write_fd, False)
         self._read_fd: int | None = read_fd
         self._write_fd: int | None = write_fd
-        self._write_turn = trio.StrictFIFOLock()
+        self._writing = False
+        self._write_done = trio.Event()
         # Only a pipe promises that a write of up to PIPE_BUF bytes is whole or nothing.
         self._atomic_size = select.PIPE_BUF if stat.S_ISFIFO(os.fstat(write_fd).st_mode) else 0
 
@@ -69,11 +67,11 @@ class PipeStream:
         """Write the frame ``data`` whole if the pipe takes it at once; else write nothing.
 
         False when the frame is larger than the pipe writes atomically, another
-        frame is being written or waits its turn (this one must not pass it),
-        or the pipe is full (or closed): then ``send_all`` it.
+        frame is being written, or the pipe is full (or closed): then
+        ``send_all`` it.
         """
         fd = self._write_fd
-        if self._write_turn.locked() or fd is None or len(data) > self._atomic_size:
+        if self._writing or fd is None or len(data) > self._atomic_size:
             return False
         try:
             os.write(fd, data)  # whole: at most PIPE_BUF bytes to a pipe
@@ -84,28 +82,28 @@ class PipeStream:
         return True
 
     async def send_all(self, data: bytes) -> None:
-        """Write one whole frame, after every frame whose ``send_all`` began earlier."""
-        turn = self._write_turn
-        if turn.locked():
-            await turn.acquire()
-        else:
-            # Free, and nobody queued: no trip through the scheduler.
-            turn.acquire_nowait()
+        """Write one whole frame, after any frame already being written."""
+        while self._writing:
+            await self._write_done.wait()
+        fd = self._write_fd
+        if fd is None:
+            raise trio.ClosedResourceError("pipe was closed")
         try:
-            fd = self._write_fd
-            if fd is None:
-                raise trio.ClosedResourceError("pipe was closed")
-            try:
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                raise _translate(exc) from exc
-            if sent < len(data):
-                with trio.CancelScope(shield=True):
-                    await self._write_rest(memoryview(data)[sent:])
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise _translate(exc) from exc
+        if sent == len(data):
+            return
+        self._writing = True
+        try:
+            with trio.CancelScope(shield=True):
+                await self._write_rest(memoryview(data)[sent:])
         finally:
-            turn.release()
+            self._writing = False
+            self._write_done.set()
+            self._write_done = trio.Event()
 
     async def _write_rest(self, view: memoryview) -> None:
         while view:

@@ -55,6 +55,10 @@ class _Server:
         self.texts: list[list[Any]] = []
         #: Set by the first text after a batch went out.
         self.has_texts = trio.Event()
+        # Frames go out in the order they were made: a call's answer after
+        # the batch that took its last text, even when that batch waits for
+        # the pipe (the supervisor drops text that comes after the answer).
+        self._sending = trio.StrictFIFOLock()
 
     def sink(self, call_id: int) -> Any:
         texts = self.texts
@@ -66,10 +70,14 @@ class _Server:
 
         return take
 
+    async def send(self, message: list[Any]) -> None:
+        async with self._sending:
+            await self.link.send_all(link_frame(message))
+
     async def flush(self) -> None:
         if self.texts:
             batch, self.texts[:] = list(self.texts), []
-            await self.link.send_all(link_frame(["texts", batch]))
+            await self.send(["texts", batch])
 
     async def send_texts_forever(self) -> None:
         # A round of the transport's reader feeds every sink in one task step,
@@ -117,7 +125,7 @@ class _Server:
             return  # the supervisor stopped waiting for it
         # Every piece of its text before its answer.
         await self.flush()
-        await self.link.send_all(link_frame(answer))
+        await self.send(answer)
 
     async def serve(self) -> None:
         decoder = LinkDecoder()

@@ -1,11 +1,6 @@
-"""``PipeStream``'s writers: whole frames, in the order their sends began (S-OBS-2).
+"""``PipeStream``'s writers: whole frames, and a cancelled one writes nothing.
 
-A real pipe, filled until a frame has to wait for the reader: the frames
-queued behind it must reach the reader whole and in the order their
-``send_all`` calls began, whatever order trio wakes their tasks in. The
-gateway's link relies on it: a call's answer must not overtake the batch
-holding the call's last text, or that text never reaches the live
-transcript (S-OBS-2).
+A real pipe, filled until a frame has to wait for the reader.
 """
 
 from __future__ import annotations
@@ -41,28 +36,6 @@ async def _read_frames(read_fd: int, count: int) -> list[bytes]:
             body, buffer = buffer[_HEADER.size : _HEADER.size + size], buffer[_HEADER.size + size :]
             tags.append(body.split(b".", 1)[0])
     return tags
-
-
-async def test_frames_queued_behind_a_full_pipe_go_out_in_the_order_sent() -> None:
-    """S-OBS-2: a frame that fills the pipe holds the writers' turn; frames sent meanwhile
-    by other tasks follow it whole and in the order their sends began, round after round."""
-    for _ in range(8):
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        stream = PipeStream(os.open(os.devnull, os.O_RDONLY), write_fd)
-        tags = [b"big", *(b"f%d" % i for i in range(12))]
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(stream.send_all, _frame(b"big", _BIG))
-                await trio.testing.wait_all_tasks_blocked()
-                for tag in tags[1:]:
-                    nursery.start_soon(stream.send_all, _frame(tag))
-                    # Each send begins (and queues) before the next one starts.
-                    await trio.testing.wait_all_tasks_blocked()
-                assert await _read_frames(read_fd, len(tags)) == tags
-        finally:
-            stream.close()
-            os.close(read_fd)
 
 
 async def test_a_send_cancelled_while_it_waits_its_turn_writes_nothing() -> None:
