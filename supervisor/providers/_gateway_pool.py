@@ -223,14 +223,15 @@ class GatewayPool:
         for process in self._processes:
             process.sample_cpu()
             process.link.close()
-        with trio.move_on_after(2):
-            for process in list(self._processes):
-                await process.reaped.wait()
+        await self._reaped_within(2)
         for process in self._processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
         # Reaped before we return: none is left behind as a dying child.
-        with trio.move_on_after(2):
+        await self._reaped_within(2)
+
+    async def _reaped_within(self, seconds: float) -> None:
+        with trio.move_on_after(seconds):
             for process in list(self._processes):
                 await process.reaped.wait()
 
@@ -359,7 +360,7 @@ class PooledProvider:
         """One attempt: in a gateway process when the pool is ready, else in this one.
 
         While the pool starts and ``local_limit`` calls already stream here,
-        the attempt waits for the start to end first.
+        the attempt first waits for a process to be ready (or the start to fail).
         """
         pool = self._pool
         if not pool.ready and pool.local_calls >= pool.local_limit:
