@@ -18,13 +18,15 @@ Per N:
   supervisor) is left out of both.
 - ``stream_s_p50``/``stream_s_max``: from a call's request to the end of its
   stream, against ``ideal_s``; ``stream_over_ideal`` is the max over ideal.
-- ``chunk_lag_*_ms``: each chunk's server write to the gateway's read of it
-  (the server stamps ``time.monotonic()``, the machine's one clock, into it).
+- ``chunk_lag_*_ms``: each chunk's server write to its arrival in the
+  supervisor, where a live transcript takes it (the server stamps
+  ``time.monotonic()``, the machine's one clock, into it).
 - ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
 - ``wall_s`` and ``twin_wall_s``: the root's whole turn.
 
-The chunk lag and stream times are read where the gateway hands each
-piece of text on (``_probing``), so they include reading and parsing the chunk.
+The chunk lag and stream times are read where the supervisor's gateway
+hands each piece of text on (``_probing``), so they include reading, parsing
+and relaying the chunk from a gateway process.
 """
 
 from __future__ import annotations
@@ -81,11 +83,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class _Probe:
-    """What the lag probe saw: per-chunk lags and per-call stream times, in seconds."""
+    """What the lag probe saw: each piece of text with when it came, and per-call stream times.
 
-    lags: list[float] = field(default_factory=list)
+    The stamps are read only after the run (``lags``): reading them as the
+    text arrives would put the probe's own regular expression on the
+    supervisor's loop, in the lag and the CPU figures it measures.
+    """
+
+    texts: list[tuple[float, str]] = field(default_factory=list)
     streams: list[float] = field(default_factory=list)
-    chunks: int = 0
+
+    def lags(self) -> list[float]:
+        """Each chunk's lag, in seconds: from its server write to its arrival."""
+        return [came - float(stamp) for came, text in self.texts for stamp in _STAMP.findall(text)]
 
 
 @contextlib.contextmanager
@@ -93,9 +103,9 @@ def _probing(probe: _Probe) -> Iterator[None]:
     """Route ``ModelGateway.stream`` through ``probe`` while the block runs.
 
     Every gateway call streams through ``stream``, its text going to the
-    caller's ``on_text`` as the gateway reads it; the probe reads each
-    piece's stamps there (a regular-expression scan per piece, which the CPU
-    figures include), and times the call from its start to its result.
+    caller's ``on_text`` as the gateway hands it on; the probe notes each
+    piece with the time it came (its stamps are read after the run), and
+    times the call from its start to its result.
     """
     original = ModelGateway.stream
 
@@ -107,10 +117,7 @@ def _probing(probe: _Probe) -> Iterator[None]:
 
         def stamped(text: str) -> None:
             nonlocal streamed
-            now = time.monotonic()
-            stamps = _STAMP.findall(text)
-            probe.chunks += len(stamps)
-            probe.lags.extend(now - float(stamp) for stamp in stamps)
+            probe.texts.append((time.monotonic(), text))
             streamed = True
             if on_text is not None:
                 on_text(text)
@@ -212,16 +219,17 @@ def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Re
         probe = _Probe()
         with _probing(probe):
             relay = trio.run(_fan_out, work, agents, port)
-    relayed = max(1, probe.chunks)
+    lags = probe.lags()
+    relayed = max(1, len(lags))
     report[f"n{agents}_completed"] = relay.completed
-    report[f"n{agents}_chunks"] = probe.chunks
+    report[f"n{agents}_chunks"] = len(lags)
     report[f"n{agents}_wall_s"] = rounded(relay.wall_s)
     report[f"n{agents}_ideal_s"] = rounded(ideal_s)
     streams = probe.streams or [0.0]
     report[f"n{agents}_stream_s_p50"] = rounded(percentile(streams, 50))
     report[f"n{agents}_stream_s_max"] = rounded(max(streams))
     report[f"n{agents}_stream_over_ideal"] = rounded(max(streams) / ideal_s, 2)
-    lags = probe.lags or [0.0]
+    lags = lags or [0.0]
     report[f"n{agents}_chunk_lag_mean_ms"] = rounded(sum(lags) / len(lags) * 1000, 2)
     report[f"n{agents}_chunk_lag_p99_ms"] = rounded(percentile(lags, 99) * 1000, 2)
     report[f"n{agents}_chunk_lag_max_ms"] = rounded(max(lags) * 1000, 2)

@@ -13,7 +13,18 @@ memory      ``memory.limit_in_bytes``     the kernel's OOM killer acts inside th
 pids        ``pids.max``                  fork fails; the ``max`` count in
                                           ``pids.events`` grows
 cpuacct     none (accounting)             ``cpuacct.usage`` reaches the CPU cap
+cpu         the fleet's weight            (a share, not a cap: nothing to breach)
 ==========  ============================  ==========================================
+
+The ``cpu`` controller is used where it can be (optional: the caps hold
+without it). The supervisor's cgroup of the fleet gets the CPU weight of one
+process at the workers' nice value (``fleet_nice``), however many workers
+and processes it holds, and each worker's cgroup an equal share of that. A
+nice value alone does not hold the supervisor above a tree: with the
+kernel's autogroup (``sched_autogroup_enabled``), a process that calls
+``setsid`` gets a scheduling group of its own that weighs as much as the
+supervisor's whole session, whatever its nice value. Tasks in a cpu cgroup
+other than the root are never autogrouped.
 
 The supervisor moves a worker into its cgroup as soon as it knows the pid,
 before it sends the worker anything to do: the worker starts no process of
@@ -44,6 +55,29 @@ __all__ = ["CgroupTree", "CgroupUsage", "WorkerCgroup"]
 _ROOT = Path("/sys/fs/cgroup")
 _CONTROLLERS = ("memory", "pids", "cpuacct")
 _MIB = 1024 * 1024
+#: The kernel's CFS weight of nice 0 to 19 (``sched_prio_to_weight``); v1 ``cpu.shares``.
+_NICE_WEIGHTS = (
+    1024,
+    820,
+    655,
+    526,
+    423,
+    335,
+    272,
+    215,
+    172,
+    137,
+    110,
+    87,
+    70,
+    56,
+    45,
+    36,
+    29,
+    23,
+    18,
+    15,
+)
 _PREFIX = "subvisor-"
 
 
@@ -265,6 +299,8 @@ class CgroupTree:
         self._bases = {controller: str(path) for controller, path in dirs.items()}
         #: Whether v1's memory controller also caps swap (memsw); learnt at the first worker.
         self._memsw: bool | None = None
+        #: Why the fleet has no CPU weight of its own ("" when it has one).
+        self.cpu_weight_error = "not set"
 
     @property
     def mechanism(self) -> str:
@@ -272,18 +308,37 @@ class CgroupTree:
         return "cgroup v2" if self.v2 else "cgroup v1"
 
     @classmethod
-    def create(cls, tree_id: str) -> tuple[CgroupTree | None, str]:
-        """This supervisor's cgroups, or None and why they cannot be made here."""
+    def create(cls, tree_id: str, *, fleet_nice: int = 0) -> tuple[CgroupTree | None, str]:
+        """This supervisor's cgroups, or None and why they cannot be made here.
+
+        ``fleet_nice``: the whole fleet weighs, for the CPU, what one process
+        at this nice value does (where the ``cpu`` controller can be used;
+        ``cpu_weight_error`` says why not otherwise).
+        """
         name = f"{_PREFIX}{os.getpid()}-{tree_id}"
         own = _own_paths()
+        weight = _NICE_WEIGHTS[max(0, min(fleet_nice, len(_NICE_WEIGHTS) - 1))]
         if all(c in own for c in _CONTROLLERS):
             bases = {c: _ROOT / c / own[c].lstrip("/") for c in _CONTROLLERS}
-            return cls._make(bases, name, v2=False)
+            tree, why = cls._make(bases, name, v2=False)
+            if tree is not None:
+                tree._weigh_v1(own, name, weight)
+            return tree, why
         if "" in own:
             base = _ROOT / own[""].lstrip("/")
             enabled = set(_read_text(base / "cgroup.subtree_control").split())
             if {"memory", "pids"} <= enabled:
-                return cls._make({"": base}, name, v2=True)
+                tree, why = cls._make({"": base}, name, v2=True)
+                if tree is None:
+                    return None, why
+                try:
+                    # A worker's cgroup has the caps' files only where its parent enables them.
+                    _write(str(tree.dirs[""] / "cgroup.subtree_control"), "+memory +pids")
+                except OSError as exc:
+                    tree.close(deadline_s=0)
+                    return None, f"cannot enable memory and pids below {base / name}: {exc}"
+                tree._weigh_v2(enabled, weight)
+                return tree, why
             return None, (
                 "cgroup v2 without the memory and pids controllers delegated to "
                 f"{base} (enabled there: {', '.join(sorted(enabled)) or 'none'})"
@@ -305,6 +360,46 @@ class CgroupTree:
                     path.rmdir()
             return None, f"cannot make a cgroup under {base}: {exc.strerror or exc}"
         return cls(made, v2), ""
+
+    def _weigh_v1(self, own: dict[str, str], name: str, weight: int) -> None:
+        """Give the fleet ``weight`` in the ``cpu`` hierarchy, making our cgroup there if apart."""
+        if "cpu" not in own:
+            self.cpu_weight_error = "no cgroup v1 cpu hierarchy is mounted"
+            return
+        path = _ROOT / "cpu" / own["cpu"].lstrip("/") / name
+        try:
+            # Often mounted together with cpuacct ("cpu,cpuacct"): then it is that cgroup.
+            if not (path.exists() and path.samefile(self.dirs["cpuacct"])):
+                _sweep_stale(path.parent)
+                path.mkdir()
+                self.dirs["cpu"] = path
+                self._bases["cpu"] = str(path)
+            _write(str(path / "cpu.shares"), str(weight))
+        except OSError as exc:
+            self.cpu_weight_error = (
+                f"cannot weigh the fleet under {path.parent}: {exc.strerror or exc}"
+            )
+            if self.dirs.pop("cpu", None) is not None:
+                del self._bases["cpu"]
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            return
+        self.cpu_weight_error = ""
+
+    def _weigh_v2(self, enabled: set[str], weight: int) -> None:
+        """Give the fleet ``weight`` (as ``cpu.weight``, 1 to 10000) where cpu is delegated."""
+        if "cpu" not in enabled:
+            self.cpu_weight_error = "the cgroup v2 cpu controller is not delegated here"
+            return
+        path = self.dirs[""]
+        try:
+            _write(str(path / "cpu.weight"), str(max(1, min(10000, weight * 100 // 1024))))
+            # Each worker's cgroup then weighs the same within the fleet.
+            _write(str(path / "cgroup.subtree_control"), "+cpu")
+        except OSError as exc:
+            self.cpu_weight_error = f"cannot weigh the fleet in {path}: {exc.strerror or exc}"
+            return
+        self.cpu_weight_error = ""
 
     def add_worker(self, worker_id: str, limits: ResourceLimits) -> WorkerCgroup:
         """Make a worker's cgroups with its caps set; move it in with ``WorkerCgroup.add``."""

@@ -111,6 +111,10 @@ class Supervisor:
         self._temp_dirs = WorkerTempDirs()
         self._hidden_paths = tuple(os.path.realpath(p) for p in self.config.hidden_paths)
         self._cgroups: CgroupTree | None = None
+        # One thread each: the kernel serializes cgroup changes anyway, and a
+        # slow removal (a tree's survivors to kill) must not hold up launches.
+        self._cgroup_making = trio.CapacityLimiter(1)
+        self._cgroup_removing = trio.CapacityLimiter(1)
         #: How caps over each worker's whole tree are enforced here (S-SEC-4).
         self.tree_caps = "sampling"
         self._sampler = TreeSampler()
@@ -124,8 +128,14 @@ class Supervisor:
         set_dumpable(False)
         _raise_open_files_limit()
         if self.config.tree_caps == "auto":
-            self._cgroups, why = CgroupTree.create(self.tree_id)
+            self._cgroups, why = CgroupTree.create(self.tree_id, fleet_nice=self.config.worker_nice)
             self.tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
+            if self._cgroups is not None and self._cgroups.cpu_weight_error:
+                log.warning(
+                    "the fleet has no CPU weight of its own (%s): a worker's tree is "
+                    "held below the supervisor by its nice value alone",
+                    self._cgroups.cpu_weight_error,
+                )
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
         self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
@@ -315,7 +325,7 @@ class Supervisor:
             # A worker on another node gets its cgroups there. A local one
             # writes itself into its own first, before anything else: every
             # process of its tree is born inside (S-SEC-4).
-            cgroup, join = self._worker_cgroup(worker_id, limits, local=not spawner.remote)
+            cgroup, join = await self._worker_cgroup(worker_id, limits, local=not spawner.remote)
             process = await spawner.spawn(worker_id, limits, policy, cgroups=join)
         except BaseException:
             self._slots.release()
@@ -341,21 +351,36 @@ class Supervisor:
         handle.cgroup, handle.tree_caps = None, "sampling"
         self._drop_cgroup(handle.worker_id, cgroup)
 
-    def _worker_cgroup(
+    async def _worker_cgroup(
         self, worker_id: str, limits: ResourceLimits, *, local: bool
     ) -> tuple[WorkerCgroup | None, list[int]]:
-        """A local worker's cgroups, with its caps set, and their ``cgroup.procs`` to join."""
-        if self._cgroups is None or not local:
+        """A local worker's cgroups, with its caps set, and their ``cgroup.procs`` to join.
+
+        Made in a thread: a cgroup ``mkdir`` waits for the kernel's cgroup lock,
+        which every worker joining its cgroups holds while the kernel moves it,
+        so in a launch storm one blocked for up to 80 ms here (the relay
+        benchmark, 500 workers), and the event loop must not. Shielded: what
+        the thread made is always returned, so the caller can undo it.
+        """
+        tree = self._cgroups
+        if tree is None or not local:
             return None, []
-        cgroup = None
-        try:
-            cgroup = self._cgroups.add_worker(worker_id, limits)
-            return cgroup, cgroup.open_procs()
-        except OSError as exc:
-            log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
-            if cgroup is not None:
-                self._drop_cgroup(worker_id, cgroup)
-            return None, []
+
+        def make() -> tuple[WorkerCgroup | None, list[int]]:
+            cgroup = None
+            try:
+                cgroup = tree.add_worker(worker_id, limits)
+                return cgroup, cgroup.open_procs()
+            except OSError as exc:
+                log.warning("worker %s: no cgroup (%s); its tree is sampled", worker_id, exc)
+                if cgroup is not None:
+                    tree.workers.pop(worker_id, None)
+                    cgroup.try_remove()
+                return None, []
+
+        with trio.CancelScope(shield=True):
+            made = await trio.to_thread.run_sync(make, limiter=self._cgroup_making)
+        return made
 
     def _drop_cgroup(self, worker_id: str, cgroup: WorkerCgroup) -> bool:
         """Forget a cgroup no worker holds; its empty dirs go now, the rest at close.
@@ -436,11 +461,12 @@ class Supervisor:
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
             cgroup = handle.cgroup
-            # Mostly empty by now: removed at once. Else what its tree left
-            # running dies with it (S-SEC-5): a thread kills it, bounded; one
-            # still busy (a zombie not yet reaped) is removed at close.
-            if cgroup is not None and not self._drop_cgroup(handle.worker_id, cgroup):
-                await trio.to_thread.run_sync(functools.partial(cgroup.remove, deadline_s=0.25))
+            if cgroup is not None:
+                if self._cgroups is not None:
+                    self._cgroups.workers.pop(handle.worker_id, None)
+                await trio.to_thread.run_sync(
+                    _remove_worker_cgroup, cgroup, limiter=self._cgroup_removing
+                )
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
@@ -500,3 +526,15 @@ def _check_local_cpus(cpus: float) -> None:
             f"it asks for {cpus:g} CPUs and this machine has {available}; "
             "lower the profile's cpus or run with --ray on a cluster with a node that large"
         )
+
+
+def _remove_worker_cgroup(cgroup: WorkerCgroup) -> None:
+    """Remove a worker's cgroups when it ends (blocking: a thread's work).
+
+    Mostly empty by now: one ``rmdir`` each. Else what its tree left running
+    dies with it (S-SEC-5), bounded; one still busy (a zombie not yet
+    reaped) is removed at close. Never on the event loop: an ``rmdir`` takes
+    the kernel's cgroup lock (see ``Supervisor._worker_cgroup``).
+    """
+    if not cgroup.try_remove():
+        cgroup.remove(deadline_s=0.25)

@@ -10,6 +10,7 @@ say which mechanism held.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
@@ -172,6 +173,70 @@ async def test_s_sec_4_a_workers_tree_runs_below_the_supervisor_and_cannot_climb
     assert "PermissionError" in attack.output(2), attack.output(2)
     assert "not allowed to raise maximum limit" in attack.output(3), attack.output(3)
     assert expected in attack.output(4), attack.output(4)
+
+
+_BUSY = "import sys, time; end = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass"
+
+
+def _cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+@pytest.mark.machine_may_lack("a writable cpu cgroup (cgroup v1 here; cpu delegated in v2)")
+async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_supervisor(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-4: four busy loops a subagent's Bash starts with ``setsid`` (each in a session,
+    so a kernel autogroup, of its own, where a nice value alone would not hold them) and a
+    busy process of the supervisor's, all on one CPU: the supervisor's gets most of it,
+    since the whole fleet weighs one process at the workers' nice value (a CPU-time
+    ratio between processes of the same run, not a wall-clock figure)."""
+    marker = _marker()
+    script = tmp_path / "busy.py"
+    script.write_text(_BUSY)
+    loops = f"setsid taskset -c 0 {PY} {script} 6 {marker}"
+    command = f"for i in 1 2 3 4; do {loops} & done; wait; echo started-by $$"
+    async with Supervisor(SupervisorConfig()) as sup:
+        tree = sup._cgroups
+        if tree is None or tree.cpu_weight_error:
+            why = tree.cpu_weight_error if tree else sup.tree_caps
+            pytest.skip(f"no CPU weight for the fleet here: {why}")
+        handle = await sup.spawn(handler=bash_model(command))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_bash, handle, tmp_path)
+            with trio.fail_after(30):
+                while len(pids := _alive_with(marker)) < 4:  # noqa: ASYNC110 (other processes)
+                    await trio.sleep(0.05)
+            # The loops left the worker's session: the kernel put each in an autogroup.
+            assert all(os.getsid(pid) not in (os.getsid(0), os.getsid(handle.pid)) for pid in pids)
+            before = _cpu_s(pids)
+            ours = await trio.run_process(
+                [
+                    "taskset",
+                    "-c",
+                    "0",
+                    PY,
+                    "-c",
+                    _BUSY + "\nimport time; print(time.process_time())",
+                    "2",
+                ],
+                capture_stdout=True,
+            )
+            theirs = _cpu_s(pids) - before
+            nursery.cancel_scope.cancel()
+        await handle.kill("test over")
+    mine = float(ours.stdout.decode().split()[-1])
+    share = mine / (mine + theirs)
+    # Weighed as one nice-10 process: ~0.9; the four loops' own autogroups: ~0.2.
+    assert share > 0.5, (mine, theirs)
+    assert await _until_gone(marker) == []
 
 
 @pytest.mark.machine_may_lack("writable cgroups (root here; a delegated cgroup v2 elsewhere)")
