@@ -17,14 +17,18 @@ cpu         the fleet's weight            (a share, not a cap: nothing to breach
 ==========  ============================  ==========================================
 
 The ``cpu`` controller is used where it can be (optional: the caps hold
-without it). The supervisor's cgroup of the fleet gets the CPU weight of one
-process at the workers' nice value (``fleet_nice``), however many workers
-and processes it holds, and each worker's cgroup an equal share of that. A
-nice value alone does not hold the supervisor above a tree: with the
-kernel's autogroup (``sched_autogroup_enabled``), a process that calls
-``setsid`` gets a scheduling group of its own that weighs as much as the
-supervisor's whole session, whatever its nice value. Tasks in a cpu cgroup
-other than the root are never autogrouped.
+without it). The supervisor's cgroup of the fleet weighs, for the CPU, what
+one process at nice 0 does, however many workers and processes it holds,
+and each worker's cgroup an equal part of that: the fleet never outweighs
+the supervisor's own processes, and a worker that forks does not outweigh
+the others. A nice value alone does not hold the supervisor above a tree:
+with the kernel's autogroup (``sched_autogroup_enabled``), a process that
+calls ``setsid`` gets a scheduling group of its own that weighs as much as
+the supervisor's whole session, whatever its nice value. Tasks in a cpu
+cgroup other than the root are never autogrouped. The weight is a share,
+not a cap: an idle supervisor leaves the fleet every CPU. (Lower, the fleet
+starved: with the weight of one nice-10 process, workers launched 500 at
+once missed their 10 s handshake.)
 
 The supervisor moves a worker into its cgroup as soon as it knows the pid,
 before it sends the worker anything to do: the worker starts no process of
@@ -55,29 +59,9 @@ __all__ = ["CgroupTree", "CgroupUsage", "WorkerCgroup"]
 _ROOT = Path("/sys/fs/cgroup")
 _CONTROLLERS = ("memory", "pids", "cpuacct")
 _MIB = 1024 * 1024
-#: The kernel's CFS weight of nice 0 to 19 (``sched_prio_to_weight``); v1 ``cpu.shares``.
-_NICE_WEIGHTS = (
-    1024,
-    820,
-    655,
-    526,
-    423,
-    335,
-    272,
-    215,
-    172,
-    137,
-    110,
-    87,
-    70,
-    56,
-    45,
-    36,
-    29,
-    23,
-    18,
-    15,
-)
+#: The fleet's CPU weight: one process at nice 0 (v1 ``cpu.shares``; v2 ``cpu.weight``).
+_FLEET_SHARES_V1 = 1024
+_FLEET_WEIGHT_V2 = 100
 _PREFIX = "subvisor-"
 
 
@@ -308,21 +292,19 @@ class CgroupTree:
         return "cgroup v2" if self.v2 else "cgroup v1"
 
     @classmethod
-    def create(cls, tree_id: str, *, fleet_nice: int = 0) -> tuple[CgroupTree | None, str]:
+    def create(cls, tree_id: str) -> tuple[CgroupTree | None, str]:
         """This supervisor's cgroups, or None and why they cannot be made here.
 
-        ``fleet_nice``: the whole fleet weighs, for the CPU, what one process
-        at this nice value does (where the ``cpu`` controller can be used;
-        ``cpu_weight_error`` says why not otherwise).
+        The fleet gets a CPU weight of its own where the ``cpu`` controller can
+        be used; ``cpu_weight_error`` says why not otherwise.
         """
         name = f"{_PREFIX}{os.getpid()}-{tree_id}"
         own = _own_paths()
-        weight = _NICE_WEIGHTS[max(0, min(fleet_nice, len(_NICE_WEIGHTS) - 1))]
         if all(c in own for c in _CONTROLLERS):
             bases = {c: _ROOT / c / own[c].lstrip("/") for c in _CONTROLLERS}
             tree, why = cls._make(bases, name, v2=False)
             if tree is not None:
-                tree._weigh_v1(own, name, weight)
+                tree._weigh_v1(own, name)
             return tree, why
         if "" in own:
             base = _ROOT / own[""].lstrip("/")
@@ -337,7 +319,7 @@ class CgroupTree:
                 except OSError as exc:
                     tree.close(deadline_s=0)
                     return None, f"cannot enable memory and pids below {base / name}: {exc}"
-                tree._weigh_v2(enabled, weight)
+                tree._weigh_v2(enabled)
                 return tree, why
             return None, (
                 "cgroup v2 without the memory and pids controllers delegated to "
@@ -361,8 +343,8 @@ class CgroupTree:
             return None, f"cannot make a cgroup under {base}: {exc.strerror or exc}"
         return cls(made, v2), ""
 
-    def _weigh_v1(self, own: dict[str, str], name: str, weight: int) -> None:
-        """Give the fleet ``weight`` in the ``cpu`` hierarchy, making our cgroup there if apart."""
+    def _weigh_v1(self, own: dict[str, str], name: str) -> None:
+        """Weigh the fleet in the ``cpu`` hierarchy, making our cgroup there if apart."""
         if "cpu" not in own:
             self.cpu_weight_error = "no cgroup v1 cpu hierarchy is mounted"
             return
@@ -374,7 +356,7 @@ class CgroupTree:
                 path.mkdir()
                 self.dirs["cpu"] = path
                 self._bases["cpu"] = str(path)
-            _write(str(path / "cpu.shares"), str(weight))
+            _write(str(path / "cpu.shares"), str(_FLEET_SHARES_V1))
         except OSError as exc:
             self.cpu_weight_error = (
                 f"cannot weigh the fleet under {path.parent}: {exc.strerror or exc}"
@@ -386,14 +368,14 @@ class CgroupTree:
             return
         self.cpu_weight_error = ""
 
-    def _weigh_v2(self, enabled: set[str], weight: int) -> None:
-        """Give the fleet ``weight`` (as ``cpu.weight``, 1 to 10000) where cpu is delegated."""
+    def _weigh_v2(self, enabled: set[str]) -> None:
+        """Weigh the fleet (``cpu.weight``) where the cpu controller is delegated."""
         if "cpu" not in enabled:
             self.cpu_weight_error = "the cgroup v2 cpu controller is not delegated here"
             return
         path = self.dirs[""]
         try:
-            _write(str(path / "cpu.weight"), str(max(1, min(10000, weight * 100 // 1024))))
+            _write(str(path / "cpu.weight"), str(_FLEET_WEIGHT_V2))
             # Each worker's cgroup then weighs the same within the fleet.
             _write(str(path / "cgroup.subtree_control"), "+cpu")
         except OSError as exc:

@@ -159,7 +159,7 @@ class NodeHost:
     async def _start(self, nursery: trio.Nursery) -> None:
         assert self._link is not None
         if self._tree_caps_mode == "auto":
-            self._cgroups, why = CgroupTree.create(self._tree_id, fleet_nice=self._nice)
+            self._cgroups, why = CgroupTree.create(self._tree_id)
             self._tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
         self._zygote = ZygoteSpawner(
             worker_environment(self._tree_id),

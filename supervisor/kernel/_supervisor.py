@@ -128,7 +128,7 @@ class Supervisor:
         set_dumpable(False)
         _raise_open_files_limit()
         if self.config.tree_caps == "auto":
-            self._cgroups, why = CgroupTree.create(self.tree_id, fleet_nice=self.config.worker_nice)
+            self._cgroups, why = CgroupTree.create(self.tree_id)
             self.tree_caps = self._cgroups.mechanism if self._cgroups else f"sampling ({why})"
             if self._cgroups is not None and self._cgroups.cpu_weight_error:
                 log.warning(

@@ -193,16 +193,16 @@ def _cpu_s(pids: list[int]) -> float:
 async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_supervisor(
     tmp_path: Path,
 ) -> None:
-    """S-SEC-4: four busy loops a subagent's Bash starts with ``setsid`` (each in a session,
+    """S-SEC-4: eight busy loops a subagent's Bash starts with ``setsid`` (each in a session,
     so a kernel autogroup, of its own, where a nice value alone would not hold them) and a
-    busy process of the supervisor's, all on one CPU: the supervisor's gets most of it,
-    since the whole fleet weighs one process at the workers' nice value (a CPU-time
-    ratio between processes of the same run, not a wall-clock figure)."""
+    busy process of the supervisor's, all on one CPU: the supervisor's gets half of it, as
+    the whole fleet weighs one process; the loops' own autogroups would leave it a ninth.
+    (A CPU-time ratio between processes of the same run, not a wall-clock figure.)"""
     marker = _marker()
     script = tmp_path / "busy.py"
     script.write_text(_BUSY)
     loops = f"setsid taskset -c 0 {PY} {script} 6 {marker}"
-    command = f"for i in 1 2 3 4; do {loops} & done; wait; echo started-by $$"
+    command = f"for i in $(seq 8); do {loops} & done; wait"
     async with Supervisor(SupervisorConfig()) as sup:
         tree = sup._cgroups
         if tree is None or tree.cpu_weight_error:
@@ -212,7 +212,7 @@ async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_su
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_bash, handle, tmp_path)
             with trio.fail_after(30):
-                while len(pids := _alive_with(marker)) < 4:  # noqa: ASYNC110 (other processes)
+                while len(pids := _alive_with(marker)) < 8:  # noqa: ASYNC110 (other processes)
                     await trio.sleep(0.05)
             # The loops left the worker's session: the kernel put each in an autogroup.
             assert all(os.getsid(pid) not in (os.getsid(0), os.getsid(handle.pid)) for pid in pids)
@@ -234,8 +234,8 @@ async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_su
         await handle.kill("test over")
     mine = float(ours.stdout.decode().split()[-1])
     share = mine / (mine + theirs)
-    # Weighed as one nice-10 process: ~0.9; the four loops' own autogroups: ~0.2.
-    assert share > 0.5, (mine, theirs)
+    # Weighed as one process: ~0.5; the eight loops in autogroups of their own: ~0.11.
+    assert share > 0.3, (mine, theirs)
     assert await _until_gone(marker) == []
 
 
