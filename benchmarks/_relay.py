@@ -90,12 +90,18 @@ class _Probe:
     supervisor's loop, in the lag and the CPU figures it measures.
     """
 
-    texts: list[tuple[float, str]] = field(default_factory=list)
+    # Two lists of atoms, not one of pairs: the collector never walks them.
+    times: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
     streams: list[float] = field(default_factory=list)
 
     def lags(self) -> list[float]:
         """Each chunk's lag, in seconds: from its server write to its arrival."""
-        return [came - float(stamp) for came, text in self.texts for stamp in _STAMP.findall(text)]
+        return [
+            came - float(stamp)
+            for came, text in zip(self.times, self.texts, strict=True)
+            for stamp in _STAMP.findall(text)
+        ]
 
 
 @contextlib.contextmanager
@@ -117,7 +123,8 @@ def _probing(probe: _Probe) -> Iterator[None]:
 
         def stamped(text: str) -> None:
             nonlocal streamed
-            probe.texts.append((time.monotonic(), text))
+            probe.times.append(time.monotonic())
+            probe.texts.append(text)
             streamed = True
             if on_text is not None:
                 on_text(text)
