@@ -8,7 +8,7 @@ stream at once (``GatewayConfig.pool_after``), the gateway starts
 ``processes`` gateway processes (``_gateway_process``) and sends its HTTP
 providers' calls to them, least busy first; they read and parse the
 streams on other cores, and send the text back in batches (one frame per
-``TEXT_BATCH_S`` for all their calls). Until the pool is ready, calls are
+read round, ``TEXT_BATCH_S``, for all their calls). Until the pool is ready, calls are
 made here, as they are when ``processes`` is 0.
 
 The gateway keeps everything that decides: the model slots, the retries,

@@ -7,8 +7,8 @@ over the link, never in its environment; it makes itself non-dumpable
 before it reads them, dies with its parent, and is no worker's ancestor or
 descendant, so no worker can reach it. It makes one
 attempt per ``call`` (the supervisor's gateway keeps the slots, the
-retries and the accounting) and batches the streamed text of every call
-into one frame per ``TEXT_BATCH_S``.
+retries and the accounting) and batches the streamed text of every call:
+one frame per read round (``TEXT_BATCH_S``).
 
 It ends when its link closes (the supervisor closed it, or died).
 """
@@ -33,6 +33,7 @@ from ._errors import ModelProviderError, ModelResponseError
 from ._gateway import ModelGateway
 from ._gateway_link import (
     TEXT_BATCH_S,
+    TEXT_GAP_S,
     LinkDecoder,
     error_fields,
     link_frame,
@@ -81,13 +82,15 @@ class _Server:
 
     async def send_texts_forever(self) -> None:
         # A round of the transport's reader feeds every sink in one task step,
-        # so the batch goes out right after the round that read it (not up to
-        # a period later), and then no sooner than a period after the last.
+        # so its batch goes out right after it. Waiting a whole period after a
+        # batch instead would put this wait out of phase with the rounds, and
+        # a round's text would wait up to a period more. TEXT_GAP_S bounds the
+        # frames that bodies read outside the rounds would send.
         while True:
             await self.has_texts.wait()
             self.has_texts = trio.Event()
             await self.flush()
-            await trio.sleep(TEXT_BATCH_S)
+            await trio.sleep(TEXT_GAP_S)
 
     async def call(self, call_id: int, fields: dict[str, Any]) -> None:
         answer: list[Any]
@@ -157,7 +160,7 @@ async def _serve(fd: int) -> None:
     if start[0] != "start":
         raise RuntimeError(f"a gateway process starts with 'start', not {start[0]!r}")
     config = GatewayConfig.model_validate(start[1])
-    # Text leaves in batches every TEXT_BATCH_S: reading more often would gain nothing.
+    # Text leaves in a batch per read round (see TEXT_BATCH_S).
     async with ModelGateway(config, read_rounds_s=TEXT_BATCH_S) as gateway:
         await link.send_all(link_frame(["ready"]))
         server = _Server(link, gateway)
