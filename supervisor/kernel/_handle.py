@@ -29,9 +29,14 @@ itself; the first message that is anything else, and every one after it, is
 handed over to the reader task, with the baton, in order, and so is a
 read's error. The reader takes the baton back whenever it runs and finds it
 free, and steps aside (frees it and parks) after a read that woke a
-requester: that requester, running next, either takes it for its next
-request or wakes the reader (``_give_back_reading``), so the baton is never
-left free with nobody bound to run.
+requester that has not run yet: that requester, running next, either takes
+it for its next request or wakes the reader (``_give_back_reading``), so
+the baton is never left free with nobody bound to run. Race: the reader may
+wait in the same read (an event for a full buffer) after it woke one, and
+the woken requester then runs first, finds the baton held, and waits for
+its next answer; a reader that stepped aside then would wait for it
+forever, so it steps aside only while a requester it woke has not yet run
+(``_Pending.taken``).
 
 A protocol violation is the worker's only when its frames broke the protocol
 (``RemoteProtocolError``). A ``LocalProtocolError`` is ours (an answer that
@@ -138,7 +143,12 @@ class _HandedOver:
 class _Pending(Outcome[Response | ErrorReply | WorkerExit]):
     # A class, not the alias ``Outcome[...]``: calling an alias tries to set
     # ``__orig_class__`` on the (slotted) instance and swallows the error, per request.
-    __slots__ = ()
+    __slots__ = ("taken",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Its requester has run since its answer came (see the module on the baton).
+        self.taken = False
 
 
 class WorkerHandle:
@@ -248,6 +258,7 @@ class WorkerHandle:
             raise
         finally:
             self._pending.pop(request_id, None)
+            pending.taken = True
             # Woken by the reader task, which stepped aside for us: wake it
             # unless a requester took the baton meanwhile.
             self._give_back_reading()
@@ -541,17 +552,19 @@ class WorkerHandle:
                     data = await self._pipe.receive_some(_READ_SIZE)
                     messages, error = self._connection.receive_data(data), None
                 now = trio.current_time()
-                woke = False
+                woken: list[_Pending] = []
                 for message in messages:
                     if isinstance(message, ConnectionClosed):
                         return
                     self.last_activity = now
-                    woke = await self._dispatch(message, nursery) or woke
+                    answered = await self._dispatch(message, nursery)
+                    if answered is not None:
+                        woken.append(answered)
                 if error is not None:
                     raise error
-                if woke:
-                    # Step aside for the requester just woken: it runs next, and
-                    # takes the baton for its next request or wakes us.
+                if not all(pending.taken for pending in woken):
+                    # Step aside for a requester just woken that has not run: it
+                    # runs next, and takes the baton for its next request or wakes us.
                     self._reader = None
                     await self._wait_for_reading()
         except RemoteProtocolError as exc:
@@ -567,8 +580,8 @@ class WorkerHandle:
             self._reader = me
             self._eof.set()
 
-    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> bool:
-        """Route one message; True when it woke a requester waiting for its answer."""
+    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> _Pending | None:
+        """Route one message; the request it answered, when that woke its requester."""
         # Most frequent first. The reader yields once per read (in
         # ``receive_some``), not per message: an event only waits when the
         # buffer is full.
@@ -576,7 +589,7 @@ class WorkerHandle:
             try:
                 self.budget.charge(events=1)
             except EventBudgetExceededError:
-                return False  # the worker is being stopped for it; nothing more is kept
+                return None  # the worker is being stopped for it; nothing more is kept
             try:
                 self._events_in.send_nowait(message)
             except trio.WouldBlock:
@@ -584,7 +597,7 @@ class WorkerHandle:
         elif isinstance(message, _ANSWERS):
             pending = self._pending.get(message.id)
             if pending is not None:
-                return pending.set(message)
+                return pending if pending.set(message) else None
         elif isinstance(message, Progress):
             pass  # no method streams progress (``protocol.Progress``); the connection checked it
         elif isinstance(message, WorkerRequest):
@@ -604,7 +617,7 @@ class WorkerHandle:
             self.hello = message
             self.ready_at = trio.current_time()
             self._ready.set()
-        return False
+        return None
 
     async def _answer(self, request: WorkerRequest) -> None:
         reply: Response | ErrorReply
