@@ -4,9 +4,9 @@ A model answer streams as hundreds of small HTTP chunks, one network read
 each. httpx's own transport (httpcore over h11) costs per chunk an h11
 event, a stack of async generators, and per read two context managers and
 a cancel scope: most of the supervisor's CPU at fleet scale. This transport
-keeps httpx as the client (its API, errors, proxies from the environment
-and redirects policy stay) and does the HTTP/1.1 wire itself where it
-matters:
+keeps httpx as the client (its API, errors and redirects policy stay) and
+does the HTTP/1.1 wire itself where it matters, as below. It does not go through a
+proxy: httpx reads ``HTTP(S)_PROXY`` only for transports of its own.
 
 - h11 writes the request and reads the response head (status, headers);
 - the body is decoded here, a whole read at a time: chunked framing, a
