@@ -195,8 +195,9 @@ async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_su
 ) -> None:
     """S-SEC-4: eight busy loops a subagent's Bash starts with ``setsid`` (each in a session,
     so a kernel autogroup, of its own, where a nice value alone would not hold them) and a
-    busy process of the supervisor's, all on one CPU: the supervisor's gets half of it, as
-    the whole fleet weighs one process; the loops' own autogroups would leave it a ninth.
+    busy process in a session of its own as the supervisor's is, all on one CPU: that
+    process gets half of it, as the whole fleet weighs one process; the loops' own
+    autogroups would leave it a ninth.
     (A CPU-time ratio between processes of the same run, not a wall-clock figure.)"""
     marker = _marker()
     script = tmp_path / "busy.py"
@@ -228,6 +229,10 @@ async def test_s_sec_4_a_tree_that_starts_new_sessions_still_weighs_below_the_su
                     "2",
                 ],
                 capture_stdout=True,
+                # A session of its own, weighing as the supervisor's does: busy
+                # processes that share the test's session (CPU burners beside the
+                # suite) then take nothing from it.
+                start_new_session=True,
             )
             theirs = _cpu_s(pids) - before
             nursery.cancel_scope.cancel()
