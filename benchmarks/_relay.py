@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import resource
 import subprocess
@@ -79,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", type=int, default=200, help="chunks per answer")
     parser.add_argument("--rate", type=float, default=50.0, help="chunks per second per answer")
     parser.add_argument("--no-twin", action="store_true", help="skip the scripted twin")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS (a throwaway CA from trustme, trusted through SSL_CERT_FILE)",
+    )
 
 
 @dataclass
@@ -181,7 +187,7 @@ def _write_fixture(work: Path, agents: int, model: str, latency_ms: float) -> No
     (work / "scenario.json").write_text(json.dumps(scenario))
 
 
-async def _fan_out(work: Path, agents: int, port: int) -> _Run:
+async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
     settings = SubvisorSettings(
         home=work / "home",
         max_concurrent_subagents=agents,
@@ -194,7 +200,7 @@ async def _fan_out(work: Path, agents: int, port: int) -> _Run:
                 "providers": {
                     "bench": {
                         "api": "openai",
-                        "base_url": f"http://127.0.0.1:{port}/v1",
+                        "base_url": base_url,
                         "read_timeout_s": 120,
                     }
                 },
@@ -216,7 +222,7 @@ async def _fan_out(work: Path, agents: int, port: int) -> _Run:
     return _Run(wall, _cpu_seconds() - cpu_before, completed, spread, gateway_cpu, gateway_start)
 
 
-def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Report:
+def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -> Report:
     chunks = max(1, args.chunks)
     ideal_s = chunks / max(0.1, args.rate)
     report: Report = {}
@@ -225,7 +231,7 @@ def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Re
         _write_fixture(work, agents, "bench:gpt-bench", ideal_s * 1000)
         probe = _Probe()
         with _probing(probe):
-            relay = trio.run(_fan_out, work, agents, port)
+            relay = trio.run(_fan_out, work, agents, base_url)
     lags = probe.lags()
     relayed = max(1, len(lags))
     report[f"n{agents}_completed"] = relay.completed
@@ -254,7 +260,7 @@ def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Re
             work = Path(tmp)
             scripted = f"scripted:{work / 'scenario.json'}"
             _write_fixture(work, agents, scripted, ideal_s * 1000)
-            scripted_run = trio.run(_fan_out, work, agents, port)
+            scripted_run = trio.run(_fan_out, work, agents, base_url)
         report[f"n{agents}_twin_completed"] = scripted_run.completed
         report[f"n{agents}_twin_wall_s"] = rounded(scripted_run.wall_s)
         report[f"n{agents}_twin_cpu_s"] = rounded(scripted_run.cpu_s)
@@ -266,34 +272,74 @@ def _measure(agents: int, args: argparse.Namespace, port: int, twin: bool) -> Re
 
 def run(args: argparse.Namespace) -> Report:
     sizes = [max(1, int(n)) for n in str(args.agents).split(",") if n.strip()]
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks._stream_server",
-            "--chunks",
-            str(max(1, args.chunks)),
-            "--rate",
-            str(args.rate),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        # A session of its own stands for a provider elsewhere: with autogroup
-        # scheduling, in the benchmark's session its CPU (a quarter of a core
-        # at N = 500) would come out of the supervisor's and the gateway's share.
-        start_new_session=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        report: Report = {"chunks_per_answer": max(1, args.chunks), "rate": args.rate}
-        for agents in sizes:
-            report.update(_measure(agents, args, port, twin=not args.no_twin))
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
+    with tempfile.TemporaryDirectory(prefix="subvisor-relay-tls-") as keys:
+        tls = _tls_files(Path(keys)) if args.tls else []
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks._stream_server",
+                "--chunks",
+                str(max(1, args.chunks)),
+                "--rate",
+                str(args.rate),
+                *tls,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            # A session of its own stands for a provider elsewhere: with autogroup
+            # scheduling, in the benchmark's session its CPU (a quarter of a core
+            # at N = 500) would come out of the supervisor's and the gateway's share.
+            start_new_session=True,
+        )
+        try:
+            assert server.stdout is not None
+            port = int(server.stdout.readline())
+            base_url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/v1"
+            report: Report = {
+                "chunks_per_answer": max(1, args.chunks),
+                "rate": args.rate,
+                "tls": bool(tls),
+            }
+            with _trusting(Path(keys) / "ca.pem" if tls else None):
+                for agents in sizes:
+                    report.update(_measure(agents, args, base_url, twin=not args.no_twin))
+        finally:
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait(timeout=10)
     return report
+
+
+def _tls_files(folder: Path) -> list[str]:
+    """A throwaway CA's certificate for 127.0.0.1, in ``folder``: the server's arguments."""
+    try:
+        import trustme
+    except ImportError:
+        raise SystemExit("relay --tls needs trustme: pip install -e '.[test]'") from None
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    issued = ca.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
+    issued.private_key_pem.write_to_path(str(folder / "key.pem"))
+    return ["--cert", str(folder / "cert.pem"), "--key", str(folder / "key.pem")]
+
+
+@contextlib.contextmanager
+def _trusting(ca_file: Path | None) -> Iterator[None]:
+    """Trust ``ca_file`` in this process and the gateway's, as a user's private CA would be."""
+    if ca_file is None:
+        yield
+        return
+    before = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = str(ca_file)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SSL_CERT_FILE", None)
+        else:
+            os.environ["SSL_CERT_FILE"] = before
 
 
 def _cpu_seconds() -> float:

@@ -5,7 +5,8 @@
 with a Chat Completions SSE stream: ``--chunks`` content chunks at
 ``--rate`` chunks per second, a last chunk with ``finish_reason`` and
 usage, then ``[DONE]``, in chunked transfer encoding on a keep-alive
-connection. It stops when its stdin closes.
+connection. It stops when its stdin closes. With ``--cert FILE --key FILE``
+it speaks HTTPS (TLS in asyncio's ``ssl`` transport).
 
 Each chunk's text is ``<T> ``, ``T`` being ``time.monotonic()`` when it was
 written. The clock is the machine's, so whoever reads the text subtracts T
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import sys
 import time
 
@@ -124,11 +126,11 @@ class _Connection(asyncio.Protocol):
             self._server.streams.add(_Stream(self._transport, start))
 
 
-async def _serve(chunks: int, rate: float) -> None:
+async def _serve(chunks: int, rate: float, tls: ssl.SSLContext | None) -> None:
     server = _Server(chunks, rate)
     loop = asyncio.get_running_loop()
     listener = await loop.create_server(
-        lambda: _Connection(server), "127.0.0.1", 0, backlog=4096, reuse_address=True
+        lambda: _Connection(server), "127.0.0.1", 0, backlog=4096, reuse_address=True, ssl=tls
     )
     port = listener.sockets[0].getsockname()[1]
     print(port, flush=True)
@@ -144,8 +146,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--cert", help="PEM certificate chain: serve HTTPS")
+    parser.add_argument("--key", help="PEM private key of --cert")
     args = parser.parse_args()
-    asyncio.run(_serve(max(1, args.chunks), max(0.1, args.rate)))
+    tls = None
+    if args.cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.cert, args.key)
+    asyncio.run(_serve(max(1, args.chunks), max(0.1, args.rate), tls))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ proxy: httpx reads ``HTTP(S)_PROXY`` only for transports of its own.
   for it: the one waiting on the body wakes when the sink says it has had
   enough, or the body ends or fails. At fleet scale (hundreds of answers
   streaming at once) that is most of the cost of a chunk gone. A TLS body
-  is fed by its own waiting task, a read at a time.
+  is fed the same way: TLS is a ``TlsStream`` (``_tls``), whose records the
+  reader decrypts from the raw bytes it read.
 
 Invariants: a response is framed exactly once (h11 for the head, this
 module for the body), so a connection is reused only at a message
@@ -53,6 +54,8 @@ import h11
 import httpx
 import trio
 
+from ._tls import TlsStream
+
 __all__ = ["BODY_EXTENSION", "BodySink", "FeedableBody", "GatewayTransport"]
 
 #: The response extension holding the body as a ``FeedableBody``.
@@ -75,15 +78,11 @@ _Origin = tuple[str, str, int]
 
 @dataclass(eq=False)
 class _Connection:
-    """One open connection; ``stream`` is the socket (or TLS) stream."""
+    """One open connection; ``stream`` is the socket stream, or ``tls`` over it."""
 
     stream: trio.abc.Stream
     socket: trio.socket.SocketType
-
-    @property
-    def plain(self) -> bool:
-        """Whether the stream is the socket itself (no TLS): its bytes can be read raw."""
-        return self.stream is not None and not isinstance(self.stream, trio.SSLStream)
+    tls: TlsStream | None = None
 
 
 class ChunkedBody:
@@ -268,13 +267,15 @@ class _Body(httpx.AsyncByteStream):
         self._sink, self._fed_error = sink, None
         try:
             over = bool(data) and self._take(data)
+            tls = self.connection.tls
+            if not over and tls is not None and tls.buffered:
+                # Records already read from the socket: the reader would not
+                # wake for them.
+                over = self._take_decrypted(tls, None)
             if self.decoder.finished:
                 self.done = True
-            elif not over and self.connection.plain:
-                await self._fed_by_reader()
             elif not over:
-                while not await self._feed_read():
-                    pass
+                await self._fed_by_reader()
         finally:
             self._sink = None
         if self._fed_error is not None:
@@ -293,17 +294,6 @@ class _Body(httpx.AsyncByteStream):
         reader.watch(self)
         await trio.lowlevel.wait_task_rescheduled(abort)
 
-    async def _feed_read(self) -> bool:
-        """One read of a TLS body into the sink; True once the feed is over."""
-        if self.read_timeout is not None:
-            self.deadline = trio.current_time() + self.read_timeout
-        try:
-            data = cast(bytes, await self.connection.stream.receive_some(_READ_SIZE))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._fed_error = self._read_error(exc)
-            return True
-        return self._take(data)
-
     def _readable(self, now: float) -> None:
         """The reader task saw the socket readable at ``now``: read it into the sink."""
         fd = self.watched_fd
@@ -318,8 +308,20 @@ class _Body(httpx.AsyncByteStream):
             return
         if self.read_timeout is not None:
             self.deadline = now + self.read_timeout
-        if self._take(data):
+        tls = self.connection.tls
+        if self._take(data) if tls is None else self._take_decrypted(tls, data):
             self._end_feed()
+
+    def _take_decrypted(self, tls: TlsStream, raw: bytes | None) -> bool:
+        """``_take`` for the plaintext of ``raw`` (see ``TlsStream.decrypt``)."""
+        try:
+            data, ended = tls.decrypt(raw)
+        except OSError as exc:  # ssl.SSLError: a broken record
+            self._fed_error = self._read_error(exc)
+            return True
+        if data and self._take(data):
+            return True
+        return ended and self._take(b"")
 
     def _take(self, data: bytes) -> bool:
         """Decode ``data`` into the sink; True once the feed is over (how: ``_fed_error``)."""
@@ -375,7 +377,14 @@ class _Body(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         self.transport._untrack(self)
         self.transport._reader.forget(self)
-        if self.done and self.reusable and not self.decoder.leftover and not self.timed_out:
+        tls = self.connection.tls
+        if (
+            self.done
+            and self.reusable
+            and not self.decoder.leftover
+            and not self.timed_out
+            and not (tls is not None and tls.buffered)
+        ):
             self.transport._release(self.origin, self.connection)
         else:
             await trio.aclose_forcefully(self.connection.stream)
@@ -545,25 +554,26 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         """A new connection (None when cancelled by the caller's connect timeout)."""
         scheme, host, port = origin
         stream: trio.abc.Stream | None = None
+        tls: TlsStream | None = None
         try:
             tcp = await trio.open_tcp_stream(host, port)
             stream = tcp
             if scheme == "https":
                 context = self._ssl_context or ssl.create_default_context()
-                stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
-                await stream.do_handshake()
+                stream = tls = TlsStream(tcp, context, server_hostname=host)
+                await tls.do_handshake()
         except trio.Cancelled:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
             raise
-        except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
-            # trio reports a failed TLS handshake as BrokenResourceError, caused
-            # by the SSLError that says why (a certificate not trusted, say).
+        except (OSError, trio.BrokenResourceError) as exc:
+            # A failed TLS handshake is an ssl.SSLError (an OSError) that says
+            # why: a certificate not trusted, say.
             if stream is not None:
                 await trio.aclose_forcefully(stream)
             cause = exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc
             raise httpx.ConnectError(str(cause) or type(cause).__name__, request=request) from exc
-        return _Connection(stream, tcp.socket)
+        return _Connection(stream, tcp.socket, tls)
 
     async def _exchange(
         self,

@@ -200,8 +200,8 @@ def _tls_gateway(server: ProviderServer, ca: trustme.CA, **provider: object) -> 
 async def test_a_streamed_answer_over_https_is_whole_and_in_order(
     tls_server: ProviderServer, certificate_authority: trustme.CA, piece_size: int | None
 ) -> None:
-    """Over TLS the body is fed a read at a time by its own task: the same whole answer, its
-    pieces in order, on a verified connection."""
+    """Over TLS the body is fed by the transport's reader, which decrypts what it reads: the
+    same whole answer, its pieces in order, on a verified connection."""
     words = " ".join(f"w{i}" for i in range(40))
     tls_server.enqueue(_streamed(words, piece_size), _streamed("again"))
     pieces: list[str] = []
@@ -242,4 +242,63 @@ async def test_a_stalled_tls_body_times_out_as_a_connection_error(
         with pytest.raises(ModelConnectionError, match="timed out"):
             await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
     held.set()
-    assert pieces == ["one", "two"]
+    # Both came before the stall (in one read or two: a round reads what has come).
+    assert "".join(pieces) == "onetwo"
+
+
+async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
+    certificate_authority: trustme.CA,
+) -> None:
+    """Body records read in the same socket read as the response head are handed on at once.
+
+    The server sends the head and three events as four TLS records in one
+    write, then holds the stream open: all three must arrive before the
+    read-idle timeout ends the call, not wait for bytes that never come.
+    """
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    certificate_authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    events = _streamed("one two three").chunks[:3]
+
+    async def serve(stream: trio.SocketStream) -> None:
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = server_context.wrap_bio(incoming, outgoing, server_side=True)
+        request = b""
+        while b"\r\n\r\n" not in request:
+            try:
+                tls.do_handshake()
+                request += tls.read(65536)
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    await stream.send_all(outgoing.read())
+                incoming.write(await stream.receive_some(65536))
+        tls.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for event in events:
+            tls.write(_chunked([event])[:-5])  # one record each, the body not ended
+        await stream.send_all(outgoing.read())
+        await trio.sleep_forever()
+
+    pieces: list[str] = []
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0
+        )
+        port = listeners[0].socket.getsockname()[1]
+        client_context = ssl.create_default_context()
+        certificate_authority.configure_trust(client_context)
+        config = GatewayConfig.model_validate(
+            {
+                "max_retries": 0,
+                "providers": {
+                    "openai": {"base_url": f"https://127.0.0.1:{port}/v1", "read_timeout_s": 0.5}
+                },
+            }
+        )
+        transport = GatewayTransport(ssl_context=client_context)
+        async with ModelGateway(config, transport=transport, env={}) as gateway:
+            with pytest.raises(ModelConnectionError, match="timed out"):
+                await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
+        nursery.cancel_scope.cancel()
+    assert "".join(pieces) == "onetwothree"
