@@ -14,9 +14,9 @@ Invariants:
   response on a connection, and a body is read by one party at a time (its
   iterator, or the reader task while it is fed). So there is no lock here,
   unlike ``SSLStream``, which must allow both at once.
-- Bytes the TLS layer must send while reading (a TLS 1.3 ``KeyUpdate``
-  answer) are sent at once where the socket takes them, and otherwise before
-  the next send: they never block a read.
+- A read never writes. What TLS must send after one waits in the outgoing
+  BIO for the next send: OpenSSL answers a peer's TLS 1.3 ``KeyUpdate``
+  request with its next write anyway, and HTTP sends nothing mid-response.
 - The end of the stream is the end, with or without ``close_notify``, as
   ``SSLStream(https_compatible=True)`` reads it: HTTP's own framing tells a
   whole body from a cut one.
@@ -24,7 +24,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import ssl
 
 import trio
@@ -46,7 +45,6 @@ class TlsStream(trio.abc.Stream):
         self._tls = context.wrap_bio(
             self._incoming, self._outgoing, server_hostname=server_hostname
         )
-        self._unsent = b""
 
     async def do_handshake(self) -> None:
         """Negotiate TLS; raises ``ssl.SSLError`` (a certificate not trusted, say), ``OSError``."""
@@ -112,7 +110,6 @@ class TlsStream(trio.abc.Stream):
                 ended = True
                 break
             pieces.append(piece)
-        self._send_pending()
         return b"".join(pieces), ended
 
     @property
@@ -124,19 +121,8 @@ class TlsStream(trio.abc.Stream):
         """Close the socket (no ``close_notify``: an HTTP client need not send one)."""
         await self.transport_stream.aclose()
 
-    def _send_pending(self) -> None:
-        self._unsent += self._outgoing.read()
-        if not self._unsent:
-            return
-        try:
-            sent = os.write(self.transport_stream.socket.fileno(), self._unsent)
-        except OSError:
-            # Full (the next send takes them) or broken (the next read or send says so).
-            return
-        self._unsent = self._unsent[sent:]
-
     async def _flush(self) -> None:
-        pending, self._unsent = self._unsent + self._outgoing.read(), b""
+        pending = self._outgoing.read()
         if pending:
             await self.transport_stream.send_all(pending)
 

@@ -8,9 +8,16 @@ that stalls mid-body.
 from __future__ import annotations
 
 import functools
+import json
 import random
+import shutil
 import ssl
+import subprocess
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -302,3 +309,98 @@ async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
                 await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
         nursery.cancel_scope.cancel()
     assert "".join(pieces) == "onetwothree"
+
+
+def _sse_line_chunk(data: str) -> bytes:
+    """One SSE event as one HTTP chunk, written with LF for ``openssl s_server -crlf``."""
+    payload = f"data: {data}\n\n".encode()
+    on_the_wire = len(payload) + payload.count(b"\n")  # each LF goes out as CRLF
+    return b"%x\n%s\n" % (on_the_wire, payload)
+
+
+@dataclass
+class _OpensslServer:
+    """``openssl s_server``, driven through its stdin, and what it prints."""
+
+    port: int
+    stdin: IO[bytes]
+    stdout: IO[bytes]
+
+    def line_with(self, marker: bytes) -> bytes:
+        while marker not in (line := self.stdout.readline()):
+            assert line, f"openssl s_server ended before printing {marker!r}"
+        return line
+
+    def say(self, data: bytes) -> None:
+        # It reads its stdin a read at a time: ``K`` works only alone.
+        self.stdin.write(data)
+        self.stdin.flush()
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def openssl_server(certificate_authority: trustme.CA, tmp_path: Path) -> Iterator[_OpensslServer]:
+    issued = certificate_authority.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    issued.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    command = ["openssl", "s_server", "-accept", "127.0.0.1:0", "-naccept", "1", "-crlf"]
+    command += ["-tls1_3", "-cert", str(tmp_path / "cert.pem"), "-key", str(tmp_path / "key.pem")]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        server = _OpensslServer(0, process.stdin, process.stdout)
+        server.port = int(server.line_with(b"ACCEPT").rsplit(b":", 1)[1])
+        yield server
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.machine_may_lack("the openssl command", when=shutil.which("openssl") is None)
+async def test_a_tls_key_update_mid_answer_neither_cuts_nor_stalls_it(
+    certificate_authority: trustme.CA, openssl_server: _OpensslServer
+) -> None:
+    """A TLS 1.3 KeyUpdate asking for ours, mid-answer (OpenSSL's own server, its ``K``).
+
+    The reader decrypts on with the server's new keys and sends our KeyUpdate
+    while it reads: the answer comes whole, and the next request on the same
+    connection (sent under our new keys, after that KeyUpdate) is answered.
+    """
+    server = openssl_server
+
+    def event(word: str | None) -> bytes:
+        delta = {"content": word} if word else {}
+        choice = {"index": 0, "delta": delta, "finish_reason": None if word else "stop"}
+        return _sse_line_chunk(json.dumps({"choices": [choice]}))
+
+    def answer(words: list[str], key_update_after: int | None) -> None:
+        server.line_with(b"POST /v1/chat/completions")
+        time.sleep(0.2)
+        server.say(
+            b"HTTP/1.1 200 OK\ncontent-type: text/event-stream\ntransfer-encoding: chunked\n\n"
+        )
+        for i, word in enumerate(words):
+            server.say(event(word))
+            if i == key_update_after:
+                server.say(b"K\n")
+        server.say(event(None) + _sse_line_chunk("[DONE]") + b"0\n\n")
+
+    client_context = ssl.create_default_context()
+    certificate_authority.configure_trust(client_context)
+    base_url = f"https://127.0.0.1:{server.port}/v1"
+    config = GatewayConfig.model_validate(
+        {"max_retries": 0, "providers": {"openai": {"base_url": base_url}}}
+    )
+    transport = GatewayTransport(ssl_context=client_context)
+    request = ModelRequest(model="openai:m", messages=HELLO)
+    async with ModelGateway(config, transport=transport, env={}) as gateway:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, answer, ["one", "two", "three"], 0)
+            first = await gateway.call(request)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, answer, ["again"], None)
+            again = await gateway.call(request)
+    assert first.text == "onetwothree"
+    assert again.text == "again"
