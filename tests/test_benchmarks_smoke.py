@@ -22,3 +22,8 @@ def test_list_names_every_benchmark() -> None:
 @pytest.mark.parametrize("name", sorted(set(BENCHMARK_CASES) - {"ray"}))
 def test_benchmark_reports_its_keys(name: str) -> None:
     check_benchmark_report(name)
+
+
+def test_the_relay_benchmark_streams_over_tls() -> None:
+    """``relay --tls``: the same figures, the answers streamed over HTTPS (a throwaway CA)."""
+    assert check_benchmark_report("relay", "--tls")["tls"] is True

@@ -124,8 +124,11 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def check_benchmark_report(name: str, *extra: str) -> None:
-    """Run benchmark ``name`` at its tiny size; every figure it must report is a positive number."""
+def check_benchmark_report(name: str, *extra: str) -> dict[str, object]:
+    """Run benchmark ``name`` at its tiny size; every figure it must report is a positive number.
+
+    Returns the report.
+    """
     args, keys = BENCHMARK_CASES[name]
     result = run_benchmarks(name, "--json", *args, *extra)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
@@ -135,3 +138,4 @@ def check_benchmark_report(name: str, *extra: str) -> None:
         value = report.get(key)
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, report)
         assert value > 0, (key, report)
+    return report
