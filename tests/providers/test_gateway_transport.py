@@ -14,10 +14,10 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -253,18 +253,23 @@ async def test_a_stalled_tls_body_times_out_as_a_connection_error(
     assert "".join(pieces) == "onetwo"
 
 
-async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
-    certificate_authority: trustme.CA,
-) -> None:
-    """Body records read in the same socket read as the response head are handed on at once.
+_SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 
-    The server sends the head and three events as four TLS records in one
-    write, then holds the stream open: all three must arrive before the
-    read-idle timeout ends the call, not wait for bytes that never come.
+
+async def _call_raw_tls_server(
+    ca: trustme.CA,
+    answer: Callable[[ssl.SSLObject, trio.SocketStream, Callable[[], bytes]], Awaitable[None]],
+    pieces: list[str],
+) -> None:
+    """One gateway call to a TLS server whose answer ``answer`` writes by hand.
+
+    ``answer`` gets the server's TLS object after the request was read, the
+    raw socket stream, and what reads the TLS bytes it wrote since.
     """
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    certificate_authority.issue_cert("127.0.0.1").configure_cert(server_context)
-    events = _streamed("one two three").chunks[:3]
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
 
     async def serve(stream: trio.SocketStream) -> None:
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -278,37 +283,82 @@ async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
                 if outgoing.pending:
                     await stream.send_all(outgoing.read())
                 incoming.write(await stream.receive_some(65536))
-        tls.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n"
-        )
-        for event in events:
-            tls.write(_chunked([event])[:-5])  # one record each, the body not ended
-        await stream.send_all(outgoing.read())
-        await trio.sleep_forever()
+        await answer(tls, stream, outgoing.read)
 
-    pieces: list[str] = []
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
             functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0
         )
         port = listeners[0].socket.getsockname()[1]
         client_context = ssl.create_default_context()
-        certificate_authority.configure_trust(client_context)
-        config = GatewayConfig.model_validate(
-            {
-                "max_retries": 0,
-                "providers": {
-                    "openai": {"base_url": f"https://127.0.0.1:{port}/v1", "read_timeout_s": 0.5}
-                },
-            }
-        )
+        ca.configure_trust(client_context)
+        base_url = f"https://127.0.0.1:{port}/v1"
+        provider = {"base_url": base_url, "read_timeout_s": 0.5}
+        config = GatewayConfig.model_validate({"max_retries": 0, "providers": {"openai": provider}})
         transport = GatewayTransport(ssl_context=client_context)
-        async with ModelGateway(config, transport=transport, env={}) as gateway:
-            with pytest.raises(ModelConnectionError, match="timed out"):
+        try:
+            async with ModelGateway(config, transport=transport, env={}) as gateway:
                 await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
+        except ModelConnectionError as exc:
+            failure: ModelConnectionError | None = exc
+        else:
+            failure = None
         nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure  # outside the nursery: not in an exception group
+
+
+async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
+    certificate_authority: trustme.CA,
+) -> None:
+    """Body records read in the same socket read as the response head are handed on at once.
+
+    The server sends the head and three events as four TLS records in one
+    write, then holds the stream open: all three must arrive before the
+    read-idle timeout ends the call, not wait for bytes that never come.
+    """
+
+    async def answer(tls: ssl.SSLObject, stream: trio.SocketStream, sent: Any) -> None:
+        tls.write(_SSE_HEAD)
+        for event in _streamed("one two three").chunks[:3]:
+            tls.write(_chunked([event])[:-5])  # one record each, the body not ended
+        await stream.send_all(sent())
+        await trio.sleep_forever()
+
+    pieces: list[str] = []
+    with pytest.raises(ModelConnectionError, match="timed out"):
+        await _call_raw_tls_server(certificate_authority, answer, pieces)
     assert "".join(pieces) == "onetwothree"
+
+
+@pytest.mark.parametrize(
+    ("after", "error"),
+    [
+        (b"\x17\x03\x03\x00\x20" + b"x" * 32, "BAD_RECORD_MAC"),
+        (None, "peer closed connection without sending complete message body"),
+    ],
+    ids=["a forged record", "the socket closed"],
+)
+async def test_a_tls_answer_broken_mid_body_is_one_connection_error(
+    certificate_authority: trustme.CA, after: bytes | None, error: str
+) -> None:
+    """A record that does not decrypt, or a close without the body's end: the call fails
+    with a connection error that says which, after the text that came whole."""
+
+    async def answer(tls: ssl.SSLObject, stream: trio.SocketStream, sent: Any) -> None:
+        tls.write(_SSE_HEAD + _chunked([_streamed("one").chunks[0]])[:-5])
+        await stream.send_all(sent())
+        await trio.sleep(0.1)
+        if after is None:
+            await stream.aclose()
+            return
+        await stream.send_all(after)
+        await trio.sleep_forever()
+
+    pieces: list[str] = []
+    with pytest.raises(ModelConnectionError, match=error):
+        await _call_raw_tls_server(certificate_authority, answer, pieces)
+    assert pieces == ["one"]
 
 
 def _sse_line_chunk(data: str) -> bytes:
