@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import random
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 import trio
+import trustme
 
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import GatewayConfig, ModelAuthError, ModelGateway
@@ -269,3 +272,28 @@ def test_processes_auto_is_sized_to_the_machine() -> None:
     assert pool_size(3) == 3 and pool_size(0) == 0
     with pytest.raises(ValueError, match="processes"):
         GatewayConfig.model_validate({"processes": -1})
+
+
+async def test_a_gateway_process_streams_over_https_trusting_the_users_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-PROF-6: a private CA named by ``SSL_CERT_FILE`` (as a company proxy's would be) is
+    trusted by the gateway process too; its TLS answer streams whole and in order."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    words = " ".join(f"w{i}" for i in range(60))
+    pieces: list[str] = []
+    with ProviderServer(tls=context) as server:
+        server.enqueue(_words(words))
+        async with _pooled(server.base_url) as gateway:
+            await _ready(gateway)
+            assert _gateway_processes()
+            result = await gateway.call(
+                ModelRequest(model="openai:m", messages=HELLO), pieces.append
+            )
+            assert gateway.process_cpu_seconds() > 0
+    assert result.text == words.replace(" ", "")
+    assert "".join(pieces) == result.text
