@@ -1,8 +1,9 @@
 """``GatewayTransport``: the gateway's HTTP/1.1, bodies decoded a read at a time (S-PROF-6).
 
 Real local servers throughout: the test provider server (chunked SSE,
-JSON bodies, keep-alive), and a raw trio server where a test needs a server
-that stalls mid-body.
+JSON bodies, keep-alive, HTTPS), a raw trio server where a test needs a
+server that stalls or breaks mid-body (its TLS written by hand through an
+``ssl.SSLObject``), and OpenSSL's own ``s_server`` for a TLS 1.3 KeyUpdate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 import pytest
@@ -318,7 +319,9 @@ async def test_tls_records_that_came_with_the_head_are_not_left_waiting(
     read-idle timeout ends the call, not wait for bytes that never come.
     """
 
-    async def answer(tls: ssl.SSLObject, stream: trio.SocketStream, sent: Any) -> None:
+    async def answer(
+        tls: ssl.SSLObject, stream: trio.SocketStream, sent: Callable[[], bytes]
+    ) -> None:
         tls.write(_SSE_HEAD)
         for event in _streamed("one two three").chunks[:3]:
             tls.write(_chunked([event])[:-5])  # one record each, the body not ended
@@ -345,7 +348,9 @@ async def test_a_tls_answer_broken_mid_body_is_one_connection_error(
     """A record that does not decrypt, or a close without the body's end: the call fails
     with a connection error that says which, after the text that came whole."""
 
-    async def answer(tls: ssl.SSLObject, stream: trio.SocketStream, sent: Any) -> None:
+    async def answer(
+        tls: ssl.SSLObject, stream: trio.SocketStream, sent: Callable[[], bytes]
+    ) -> None:
         tls.write(_SSE_HEAD + _chunked([_streamed("one").chunks[0]])[:-5])
         await stream.send_all(sent())
         await trio.sleep(0.1)
