@@ -190,14 +190,15 @@ def tls_server(certificate_authority: trustme.CA) -> Iterator[ProviderServer]:
         yield running
 
 
-def _tls_gateway(server: ProviderServer, ca: trustme.CA, **provider: object) -> ModelGateway:
+def _tls_gateway(base_url: str, ca: trustme.CA, **provider: object) -> ModelGateway:
+    """A gateway whose ``openai`` provider is at ``base_url`` (``https://host:port``).
+
+    It trusts ``ca`` alone.
+    """
     client_context = ssl.create_default_context()
     ca.configure_trust(client_context)
     config = GatewayConfig.model_validate(
-        {
-            "max_retries": 0,
-            "providers": {"openai": {"base_url": server.base_url + "/v1", **provider}},
-        }
+        {"max_retries": 0, "providers": {"openai": {"base_url": base_url + "/v1", **provider}}}
     )
     return ModelGateway(
         config, transport=GatewayTransport(ssl_context=client_context), env={}, rng=random.Random(7)
@@ -213,7 +214,7 @@ async def test_a_streamed_answer_over_https_is_whole_and_in_order(
     words = " ".join(f"w{i}" for i in range(40))
     tls_server.enqueue(_streamed(words, piece_size), _streamed("again"))
     pieces: list[str] = []
-    async with _tls_gateway(tls_server, certificate_authority) as gateway:
+    async with _tls_gateway(tls_server.base_url, certificate_authority) as gateway:
         result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
         again = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
     assert result.text == words.replace(" ", "")
@@ -246,7 +247,8 @@ async def test_a_stalled_tls_body_times_out_as_a_connection_error(
         CannedResponse(headers=stalled.headers, chunks=stalled.chunks, holds=((2, held),))
     )
     pieces: list[str] = []
-    async with _tls_gateway(tls_server, certificate_authority, read_timeout_s=0.5) as gateway:
+    stalling = _tls_gateway(tls_server.base_url, certificate_authority, read_timeout_s=0.5)
+    async with stalling as gateway:
         with pytest.raises(ModelConnectionError, match="timed out"):
             await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
     held.set()
@@ -291,14 +293,9 @@ async def _call_raw_tls_server(
             functools.partial(trio.serve_tcp, host="127.0.0.1"), serve, 0
         )
         port = listeners[0].socket.getsockname()[1]
-        client_context = ssl.create_default_context()
-        ca.configure_trust(client_context)
-        base_url = f"https://127.0.0.1:{port}/v1"
-        provider = {"base_url": base_url, "read_timeout_s": 0.5}
-        config = GatewayConfig.model_validate({"max_retries": 0, "providers": {"openai": provider}})
-        transport = GatewayTransport(ssl_context=client_context)
+        gateway = _tls_gateway(f"https://127.0.0.1:{port}", ca, read_timeout_s=0.5)
         try:
-            async with ModelGateway(config, transport=transport, env={}) as gateway:
+            async with gateway:
                 await gateway.call(ModelRequest(model="openai:m", messages=HELLO), pieces.append)
         except ModelConnectionError as exc:
             failure: ModelConnectionError | None = exc
@@ -442,15 +439,8 @@ async def test_a_tls_key_update_mid_answer_neither_cuts_nor_stalls_it(
                 server.say(b"K\n")
         server.say(event(None) + _sse_line_chunk("[DONE]") + b"0\n\n")
 
-    client_context = ssl.create_default_context()
-    certificate_authority.configure_trust(client_context)
-    base_url = f"https://127.0.0.1:{server.port}/v1"
-    config = GatewayConfig.model_validate(
-        {"max_retries": 0, "providers": {"openai": {"base_url": base_url}}}
-    )
-    transport = GatewayTransport(ssl_context=client_context)
     request = ModelRequest(model="openai:m", messages=HELLO)
-    async with ModelGateway(config, transport=transport, env={}) as gateway:
+    async with _tls_gateway(f"https://127.0.0.1:{server.port}", certificate_authority) as gateway:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.to_thread.run_sync, answer, ["one", "two", "three"], 0)
             first = await gateway.call(request)
