@@ -46,6 +46,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import trio
 
@@ -301,7 +302,9 @@ def run(args: argparse.Namespace) -> Report:
                 "rate": args.rate,
                 "tls": bool(tls),
             }
-            with _trusting(Path(keys) / "ca.pem" if tls else None):
+            # Trusted as a user's private CA would be, here and in the gateway's processes.
+            trusting = {"SSL_CERT_FILE": str(Path(keys) / "ca.pem")} if tls else {}
+            with mock.patch.dict(os.environ, trusting):
                 for agents in sizes:
                     report.update(_measure(agents, args, base_url, twin=not args.no_twin))
         finally:
@@ -323,23 +326,6 @@ def _tls_files(folder: Path) -> list[str]:
     issued.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
     issued.private_key_pem.write_to_path(str(folder / "key.pem"))
     return ["--cert", str(folder / "cert.pem"), "--key", str(folder / "key.pem")]
-
-
-@contextlib.contextmanager
-def _trusting(ca_file: Path | None) -> Iterator[None]:
-    """Trust ``ca_file`` in this process and the gateway's, as a user's private CA would be."""
-    if ca_file is None:
-        yield
-        return
-    before = os.environ.get("SSL_CERT_FILE")
-    os.environ["SSL_CERT_FILE"] = str(ca_file)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SSL_CERT_FILE", None)
-        else:
-            os.environ["SSL_CERT_FILE"] = before
 
 
 def _cpu_seconds() -> float:

@@ -567,12 +567,11 @@ class GatewayTransport(httpx.AsyncBaseTransport):
                 await trio.aclose_forcefully(stream)
             raise
         except (OSError, trio.BrokenResourceError) as exc:
-            # A failed TLS handshake is an ssl.SSLError (an OSError) that says
+            # A failed TLS handshake is the ssl.SSLError (an OSError) that says
             # why: a certificate not trusted, say.
             if stream is not None:
                 await trio.aclose_forcefully(stream)
-            cause = exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc
-            raise httpx.ConnectError(str(cause) or type(cause).__name__, request=request) from exc
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
         return _Connection(stream, tcp.socket, tls)
 
     async def _exchange(
