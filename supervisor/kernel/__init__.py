@@ -13,6 +13,7 @@ process and to fork the zygote) and ``supervisor.files``, nothing above.
 """
 
 from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits, text_size
+from ._collector import freeze_startup_objects
 from ._errors import (
     FleetCapacityError,
     FleetExhaustedError,
@@ -60,6 +61,7 @@ __all__ = [
     "WorkerRequestError",
     "default_request_handler",
     "find_exception",
+    "freeze_startup_objects",
     "in_worker_tree",
     "landlock_abi_max_from_env",
     "launch_python",

@@ -28,6 +28,7 @@ from worker import PipeStream
 from worker._privileges import set_dumpable
 from worker._process import die_with_parent, set_process_name
 
+from ..kernel import freeze_startup_objects
 from ._config import GatewayConfig
 from ._errors import ModelProviderError, ModelResponseError
 from ._gateway import ModelGateway
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     set_dumpable(False)
     die_with_parent(args.parent_pid)
     set_process_name(GATEWAY_PROCESS_NAME)
+    freeze_startup_objects()
     trio.run(_serve, args.fd)
     return 0
 
