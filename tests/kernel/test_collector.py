@@ -36,7 +36,7 @@ def test_objects_alive_at_start_up_are_walked_by_no_later_collection() -> None:
     )
 
 
-def test_cyclic_garbage_made_after_settling_is_still_collected() -> None:
+def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
     _run(
         """
         import gc, weakref
@@ -54,5 +54,20 @@ def test_cyclic_garbage_made_after_settling_is_still_collected() -> None:
         assert gone() is not None  # a cycle: its reference counts never reach zero
         gc.collect()
         assert gone() is None
+        """
+    )
+
+
+def test_a_command_that_starts_a_supervisor_freezes_its_start_up_first() -> None:
+    """``subvisor stress`` (as run, demo, workflow run and mcp) freezes before its event loop."""
+    _run(
+        """
+        import contextlib, gc, io
+        from supervisor.cli import main
+
+        assert gc.get_freeze_count() == 0
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["stress", "--agents", "2", "--concurrency", "2", "--json"]) == 0
+        assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
         """
     )
