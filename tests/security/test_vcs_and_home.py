@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import traceback
 from pathlib import Path
 
 import pytest
@@ -106,13 +107,17 @@ def _confined(policy: SandboxPolicy, carve: list[str], script: str) -> str:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
+        report = ""
         try:
             os.close(read_fd)
             ruleset, _ = _ruleset(policy, landlock_abi(), carve)
             _landlock.restrict_self(ruleset)
             done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-            os.write(write_fd, (done.stdout + done.stderr).encode())
+            report = done.stdout + done.stderr
+        except BaseException:
+            report = f"the confined child failed: {traceback.format_exc()}"
         finally:
+            os.write(write_fd, report.encode())
             os._exit(0)
     os.close(write_fd)
     with os.fdopen(read_fd) as out:
