@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import trustme
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import GatewayConfig, ModelAuthError, ModelGateway
 from supervisor.providers._gateway_process import GATEWAY_PROCESS_NAME
-from tests.support.provider_server import CannedResponse, ProviderServer
+from tests.support.provider_server import CannedResponse, ProviderServer, localhost_tls
 
 HELLO = (ChatMessage(role="user", content="hi"),)
 
@@ -282,11 +281,9 @@ async def test_a_gateway_process_streams_over_https_trusting_the_users_ca(
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(context)
     words = " ".join(f"w{i}" for i in range(60))
     pieces: list[str] = []
-    with ProviderServer(tls=context) as server:
+    with ProviderServer(tls=localhost_tls(ca)) as server:
         server.enqueue(_words(words))
         async with _pooled(server.base_url) as gateway:
             await _ready(gateway)

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import GatewayConfig, ModelConnectionError, ModelGateway
 from supervisor.providers._transport import ChunkedBody, GatewayTransport
-from tests.support.provider_server import CannedResponse, ProviderServer
+from tests.support.provider_server import CannedResponse, ProviderServer, localhost_tls
 
 HELLO = (ChatMessage(role="user", content="hi"),)
 
@@ -184,9 +184,7 @@ def certificate_authority() -> trustme.CA:
 
 @pytest.fixture
 def tls_server(certificate_authority: trustme.CA) -> Iterator[ProviderServer]:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    certificate_authority.issue_cert("127.0.0.1").configure_cert(context)
-    with ProviderServer(tls=context) as running:
+    with ProviderServer(tls=localhost_tls(certificate_authority)) as running:
         yield running
 
 
@@ -271,8 +269,7 @@ async def _call_raw_tls_server(
     ``answer`` gets the server's TLS object after the request was read, the
     raw socket stream, and what reads the TLS bytes it wrote since.
     """
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    server_context = localhost_tls(ca)
 
     async def serve(stream: trio.SocketStream) -> None:
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()

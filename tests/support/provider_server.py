@@ -22,7 +22,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["CannedResponse", "ProviderServer", "RecordedRequest", "sse_bytes", "unused_base_url"]
+import trustme
+
+__all__ = [
+    "CannedResponse",
+    "ProviderServer",
+    "RecordedRequest",
+    "localhost_tls",
+    "sse_bytes",
+    "unused_base_url",
+]
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,13 @@ def unused_base_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def localhost_tls(ca: trustme.CA) -> ssl.SSLContext:
+    """A server TLS context with a certificate for 127.0.0.1 that ``ca`` issued."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
 
 
 class ProviderServer:
