@@ -4,14 +4,9 @@ A workflow script the root model writes is untrusted code: it runs in a
 sandboxed worker of its own, never in the supervisor, and a worker never
 imports ``supervisor``. So the script worker makes ``supervisor.workflow``
 name this module before it runs the script (``worker._workflow_commands``),
-and a script written for ``subvisor workflow run`` runs here unchanged::
-
-    from supervisor.workflow import agent, workflow
-
-    @workflow
-    async def review(ctx, diff: str) -> Verdict:
-        critic = agent("critic", system="You review patches.")
-        return await critic.ask(f"Review: {diff}", schema=Verdict)
+and a script written for ``subvisor workflow run`` (the example in the
+supervisor's ``supervisor.workflow``) runs here unchanged: its import of
+``agent`` and ``workflow`` from ``supervisor.workflow`` gets them from this module.
 
 ``agent()`` and ``ask()`` cross the pipe as ``workflow.declare_actor`` and
 ``workflow.ask`` requests; the supervisor runs the actors as it always does
