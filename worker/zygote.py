@@ -1,9 +1,10 @@
 """The zygote: a single-threaded fork server for worker processes.
 
 Started once per supervisor by exec (``python -m worker.zygote``) with a
-scrubbed environment. It imports the worker stack, freezes the GC (so forked
-children share those pages instead of copying them when the collector
-walks them), and then forks one worker per ``spawn`` datagram on its control
+scrubbed environment. It imports the worker stack, plays a worker's common
+path once (``_rehearsal``, so forks start with that code warm), freezes the
+GC (so forked children share those pages instead of copying them when the
+collector walks them), and then forks one worker per ``spawn`` datagram on its control
 socket. It reaps every worker and reports each wait status with its resource
 usage, so the supervisor learns of a death as soon as the kernel does.
 
@@ -40,7 +41,7 @@ import traceback
 # (``worker/__init__`` has already pulled in the runtime and what it uses).
 import msgpack  # noqa: F401
 import pydantic  # noqa: F401
-import trio
+import trio  # noqa: F401
 
 from protocol import (
     MAX_CONTROL_DATAGRAM,
@@ -59,6 +60,7 @@ from protocol import (
 from ._fdpass import FD_SIZE, MAX_SPAWN_FDS, close_fds_except, fds_ancillary, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
 from ._process import die_with_parent, lower_priority, set_process_name
+from ._rehearsal import RehearsalError, rehearse
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
 from ._sandbox import isolate_mounts
 from ._subtree import kill_descendants, signal_subtrees
@@ -310,10 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     # map uids): no worker may read our memory or ptrace us (S-SEC-1).
     set_dumpable(False)
     control = socket.socket(fileno=args.control_fd)
-    # One empty event loop run here does trio's first-run setup once, in the
-    # pages every fork shares, instead of in each worker (about 100 fewer
-    # page faults and 0.3 ms less CPU per worker). It leaves no thread behind.
-    trio.run(trio.lowlevel.checkpoint)
+    # A worker's common path, run once here, starts every fork warm (see
+    # ``_rehearsal``); it also does trio's first-run setup in the pages every
+    # fork shares. It leaves no thread behind.
+    try:
+        rehearse()
+    except RehearsalError as exc:
+        print(f"subvisor zygote: {exc}; workers start cold", file=sys.stderr)
     gc.collect()
     gc.freeze()
     zygote = Zygote(control, standby=max(0, args.standby), nice=args.nice)
