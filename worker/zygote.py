@@ -4,9 +4,10 @@ Started once per supervisor by exec (``python -m worker.zygote``) with a
 scrubbed environment. It imports the worker stack, plays a worker's common
 path once (``_rehearsal``, so forks start with that code warm), freezes the
 GC (so forked children share those pages instead of copying them when the
-collector walks them), and then forks one worker per ``spawn`` datagram on its control
-socket. It reaps every worker and reports each wait status with its resource
-usage, so the supervisor learns of a death as soon as the kernel does.
+collector walks them), and then forks one worker per ``spawn`` datagram on
+its control socket. It reaps every worker and reports each wait status with
+its resource usage, so the supervisor learns of a death as soon as the
+kernel does.
 
 Races handled here:
 - The zygote and each worker arm a parent-death signal and then re-check
