@@ -87,6 +87,7 @@ BENCHMARK_CASES: dict[str, tuple[list[str], list[str]]] = {
             "supervisor_cpu_per_agent_ms",
             "supervisor_start_cpu_ms",
             "supervisor_stop_cpu_ms",
+            "child_page_faults_per_agent",
             "per_subagent_overhead_ms",
             "per_ask_same_actor_overhead_ms",
             "actor_vs_subagent",
