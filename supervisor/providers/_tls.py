@@ -53,8 +53,7 @@ class TlsStream(trio.abc.Stream):
                 self._tls.do_handshake()
                 break
             except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
+                await self._exchange()
         await self._flush()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -64,8 +63,7 @@ class TlsStream(trio.abc.Stream):
             try:
                 written = self._tls.write(view)
             except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
+                await self._exchange()
                 continue
             view = view[written:]
         await self._flush()
@@ -80,8 +78,7 @@ class TlsStream(trio.abc.Stream):
             try:
                 return self._tls.read(max_bytes or _READ_SIZE)
             except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
+                await self._exchange()
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
 
@@ -120,6 +117,11 @@ class TlsStream(trio.abc.Stream):
     async def aclose(self) -> None:
         """Close the socket (no ``close_notify``: an HTTP client need not send one)."""
         await self.transport_stream.aclose()
+
+    async def _exchange(self) -> None:
+        """What TLS waits for (``SSLWantReadError``): send what it queued, then read."""
+        await self._flush()
+        await self._fill()
 
     async def _flush(self) -> None:
         pending = self._outgoing.read()
