@@ -6,23 +6,11 @@ process's, and the test process must keep its own.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-
-def _run(script: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+from tests.support.fresh_python import run_fresh_python
 
 
 def test_objects_alive_at_start_up_are_walked_by_no_later_collection() -> None:
-    _run(
+    run_fresh_python(
         """
         import gc
         import supervisor.delegation  # the supervisor's stack, as a command imports it
@@ -37,7 +25,7 @@ def test_objects_alive_at_start_up_are_walked_by_no_later_collection() -> None:
 
 
 def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
-    _run(
+    run_fresh_python(
         """
         import gc, weakref
         from supervisor.kernel import freeze_startup_objects
@@ -60,7 +48,7 @@ def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
 
 def test_a_command_that_starts_a_supervisor_freezes_its_start_up_first() -> None:
     """``subvisor stress`` (as run, demo, workflow run and mcp) freezes before its event loop."""
-    _run(
+    run_fresh_python(
         """
         import contextlib, gc, io
         from supervisor.cli import main

@@ -6,9 +6,7 @@ runs its own event loop and checks that the process is left with one thread.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+from tests.support.fresh_python import run_fresh_python
 
 _PRELUDE = """
 import dis, os, threading
@@ -24,14 +22,7 @@ def specialized(function):
 
 
 def _run(script: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELUDE + textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_fresh_python(script, prelude=_PRELUDE)
 
 
 def test_a_worker_forked_after_the_rehearsal_starts_with_its_message_path_specialized() -> None:
