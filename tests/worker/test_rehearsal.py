@@ -93,3 +93,21 @@ def test_a_failed_play_is_a_rehearsal_error_that_says_what_failed() -> None:
     )
     assert out.strip().startswith("the zygote's rehearsal failed: ")
     assert "no pipe today" in out
+
+
+def test_a_thread_left_behind_stops_the_zygote_instead_of_forking_beside_it() -> None:
+    """Were a tool to go to a thread (its file not read inline after all), no fork may follow."""
+    out = _run(
+        """
+        from pathlib import Path
+        _rehearsal._SOURCE = Path("/nonexistent/subvisor/rehearsal.py")
+        _rehearsal.inline_size = lambda path: 1  # the model believes the file small
+        try:
+            rehearse()
+        except RehearsalError as exc:
+            raise AssertionError(f"a soft failure, forks would follow: {exc}")
+        except RuntimeError as exc:
+            print(exc)
+        """
+    )
+    assert out.strip() == "the zygote's rehearsal left a thread behind"
