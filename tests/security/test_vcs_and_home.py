@@ -117,8 +117,10 @@ def _confined(policy: SandboxPolicy, carve: list[str], script: str) -> str:
         except BaseException:
             report = f"the confined child failed: {traceback.format_exc()}"
         finally:
-            os.write(write_fd, report.encode())
-            os._exit(0)
+            try:
+                os.write(write_fd, report.encode())
+            finally:
+                os._exit(0)  # never back into pytest, even if the write fails
     os.close(write_fd)
     with os.fdopen(read_fd) as out:
         text = out.read()
