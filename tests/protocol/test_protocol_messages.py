@@ -588,7 +588,10 @@ _not_sandbox = st.one_of(
 _WRONG: dict[str, st.SearchStrategy[Any]] = {
     "sandbox": _not_sandbox,
     "int": _not_int,
-    "nice": _not_int | st.integers(min_value=20) | st.integers(max_value=-21),
+    # Out of range but still on the wire (msgpack's ints: as ``_ints``).
+    "nice": _not_int
+    | st.integers(min_value=20, max_value=2**64 - 1)
+    | st.integers(min_value=-(2**63), max_value=-21),
     "id": _not_int | st.integers(min_value=-(2**63), max_value=-1),
     "str": _not_str,
     "event_name": _not_str | _texts.filter(lambda s: s not in WORKER_EVENT_NAMES),
