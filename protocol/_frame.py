@@ -5,9 +5,14 @@ Invariants:
   body is buffered, so a hostile peer cannot make us hold more than
   ``max_frame_size + 4`` bytes per connection.
 - A body must decode to exactly one msgpack object within the str/bin/array/
-  map length limits and the nesting limit; anything else is a
-  ``RemoteProtocolError`` naming the limit or the defect. What we would send
-  beyond a limit, or cannot encode, is a ``LocalProtocolError``.
+  map length limits, the nesting limit and the container budget; anything
+  else is a ``RemoteProtocolError`` naming the limit or the defect. What we
+  would send beyond a limit, or cannot encode, is a ``LocalProtocolError``.
+- The Python work and memory a frame can cost are bounded by its limits, not
+  by how its bytes are chosen: an empty map is one byte on the wire and a
+  dict of 64 in memory, so a frame within ``max_frame_size`` could otherwise
+  hold 8 million of them (seconds of decoding and walking on the event loop,
+  half a GiB). Decoding stops at ``max_containers`` maps and arrays.
 - After the first error the decoder is poisoned: every later call raises the
   same error. A byte stream that went wrong once has no trustworthy frame
   boundary any more.
@@ -29,14 +34,16 @@ __all__ = ["FrameDecoder", "FrameLimits", "encode_frame", "frame_body"]
 
 _HEADER = struct.Struct(">I")
 # Every msgpack map or array starts with one of these bytes (fixmap, fixarray,
-# array16/32, map16/32). Their count in a body bounds its nesting from above,
-# which lets most frames skip the Python walk.
+# array16/32, map16/32). Their count in a body bounds its nesting and its
+# number of containers from above, which lets most frames skip the Python
+# walk and the counting decode. Only from above: text in other scripts than
+# Latin has these bytes inside its UTF-8 sequences.
 _CONTAINER_BYTES = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
 _NOT_CONTAINER_BYTES = bytes(b for b in range(256) if b not in _CONTAINER_BYTES)
 
 
-def _may_nest_deeper_than(body: bytes, max_nesting: int) -> bool:
-    return len(body.translate(None, _NOT_CONTAINER_BYTES)) > max_nesting
+def _containers_at_most(body: bytes) -> int:
+    return len(body.translate(None, _NOT_CONTAINER_BYTES))
 
 
 _MSGPACK_LIMIT = re.compile(r"max_(str|bin|array|map|ext)_len")
@@ -52,12 +59,17 @@ class FrameLimits:
     max_bin_len: int = 8 * 1024 * 1024
     max_array_len: int = 100_000
     max_map_len: int = 10_000
+    #: Maps and arrays in one frame, at every level together.
+    max_containers: int = 50_000
     #: A body no longer than this cannot break a str/bin/array/map limit.
     smallest_len: int = field(init=False, repr=False, compare=False)
+    #: A body with no more container bytes than this breaks no nesting or container limit.
+    fewest_containers: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         smallest = min(self.max_str_len, self.max_bin_len, self.max_array_len, 2 * self.max_map_len)
         object.__setattr__(self, "smallest_len", smallest)
+        object.__setattr__(self, "fewest_containers", min(self.max_nesting, self.max_containers))
 
 
 _DEFAULT_LIMITS = FrameLimits()
@@ -75,9 +87,8 @@ def encode_frame(obj: Any, limits: FrameLimits | None = None) -> bytes:
 def frame_body(obj: Any, body: bytes, limits: FrameLimits) -> bytes:
     """The frame for ``body``, the msgpack encoding of ``obj``, once it is within ``limits``."""
     size = len(body)
-    if size > limits.smallest_len or (
-        size > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting)
-    ):
+    fewest = limits.fewest_containers
+    if size > limits.smallest_len or (size > fewest and _containers_at_most(body) > fewest):
         _check_object(obj, limits, LocalProtocolError, encoded_size=size)
     if size > limits.max_frame_size:
         raise LocalProtocolError(
@@ -94,7 +105,7 @@ def _check_object(
     *,
     encoded_size: int | None = None,
 ) -> None:
-    """Check an object's nesting and, before encoding, its container and string sizes.
+    """Check an object's nesting and container count and, before encoding, its sizes.
 
     ``error`` is what a violation raises: local for what we send, remote for
     what we received.
@@ -104,7 +115,7 @@ def _check_object(
     body holding it, and a map needs two bytes per entry, so with
     ``encoded_size`` the size checks that cannot fail are skipped. Incoming
     sizes were already checked by msgpack while decoding (``encoded_size``
-    is then None and only nesting is checked).
+    is then None and only nesting and the container count are checked).
     """
     size = encoded_size or 0
     check_str = size > limits.max_str_len
@@ -113,6 +124,7 @@ def _check_object(
     check_map = size > 2 * limits.max_map_len
     check_scalars = check_str or check_bin
     max_nesting = limits.max_nesting
+    containers = limits.max_containers
     stack: list[tuple[Any, int]] = [(obj, 0)]
     while stack:
         item, depth = stack.pop()
@@ -139,9 +151,41 @@ def _check_object(
         depth += 1
         if depth > max_nesting:
             raise error(f"frame nesting exceeds max_nesting ({max_nesting})", limit="max_nesting")
+        containers -= 1
+        if containers < 0:
+            raise _containers_error(error, limits.max_containers)
         for child in children:
             if check_scalars or isinstance(child, dict | list | tuple | BaseModel):
                 stack.append((child, depth))
+
+
+def _containers_error(error: type[ProtocolError], limit: int) -> ProtocolError:
+    return error(
+        f"frame holds more than max_containers ({limit}) maps and arrays", limit="max_containers"
+    )
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _ContainerBudget:
+    """msgpack hooks that count the maps and arrays being decoded, and stop at the limit.
+
+    Raising from a hook aborts ``unpackb`` at once, before the rest of the
+    body is turned into objects.
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def take(self, container: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise _OverBudget
+        return container
 
 
 def _length_error(error: type[ProtocolError], kind: str, size: int, limit: int) -> ProtocolError:
@@ -208,6 +252,14 @@ class FrameDecoder:
         limits = self.limits
         if not body:
             raise RemoteProtocolError("empty frame body")
+        fewest = limits.fewest_containers
+        containers = _containers_at_most(body) if len(body) > fewest else 0
+        # The counting hooks cost a Python call per container: only for a body
+        # that may hold more than the budget (a frame of a few maps never does).
+        hooks: dict[str, Any] = {}
+        if containers > limits.max_containers:
+            budget = _ContainerBudget(limits.max_containers)
+            hooks = {"object_hook": budget.take, "list_hook": budget.take}
         try:
             obj = msgpack.unpackb(
                 body,
@@ -219,7 +271,10 @@ class FrameDecoder:
                 max_array_len=limits.max_array_len,
                 max_map_len=limits.max_map_len,
                 max_ext_len=0,
+                **hooks,
             )
+        except _OverBudget:
+            raise _containers_error(RemoteProtocolError, limits.max_containers) from None
         except msgpack.ExtraData as exc:
             raise RemoteProtocolError("frame body holds more than one msgpack object") from exc
         except msgpack.StackError as exc:
@@ -233,6 +288,6 @@ class FrameDecoder:
             match = _MSGPACK_LIMIT.search(str(exc))
             limit = match.group(0) if match else None
             raise RemoteProtocolError(f"undecodable frame body: {exc}", limit=limit) from exc
-        if len(body) > limits.max_nesting and _may_nest_deeper_than(body, limits.max_nesting):
+        if containers > fewest:
             _check_object(obj, limits, RemoteProtocolError)
         return obj

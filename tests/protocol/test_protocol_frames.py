@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -217,6 +218,64 @@ def test_f4_nesting_beyond_msgpack_stack_still_names_max_nesting() -> None:
     assert exc_info.value.limit == "max_nesting"
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 200), shape=st.sampled_from(["maps", "lists", "nested"]))
+def test_f4_container_budget_counts_every_map_and_array(n: int, shape: str) -> None:
+    """F4, S-SEC-8: ``max_containers`` maps and arrays pass, at any level; one more is named.
+
+    The outer container counts: ``n - 1`` inner ones plus it make ``n``.
+    """
+    limits = FrameLimits(max_containers=n)
+
+    def frame_of(count: int) -> Any:
+        if shape == "maps":
+            return [{} for _ in range(count - 1)]
+        if shape == "lists":
+            return [[] for _ in range(count - 1)]
+        pairs, odd = divmod(count - 1, 2)
+        return [[{}] for _ in range(pairs)] + [[]] * odd
+
+    at_limit = frame_of(n)
+    assert FrameDecoder(limits).feed(encode_frame(at_limit, limits)) == [at_limit]
+    with pytest.raises(LocalProtocolError) as local:
+        encode_frame(frame_of(n + 1), limits)
+    assert local.value.limit == "max_containers"
+    with pytest.raises(RemoteProtocolError) as remote:
+        FrameDecoder(limits).feed(_unchecked_frame(frame_of(n + 1)))
+    assert remote.value.limit == "max_containers"
+
+
+def test_f4_a_frame_of_empty_maps_is_refused_before_it_is_built() -> None:
+    """F4, S-SEC-8: eight million one-byte empty maps in one 8 MiB frame are refused, and
+    decoding stops at the budget: it never builds the 8 million dicts (half a GiB)."""
+    inner = b"\xdd" + struct.pack(">I", 100_000) + b"\x80" * 100_000
+    count = (FrameLimits().max_frame_size - 5) // len(inner)
+    body = b"\xdd" + struct.pack(">I", count) + inner * count
+    tracemalloc.start()
+    try:
+        with pytest.raises(RemoteProtocolError) as exc_info:
+            FrameDecoder().feed(_raw_frame(body))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert exc_info.value.limit == "max_containers"
+    # The body itself (8 MiB, copied once out of the buffer) and the budget's worth of dicts.
+    assert peak < 3 * len(body) + 64 * FrameLimits().max_containers
+
+
+def test_f4_text_whose_utf8_looks_like_containers_is_not_counted_as_them() -> None:
+    """F4: bytes 0x80-0x9f inside non-Latin UTF-8 text are not maps or arrays: a frame of
+    such text beyond the container budget's byte count decodes whole."""
+    text = "\u4e00\u4e01\u4e02" * 40_000  # every character has a byte in 0x80-0x9f
+    frame = encode_frame({"text": text, "more": [{"a": 1}] * 3})
+    assert _containers(frame) > FrameLimits().max_containers
+    assert FrameDecoder().feed(frame) == [{"text": text, "more": [{"a": 1}] * 3}]
+
+
+def _containers(frame: bytes) -> int:
+    return sum(b in range(0x80, 0xA0) or b in (0xDC, 0xDD, 0xDE, 0xDF) for b in frame[4:])
+
+
 def test_f4_ext_types_are_rejected() -> None:
     """F4: msgpack extension types are not part of the protocol (``max_ext_len`` is 0)."""
     body = _pack({"v": msgpack.ExtType(1, b"x")})
@@ -264,6 +323,7 @@ _limits = st.builds(
     max_bin_len=st.integers(1, 16),
     max_array_len=st.integers(1, 8),
     max_map_len=st.integers(1, 8),
+    max_containers=st.integers(1, 12),
 )
 _garbage_pieces = st.one_of(
     st.binary(max_size=48),
