@@ -22,6 +22,8 @@ Per N:
   supervisor, where a live transcript takes it (the server stamps
   ``time.monotonic()``, the machine's one clock, into it).
 - ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
+- ``gateway_nice_ahead``: how many nice levels the gateway processes ran
+  ahead of the supervisor (5 where they may, 0 where not; absent without them).
 - ``wall_s`` and ``twin_wall_s``: the root's whole turn.
 
 The chunk lag and stream times are read where the supervisor's gateway
@@ -161,6 +163,8 @@ class _Run:
     launch_spread_s: float
     gateway_cpu_s: float = 0.0
     gateway_start_cpu_s: float = 0.0
+    #: How many nice levels its gateway processes ran ahead of the supervisor (None: no pool).
+    gateway_ahead_by: int | None = None
 
 
 def _write_fixture(work: Path, agents: int, model: str, latency_ms: float) -> None:
@@ -220,7 +224,18 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         spread = max(ready) - min(ready) if ready else 0.0
         gateway_cpu = host.gateway.process_cpu_seconds(starting=False)
         gateway_start = host.gateway.process_cpu_seconds() - gateway_cpu
-    return _Run(wall, _cpu_seconds() - cpu_before, completed, spread, gateway_cpu, gateway_start)
+        ahead = _nice_steps_ahead(host.gateway.pool.pids if host.gateway.pool else [])
+    cpu = _cpu_seconds() - cpu_before
+    return _Run(wall, cpu, completed, spread, gateway_cpu, gateway_start, ahead)
+
+
+def _nice_steps_ahead(pids: list[int]) -> int | None:
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    steps = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            steps.append(ours - os.getpriority(os.PRIO_PROCESS, pid))
+    return min(steps) if steps else None
 
 
 def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -> Report:
@@ -256,6 +271,8 @@ def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -
         (relay.cpu_s + relay.gateway_cpu_s) / relayed * 1e6, 1
     )
     report[f"n{agents}_launch_spread_s"] = rounded(relay.launch_spread_s)
+    if relay.gateway_ahead_by is not None:
+        report[f"n{agents}_gateway_nice_ahead"] = relay.gateway_ahead_by
     if twin:
         with tempfile.TemporaryDirectory(prefix="subvisor-relay-twin-") as tmp:
             work = Path(tmp)

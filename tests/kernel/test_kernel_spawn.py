@@ -256,3 +256,20 @@ async def test_a_standby_that_dies_unassigned_is_replaced() -> None:
         for handle in handles:
             assert handle.pid not in standbys
             assert (await handle.request(KERNEL_ECHO, EchoParams(value="ok"))).value == "ok"
+
+
+@pytest.mark.parametrize("worker_nice", [0, 3, 10])
+async def test_the_zygote_runs_between_the_supervisor_and_its_workers(worker_nice: int) -> None:
+    """A launch is mostly the supervisor's work: the zygote yields to it (up to five nice
+    levels) and never goes below its workers; with workers as the supervisor's equals
+    (``worker_nice`` 0) it is one too."""
+    from worker.zygote import ZYGOTE_NICE_STEP
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    async with Supervisor(SupervisorConfig(worker_nice=worker_nice)) as sup:
+        handle = await sup.spawn()
+        assert sup.zygote_pid is not None
+        zygote = os.getpriority(os.PRIO_PROCESS, sup.zygote_pid)
+        worker = os.getpriority(os.PRIO_PROCESS, handle.pid)
+    assert zygote == min(19, ours + min(ZYGOTE_NICE_STEP, worker_nice))
+    assert worker == max(worker_nice, zygote)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import signal
 import threading
 import time
@@ -260,6 +261,53 @@ async def test_every_piece_of_text_arrives_in_order_when_the_supervisor_reads_sl
     assert len(answers) == calls
     for i in range(calls):
         assert "".join(pieces[i]) == answers[i]
+
+
+async def test_a_gateway_process_runs_ahead_of_the_supervisor_where_it_may(
+    server: ProviderServer,
+) -> None:
+    """S-PROF-6: a gateway process lowers its nice value below the supervisor's (its
+    streamed text goes before launches in a storm) where it may, as here (root)."""
+    from supervisor.providers._gateway_process import GATEWAY_NICE_STEP
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    async with _pooled(server.base_url) as gateway:
+        await _ready(gateway)
+        [process] = _gateway_processes()
+        theirs = os.getpriority(os.PRIO_PROCESS, process.pid)
+    wanted = max(-20, ours - GATEWAY_NICE_STEP)
+    may = os.geteuid() == 0 or 20 - resource.getrlimit(resource.RLIMIT_NICE)[0] <= wanted
+    assert theirs == (wanted if may else ours)
+
+
+def test_a_gateway_process_without_the_right_to_step_ahead_stays_as_it_is() -> None:
+    """S-PROF-6: where neither CAP_SYS_NICE nor RLIMIT_NICE allows it (a user's process),
+    stepping ahead changes nothing and fails nothing: the call still works."""
+    from supervisor.providers._gateway_process import step_ahead
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child reports through the pipe)
+        code = 1
+        try:
+            os.close(read)
+            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)  # no capability left
+            before = os.getpriority(os.PRIO_PROCESS, 0)
+            after = step_ahead(5)
+            os.write(write, f"{before} {after}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as report:
+        before, after = report.read().split()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert before == after
 
 
 def test_processes_auto_is_sized_to_the_machine() -> None:
