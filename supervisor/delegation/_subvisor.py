@@ -25,7 +25,7 @@ from ..kernel import Supervisor, SupervisorConfig, WireTap
 from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalHandler, QuestionHandler
 from ..providers import ModelGateway, ModelProvider
-from ..state._paths import agent_output_dir, database_path
+from ..state._paths import agent_output_dir, database_path, known_homes
 from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
 from ..state._tasks import TaskError, TaskRegistry
@@ -77,8 +77,9 @@ class Subvisor:
                 max_workers=self.settings.max_concurrent_subagents,
                 placement=self.settings.placement,
                 ray_address=self.settings.ray_address,
-                # Keys in its config, every session's transcripts (S-SEC-1).
-                hidden_paths=(str(self.home),),
+                # Keys in its config, every session's transcripts (S-SEC-1),
+                # in this home and in any other this process can name.
+                hidden_paths=tuple(str(path) for path in known_homes(self.home)),
                 event_budget=self.settings.event_budget,
             ),
             wire_tap=wire_tap,

@@ -9,7 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["agent_output_dir", "agents_dir", "database_path", "run_dir", "subvisor_home"]
+__all__ = [
+    "agent_output_dir",
+    "agents_dir",
+    "database_path",
+    "known_homes",
+    "run_dir",
+    "subvisor_home",
+]
 
 
 def subvisor_home() -> Path:
@@ -18,6 +25,21 @@ def subvisor_home() -> Path:
     if configured:
         return Path(configured).expanduser()
     return Path.home() / ".subvisor"
+
+
+def known_homes(home: Path) -> tuple[Path, ...]:
+    """``home`` and every other subvisor home this process can name that exists.
+
+    ``$SUBVISOR_HOME`` and ``~/.subvisor`` besides ``home``: a user who
+    points one run elsewhere keeps keys and transcripts in the default home
+    too. A home only some other process knows of (another project's
+    ``SUBVISOR_HOME``) cannot be named here.
+    """
+    configured = os.environ.get("SUBVISOR_HOME", "")
+    others = [Path(configured).expanduser()] if configured else []
+    others.append(Path.home() / ".subvisor")
+    found = [home, *(other for other in others if other.is_dir())]
+    return tuple(dict.fromkeys(Path(os.path.realpath(path)) for path in found))
 
 
 def database_path(home: Path) -> Path:

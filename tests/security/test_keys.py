@@ -27,6 +27,7 @@ from tests.support.provider_server import CannedResponse, ProviderServer
 PY = sys.executable
 ENV_KEY = "sk-env-MARKER-5d1c0ffee"
 FILE_KEY = "sk-file-MARKER-beefcafe"
+OTHER_KEY = "sk-other-home-MARKER-0ddba11"
 MODES = [("read-only", "deny"), ("workspace-write", "deny"), ("full", "allow")]
 
 #: Walks up from Bash through the worker and the zygote to the supervisor, trying
@@ -116,6 +117,29 @@ def test_s_sec_1_subvisor_home_config_and_database_are_out_of_reach(
     assert "pwned" not in (keyed / "config.toml").read_text()
     with sqlite3.connect(keyed / "subvisor.db") as db:
         assert db.execute("select count(*) from sessions").fetchone()[0] >= 2
+
+
+@pytest.mark.parametrize(("mode", "network"), MODES)
+def test_s_sec_1_the_default_home_is_out_of_reach_while_another_is_in_use(
+    tmp_path: Path, keyed: Path, monkeypatch: pytest.MonkeyPatch, mode: str, network: str
+) -> None:
+    """S-SEC-1: with ``SUBVISOR_HOME`` pointing elsewhere, the user's default home
+    (``~/.subvisor``: its keys, every earlier session) is out of a worker's reach too."""
+    default = tmp_path / "user" / ".subvisor"
+    default.mkdir(parents=True)
+    (default / "config.toml").write_text(f'[gateway.providers.old]\napi_key = "{OTHER_KEY}"\n')
+    monkeypatch.setenv("HOME", str(default.parent))
+    answer = cli_bash_attack(
+        tmp_path,
+        [f"cat {default}/config.toml; echo status=$?", f"ls -a {default}; echo status=$?"],
+        home=keyed,
+        mode=mode,
+        network=network,
+    )
+    assert "MARKER" not in answer, answer
+    cat, listing = answer.split("status=")[:2]
+    assert "No such file" in cat and "config.toml" not in listing, answer
+    assert OTHER_KEY in (default / "config.toml").read_text()  # control: it was there
 
 
 def test_s_sec_1_control_the_same_reads_work_outside_a_worker(keyed: Path) -> None:
