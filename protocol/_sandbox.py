@@ -16,9 +16,10 @@ mode                filesystem                     needs
 ==================  =============================  ================================
 
 In every mode the worker also hides ``hidden_paths`` (subvisor's home: keys
-in its config, the database, other sessions' output), keeps each writable
-root's ``.git`` read-only (``protect_vcs``; not in ``full``), drops every
-capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3).
+in its config, the database, other sessions' output), keeps each ``.git`` of
+a writable root read-only and its missing ``ROOT/.git`` uncreatable
+(``protect_vcs``; not in ``full``), enters an IPC namespace of its own, drops
+every capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3, S-SEC-4).
 
 ``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4); the
 worker's own pipes to the supervisor are inherited and stay open.
@@ -72,7 +73,7 @@ class SandboxPolicy(_Frozen):
     temp_dir: str | None = None
     #: Directories the worker must not reach at all (absolute, resolved).
     hidden_paths: tuple[str, ...] = ()
-    #: Keep ``ROOT/.git`` of each writable root read-only.
+    #: Keep each ``.git`` of a writable root read-only, and ``ROOT/.git`` uncreatable.
     protect_vcs: bool = True
     on_unsupported: OnUnsupported = "error"
     landlock_abi_max: int | None = Field(default=None, ge=0)
@@ -110,7 +111,11 @@ class SandboxReport(BaseModel):
     ``landlock_domain`` whether it is in one (which also bars ptrace and
     ``/proc/PID/environ`` of every process outside it);
     ``privileges_dropped`` whether it holds no capability in any set and has
-    ``no_new_privs``. ``reason`` names what was asked for and is not in force.
+    ``no_new_privs``; ``ipc_namespace`` whether it has an IPC namespace of its
+    own (its SysV IPC and message queues end with its tree);
+    ``reserved_space_capped`` whether its file-size cap also refuses space
+    reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp).
+    ``reason`` names what was asked for and is not in force.
     """
 
     # Strict like every message of a worker: it is the untrusted side's claim.
@@ -129,6 +134,8 @@ class SandboxReport(BaseModel):
     isolation: str = ""
     landlock_domain: bool = False
     privileges_dropped: bool = False
+    ipc_namespace: bool = False
+    reserved_space_capped: bool = False
     reason: str = ""
 
     @property

@@ -1,5 +1,7 @@
 """A private mount namespace that hides subvisor's home and keeps ``.git`` read-only.
 
+Also each worker's own IPC namespace (``enter_ipc_namespace``).
+
 Landlock only grants, so it cannot carve "everything but ``$SUBVISOR_HOME``"
 or "the project but not its ``.git``" out of a grant. A mount namespace can:
 
@@ -7,9 +9,16 @@ or "the project but not its ``.git``" out of a grant. A mount namespace can:
   database, sockets, every session's output; and the cgroup filesystem, so
   that a worker that is uid 0 cannot move itself out of its cgroup or raise
   its own limits);
-- a read-only bind mount of each protected path over itself (a writable
-  root's ``.git``, whose hooks and config run outside any sandbox at the
-  user's next commit).
+- a read-only bind mount of each protected path over itself (every
+  ``.git`` a bounded walk finds in a writable root, whose hooks and config
+  run outside any sandbox at the user's next git command there);
+- where a writable root has no ``.git``, an empty directory made there and
+  bound read-only over itself (``block_creation``), so that no repository
+  can be planted at the root for the user's git to find first.
+
+Not covered: a ``.git`` deeper than ``VCS_WALK_DEPTH`` or past the walk's
+``VCS_WALK_ENTRIES``, and one a worker creates below its root (``git init
+sub``): the user runs git there only by going there.
 
 Whoever holds ``CAP_SYS_ADMIN`` (root, also in most containers) unshares the
 mount namespace alone; anyone else first enters a new user namespace that
@@ -22,6 +31,12 @@ which every worker drops (``_privileges``) before it runs anything.
 The zygote isolates itself once at start, so every worker it forks shares
 that namespace and a spawn pays nothing; it adds a ``.git`` bind the first
 time a spawn names its root. An exec'd worker isolates itself.
+
+The IPC namespace is the worker's alone, never its zygote's: SysV shared
+memory, semaphores and POSIX message queues left by its tree go with the
+namespace when the tree's last process ends (S-SEC-4, S-SEC-5), and no
+worker sees another's. It needs ``CAP_SYS_ADMIN`` where the worker is: root,
+or the user namespace ``enter`` made (the zygote's, inherited by fork).
 
 Invariant: ``unshare`` runs while the process has one thread (the kernel
 refuses ``CLONE_NEWUSER``, and ``CLONE_NEWNS`` implies an unshared fs).
@@ -38,9 +53,19 @@ from dataclasses import dataclass, field
 
 from ._privileges import status_caps
 
-__all__ = ["CURRENT", "VCS_NAMES", "MountNamespace", "vcs_dirs"]
+__all__ = [
+    "CURRENT",
+    "VCS_NAMES",
+    "VCS_WALK_DEPTH",
+    "VCS_WALK_ENTRIES",
+    "MountNamespace",
+    "enter_ipc_namespace",
+    "missing_vcs_dirs",
+    "vcs_dirs",
+]
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
@@ -54,6 +79,12 @@ _CAP_SYS_ADMIN = 21
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 #: Version-control metadata whose contents run code later (hooks, config).
 VCS_NAMES = (".git",)
+#: How deep below a writable root ``vcs_dirs`` looks for ``.git`` (1: in the
+#: root's own subdirectories), and how many directory entries it reads per
+#: root at most. Breadth first, so a bound cuts the deepest first; a ``.git``
+#: beyond it is not protected. Large trees (``node_modules``) stay cheap.
+VCS_WALK_DEPTH = 4
+VCS_WALK_ENTRIES = 20_000
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -160,14 +191,53 @@ def _hidden_here(path: str) -> bool:
 
 
 def vcs_dirs(roots: Iterable[str]) -> list[str]:
-    """The version-control paths (``ROOT/.git``, a directory or a worktree's file) of ``roots``."""
-    found = []
+    """Every ``.git`` (a directory, or a worktree's or submodule's file) in ``roots``.
+
+    A breadth-first walk of each root, at most ``VCS_WALK_DEPTH`` levels down
+    and ``VCS_WALK_ENTRIES`` entries read; symlinks are neither returned nor
+    followed (what they point to is covered where it is, if it is).
+    """
+    found: list[str] = []
     for root in roots:
-        for name in VCS_NAMES:
-            path = os.path.join(root, name)
-            if os.path.lexists(path) and not os.path.islink(path):
-                found.append(path)
+        level, budget = [root], VCS_WALK_ENTRIES
+        for depth in range(VCS_WALK_DEPTH + 1):
+            below: list[str] = []
+            for directory in level:
+                try:
+                    with os.scandir(directory) as entries:
+                        for entry in entries:
+                            budget -= 1
+                            if budget < 0:
+                                break
+                            if entry.is_symlink():
+                                continue
+                            if entry.name in VCS_NAMES:
+                                found.append(entry.path)
+                            elif depth < VCS_WALK_DEPTH and entry.is_dir(follow_symlinks=False):
+                                below.append(entry.path)
+                except OSError:
+                    continue
+                if budget < 0:
+                    break
+            level = below
     return found
+
+
+def missing_vcs_dirs(roots: Iterable[str]) -> list[str]:
+    """``ROOT/.git`` of each root that has none (nor a symlink by that name)."""
+    return [
+        os.path.join(root, name)
+        for root in roots
+        for name in VCS_NAMES
+        if not os.path.lexists(os.path.join(root, name))
+    ]
+
+
+def enter_ipc_namespace() -> str:
+    """Unshare this process's IPC namespace; why not, or ``""`` once it has its own."""
+    if _libc.unshare(_CLONE_NEWIPC) != 0:
+        return str(_errno_error("unshare(CLONE_NEWIPC)"))
+    return ""
 
 
 @dataclass
@@ -269,6 +339,30 @@ class MountNamespace:
                 failed.append(str(exc))
                 continue
             self.read_only.append(path)
+        return failed
+
+    def block_creation(self, paths: Iterable[str]) -> list[str]:
+        """Make each missing path an empty directory bound read-only; the paths that failed.
+
+        The directory is made on the host's filesystem (a bind needs an inode
+        to cover) and stays there, empty, after the worker: git skips an
+        empty ``.git`` in its search for a repository, as if it were absent.
+        The supervisor removes it once no worker of its own is left.
+        """
+        failed = []
+        for path in paths:
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                # A sibling's placeholder (bound all the same), or a symlink
+                # planted since: git would follow it, so the path is refused.
+                if os.path.islink(path):
+                    failed.append(f"{path}: a symlink")
+                    continue
+            except OSError as exc:
+                failed.append(f"{path}: {exc.strerror}")
+                continue
+            failed += self.make_read_only([path])
         return failed
 
 

@@ -275,7 +275,7 @@ def _confine(
     cgroup_error = join_cgroups(cgroup_fds)
     set_child_subreaper()
     rlimits = apply_resource_limits(limits)
-    report = apply_sandbox(sandbox)
+    report = apply_sandbox(sandbox, file_size_cap=limits.file_size_mb is not None)
     # Last: a user namespace (in ``apply_sandbox``) needs us dumpable to map uids.
     set_dumpable(False)
     return rlimits, report, cgroup_error

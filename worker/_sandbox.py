@@ -6,8 +6,11 @@ worker and everything it starts: Bash, its children, the file tools' threads.
 In order, because each step needs what the next one takes away:
 
 1. **Mounts** (``_mounts``): subvisor's home and the cgroup filesystem
-   hidden, each writable root's ``.git`` read-only (S-SEC-1, S-SEC-3). A
-   zygote worker finds this done by its zygote; an exec'd one does it here.
+   hidden, every ``.git`` in a writable root read-only, and an empty
+   read-only ``ROOT/.git`` where a root has none (S-SEC-1, S-SEC-3). A
+   zygote worker finds the namespace made by its zygote; an exec'd one
+   makes it here. Then the worker's own IPC namespace, never shared (S-SEC-4,
+   S-SEC-5): its SysV shared memory and message queues end with its tree.
 2. **Landlock** (S-SBX-1), in every mode, since a Landlock domain also bars
    ptrace and ``/proc/PID/{environ,mem}`` of every process outside it:
 
@@ -31,6 +34,9 @@ In order, because each step needs what the next one takes away:
    directly in a project's top directory.
 3. **Privileges** (``_privileges``): every capability dropped, bounding set
    included; ``no_new_privs``.
+4. **Seccomp** (``_seccomp``), where a file-size cap is set: space reserved
+   past a file's end (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``), which
+   ``RLIMIT_FSIZE`` does not count, is refused (S-SEC-4).
 
 Where the kernel falls short, ``on_unsupported="error"`` applies nothing and
 reports why (the supervisor then refuses the launch); ``"warn"`` applies the
@@ -45,7 +51,7 @@ from collections.abc import Iterable
 
 from protocol import NETWORK_ABI, SandboxPolicy, SandboxReport
 
-from . import _landlock, _mounts
+from . import _landlock, _mounts, _seccomp
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
 from ._privileges import drop_privileges
 
@@ -67,10 +73,14 @@ def landlock_abi(ceiling: int | None = None) -> int:
     return abi if ceiling is None else min(abi, ceiling)
 
 
-def isolate_mounts(hidden: Iterable[str], read_only: Iterable[str] = ()) -> list[str]:
+def isolate_mounts(
+    hidden: Iterable[str], read_only: Iterable[str] = (), absent: Iterable[str] = ()
+) -> list[str]:
     """Enter (or keep) a private mount namespace hiding ``hidden`` and ``CGROUP_FS``.
 
-    Returns what could not be done, one line each; empty when all holds.
+    ``read_only`` paths are bound read-only; ``absent`` ones become empty
+    read-only directories, so nothing can be created there. Returns what
+    could not be done, one line each; empty when all holds.
     """
     namespace = _mounts.CURRENT
     if not namespace.enter():
@@ -79,6 +89,7 @@ def isolate_mounts(hidden: Iterable[str], read_only: Iterable[str] = ()) -> list
     if os.path.isdir(CGROUP_FS):
         problems += namespace.hide([CGROUP_FS])
     problems += namespace.make_read_only(read_only)
+    problems += namespace.block_creation(absent)
     return problems
 
 
@@ -175,12 +186,16 @@ def _scope_names(scoped: Scope) -> tuple[str, ...]:
 
 def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     """Mounts for ``policy``: (hidden by them, read-only by them, what Landlock must carve)."""
-    vcs = _mounts.vcs_dirs(policy.writable_roots) if policy.protect_vcs else []
-    if policy.mode == "full":
-        vcs = []  # nothing is read-only in full; it is the user's explicit choice
-    isolate_mounts(policy.hidden_paths, vcs)
+    vcs: list[str] = []
+    absent: list[str] = []
+    # Nothing is read-only in full; it is the user's explicit choice.
+    if policy.protect_vcs and policy.mode != "full":
+        vcs = _mounts.vcs_dirs(policy.writable_roots)
+        absent = _mounts.missing_vcs_dirs(policy.writable_roots)
+    isolate_mounts(policy.hidden_paths, vcs, absent)
     namespace = _mounts.CURRENT
     hidden = [p for p in policy.hidden_paths if p in namespace.hidden]
+    vcs += absent
     read_only = [p for p in vcs if p in namespace.read_only]
     carve = [p for p in (*policy.hidden_paths, *vcs) if p not in hidden and p not in read_only]
     if CGROUP_FS not in namespace.hidden:
@@ -188,8 +203,12 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     return hidden, read_only, carve
 
 
-def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
-    """Confine this process as ``policy`` says; report what is in force (never more)."""
+def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) -> SandboxReport:
+    """Confine this process as ``policy`` says; report what is in force (never more).
+
+    ``file_size_cap``: an ``RLIMIT_FSIZE`` is set, so reserving space past a
+    file's end, which it does not count, is refused too.
+    """
     policy = policy or SandboxPolicy()
     if policy.temp_dir is not None:
         _use_temp_dir(policy.temp_dir)
@@ -206,6 +225,11 @@ def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
         )
     hidden, read_only, carve = _isolate(policy)
     how = [_mounts.CURRENT.how] if hidden or read_only else []
+    # After the mounts: where a user namespace was needed, this is where the
+    # capability to unshare is (and before the privilege drop takes it).
+    ipc_error = _mounts.enter_ipc_namespace()
+    if ipc_error:
+        missing.append(f"no IPC namespace of its own: {ipc_error}")
     domain = False
     if abi >= 1:
         ruleset, writable = _ruleset(policy, abi, carve)
@@ -234,8 +258,13 @@ def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
             f"{_mounts.CURRENT.error or 'not tried'}; no Landlock)"
         )
     privileges = drop_privileges()
+    reserve_error = _seccomp.refuse_reserved_space() if file_size_cap else ""
+    if reserve_error:
+        missing.append(f"the file size cap does not cover reserved space: {reserve_error}")
     return report.model_copy(
         update={
+            "ipc_namespace": not ipc_error,
+            "reserved_space_capped": file_size_cap and not reserve_error,
             "hidden": hidden,
             "read_only": read_only,
             "isolation": "+".join(how),

@@ -252,7 +252,7 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
             "tree caps",
             True,
             f"memory, process and CPU caps over each worker's whole tree by {sup.tree_caps}; "
-            "file size by RLIMIT_FSIZE"
+            "file size by RLIMIT_FSIZE (space reserved past a file's end by seccomp)"
             + ("" if capped else " (sampled: a breach is seen at the next sample)"),
         )
     )

@@ -432,6 +432,11 @@ class WorkerHandle:
         tree = ", ".join(p for p in parts if p) or "no tree caps"
         size = limits.file_size_mb
         files = f"; file size {size} MB by rlimit" if size is not None else ""
+        if files and (self.sandbox is None or not self.sandbox.reserved_space_capped):
+            # RLIMIT_FSIZE alone lets fallocate reserve space past a file's end.
+            files += " (space reserved by fallocate NOT capped)"
+        elif files:
+            files += " + seccomp"
         return f"{tree} over the whole tree by {self.tree_caps}{files}"
 
     @property

@@ -109,6 +109,9 @@ class Supervisor:
         self._closed = False
         self._landlock_abi_max = landlock_abi_max_from_env()
         self._temp_dirs = WorkerTempDirs()
+        #: ``ROOT/.git`` of writable roots that had none when a worker got them:
+        #: the worker makes each an empty read-only placeholder (S-SEC-3).
+        self._vcs_placeholders: set[str] = set()
         self._hidden_paths = tuple(os.path.realpath(p) for p in self.config.hidden_paths)
         self._cgroups: CgroupTree | None = None
         # One thread each: the kernel serializes cgroup changes anyway, and a
@@ -212,6 +215,19 @@ class Supervisor:
         # background jobs) can go.
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._temp_dirs.close)
+            await trio.to_thread.run_sync(self._remove_vcs_placeholders)
+
+    def _remove_vcs_placeholders(self) -> None:
+        """Remove each placeholder ``.git`` still empty, now that no worker's namespace binds it.
+
+        One left by a killed supervisor stays, empty: git skips it as if absent.
+        One another supervisor's workers still bind stays too: removing a mount
+        point on the host unmounts it in every namespace.
+        """
+        bound = _mount_points_elsewhere(self._vcs_placeholders)
+        for path in self._vcs_placeholders - bound:
+            with contextlib.suppress(OSError):  # not empty (the user's own git init), or gone
+                os.rmdir(path)
 
     @property
     def zygote_boot_ms(self) -> float | None:
@@ -400,6 +416,9 @@ class Supervisor:
             update["hidden_paths"] = hidden
         if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
             update["landlock_abi_max"] = self._landlock_abi_max
+        if policy.protect_vcs and policy.mode != "full":
+            gits = (os.path.join(root, ".git") for root in policy.writable_roots)
+            self._vcs_placeholders.update(p for p in gits if not os.path.lexists(p))
         if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
             update["temp_dir"] = self._temp_dirs.make(worker_id)
         return policy.model_copy(update=update) if update else policy
@@ -526,6 +545,24 @@ def _check_local_cpus(cpus: float) -> None:
             f"it asks for {cpus:g} CPUs and this machine has {available}; "
             "lower the profile's cpus or run with --ray on a cluster with a node that large"
         )
+
+
+def _mount_points_elsewhere(paths: set[str]) -> set[str]:
+    """Those of ``paths`` that are a mount point in some mount namespace we can read."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    escaped = {p.replace("\\", "\\134").replace(" ", "\\040"): p for p in paths}
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            namespace = os.readlink(f"/proc/{pid}/ns/mnt")
+            if namespace in seen:
+                continue
+            seen.add(namespace)
+            with open(f"/proc/{pid}/mountinfo") as f:
+                found.update(escaped[m] for m in (line.split()[4] for line in f) if m in escaped)
+        except (OSError, IndexError):
+            continue
+    return found
 
 
 def _remove_worker_cgroup(cgroup: WorkerCgroup) -> None:

@@ -1,4 +1,5 @@
-"""S-SEC-1, S-SEC-7 as an unprivileged user: the attacks of test_keys and test_depth, as uid 65534.
+"""S-SEC-1, -4, -5, -7 as an unprivileged user: attacks of test_keys, test_cap_evasion and
+test_depth, as uid 65534.
 
 Where these differ from root: a user's supervisor is dumpable unless it says
 otherwise (same uid: its environ and memory are open to its workers), and a
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import pytest
 import yaml
 
+from tests.security.test_cap_evasion import remove_shm, shm_attack, shm_keys
 from tests.security.test_keys import ancestors
 from tests.support.delegation import agent_call
 from tests.support.unprivileged import NOBODY, Unprivileged, unprivileged
@@ -120,6 +123,23 @@ def test_s_sec_7_as_a_user_a_nested_run_refuses(nobody: Unprivileged) -> None:
     answer = _attack(nobody, [nested.replace("python3", _interpreter(nobody))], "full", "allow")
     assert "inside a subvisor worker tree" in answer, answer
     assert "nested ran" not in answer
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "full"])
+def test_s_sec_4_and_5_as_a_user_shared_memory_ends_with_the_worker(
+    nobody: Unprivileged, mode: str
+) -> None:
+    """S-SEC-4, S-SEC-5 as uid 65534: the worker's IPC namespace is its own (made in the
+    user namespace its zygote entered), so its SysV segment is gone once it ends."""
+    key = random.randrange(1, 2**30)
+    try:
+        answer = _attack(nobody, [shm_attack(key, 16, key + 1)], mode, "allow")
+        left = shm_keys()
+    finally:
+        remove_shm(key)
+    assert "made True" in answer, answer
+    assert key not in left
+    assert os.readlink("/proc/self/ns/ipc") not in answer
 
 
 def _interpreter(user: Unprivileged) -> str:

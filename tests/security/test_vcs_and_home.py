@@ -25,6 +25,10 @@ from worker import _landlock
 from worker._sandbox import _ruleset, landlock_abi
 
 
+def _git(*args: str, cwd: Path | None = None) -> None:
+    subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True)
+
+
 def _git_project(root: Path) -> Path:
     root.mkdir()
     subprocess.run(["git", "init", "-q", str(root)], check=True)
@@ -158,3 +162,74 @@ def test_s_sec_1_and_3_the_landlock_fallback_carves_home_and_git(tmp_path: Path,
     else:
         assert "hook=0" not in out, out
         assert ("write=0" in out) is (mode == "workspace-write"), out
+
+
+async def test_s_sec_3_every_nested_git_in_the_project_is_read_only(tmp_path: Path) -> None:
+    """S-SEC-3: in a project holding other repositories (a vendored repo, `~/src`), each
+    `.git` the walk finds, three levels down too, and a worktree's `.git` file, is
+    read-only: hooks, core.fsmonitor and the gitfile cannot be written; their work trees can."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _git("init", "-q", str(project / "inner"))
+    _git("init", "-q", str(project / "a" / "b" / "deep"))
+    (project / "wt").mkdir()
+    (project / "wt" / ".git").write_text(f"gitdir: {project / 'inner' / '.git'}\n")
+    gitfile_before = (project / "wt" / ".git").read_text()
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > inner/.git/hooks/pre-commit; echo rc=$?",
+            "git -C inner config core.fsmonitor 'touch /tmp/pwned'; echo rc=$?",
+            "git -C a/b/deep config core.hooksPath /tmp/evil; echo rc=$?",
+            "echo 'gitdir: /tmp/evil' > wt/.git; echo rc=$?",
+            "echo x > inner/code.py && echo y > a/b/deep/code.py && echo rc=$?",
+        ],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="workspace-write",
+    )
+    *attacks, control = (r.content for r in attack.results)
+    for text in attacks:
+        assert "rc=0" not in text, text
+    assert not (project / "inner" / ".git" / "hooks" / "pre-commit").exists()
+    assert "fsmonitor" not in (project / "inner" / ".git" / "config").read_text()
+    assert "hooksPath" not in (project / "a" / "b" / "deep" / ".git" / "config").read_text()
+    assert (project / "wt" / ".git").read_text() == gitfile_before
+    assert "rc=0" in control, control
+    record = attack.record.sandbox
+    assert record is not None
+    assert {str(project / p / ".git") for p in ("inner", "a/b/deep", "wt")} <= set(record.read_only)
+
+
+async def test_s_sec_3_no_repository_can_be_planted_at_a_project_without_one(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: run from a subdirectory of a repository (whose `.git` is above the project),
+    `git init .` and `mkdir .git` fail, so the user's later git there runs no planted
+    core.fsmonitor; the project's top directory stays writable, and the empty placeholder
+    that kept `.git` out is gone once the run ends."""
+    repo = tmp_path / "repo"
+    _git("init", "-q", str(repo))
+    project = repo / "pkg"
+    project.mkdir()
+    marker = tmp_path / "PWNED"
+    attack = await bash_attack(
+        tmp_path,
+        [
+            f"git init -q . && git config core.fsmonitor 'touch {marker}; false'; echo rc=$?",
+            "rm -rf .git; mkdir -p .git/hooks; echo rc=$?",
+            "echo new > brand_new.py && mkdir sub && echo rc=$?",
+        ],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="workspace-write",
+    )
+    plant, make, control = (r.content for r in attack.results)
+    assert "rc=0" not in plant and "rc=0" not in make, (plant, make)
+    _git("status", cwd=project)
+    assert not marker.exists()
+    assert not (project / ".git").exists()
+    assert "rc=0" in control, control
+    assert (project / "brand_new.py").read_text() == "new\n"
+    record = attack.record.sandbox
+    assert record is not None and str(project / ".git") in record.read_only
