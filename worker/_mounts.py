@@ -1,6 +1,8 @@
 """A private mount namespace that hides subvisor's home and keeps ``.git`` read-only.
 
-Also each worker's own IPC namespace (``enter_ipc_namespace``).
+Also each worker's own IPC namespace (``enter_ipc_namespace``), and its own
+mount namespace where it has a temp dir, in which the other workers' temp
+dirs are hidden (``isolate_temp_dir``).
 
 Landlock only grants, so it cannot carve "everything but ``$SUBVISOR_HOME``"
 or "the project but not its ``.git``" out of a grant. A mount namespace can:
@@ -60,6 +62,7 @@ __all__ = [
     "VCS_WALK_ENTRIES",
     "MountNamespace",
     "enter_ipc_namespace",
+    "isolate_temp_dir",
     "missing_vcs_dirs",
     "vcs_dirs",
 ]
@@ -231,6 +234,23 @@ def missing_vcs_dirs(roots: Iterable[str]) -> list[str]:
         for name in VCS_NAMES
         if not os.path.lexists(os.path.join(root, name))
     ]
+
+
+def isolate_temp_dir(path: str) -> str:
+    """Leave ``path`` the one entry of its parent this process reaches; why not, or ``""``.
+
+    Every worker's temp dir sits beside the others, under one parent per
+    supervisor, all of one uid: in the namespace a zygote's workers share, a
+    read-only worker could read what another wrote in its own (S-SEC-2).
+    So each worker takes a mount namespace of its own (it needs
+    ``CAP_SYS_ADMIN`` where it is, as for its IPC namespace) and covers the
+    parent with an empty read-only tmpfs that keeps ``path`` alone, bound back.
+    """
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        return str(_errno_error("unshare(CLONE_NEWNS)"))
+    parent, name = os.path.split(path.rstrip("/"))
+    # Its own record: CURRENT describes the namespace shared with the zygote.
+    return "; ".join(MountNamespace(how="mount namespace").hide([parent], keep=[name]))
 
 
 def enter_ipc_namespace() -> str:

@@ -227,6 +227,12 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
     how = [_mounts.CURRENT.how] if hidden or read_only else []
     # After the mounts: where a user namespace was needed, this is where the
     # capability to unshare is (and before the privilege drop takes it).
+    if policy.temp_dir is not None and policy.restricts_filesystem:
+        temp_error = _mounts.isolate_temp_dir(policy.temp_dir)
+        if temp_error:
+            missing.append(f"other workers' temp dirs are not hidden: {temp_error}")
+        else:
+            hidden.append(os.path.dirname(policy.temp_dir.rstrip("/")))
     ipc_error = _mounts.enter_ipc_namespace()
     if ipc_error:
         missing.append(f"no IPC namespace of its own: {ipc_error}")

@@ -1,0 +1,72 @@
+"""S-SEC-2: a subagent cannot read what a sibling wrote in its private temp dir.
+
+Every sandboxed worker gets a temp dir (``$TMPDIR``) under one parent per
+supervisor, all of one uid. Two real subagents run at once: the writer puts
+a marker in its temp dir and says where (a file in the project), then waits
+for the reader, which tries to read it and to list the parent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from supervisor import RootSession
+from supervisor.policy._sandbox import SandboxSettings
+from tests.support.attack import bash
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
+
+MARKER = "sibling-private-MARKER-5ca1ab1e"
+#: Bounded waits (0.05 s steps) on files the other agent makes.
+_WAIT = "for i in $(seq 1200); do [ -e {file} ] && break; sleep 0.05; done"
+
+
+async def test_s_sec_2_a_sibling_cannot_read_another_workers_temp_dir(tmp_path: Path) -> None:
+    """S-SEC-2: the reader neither reads the writer's temp file nor sees its dir; the writer
+    did write it (control), and the reader's own temp dir works."""
+    project = tmp_path / "project"
+    project.mkdir()
+    writer = (
+        f"echo {MARKER} > $TMPDIR/scratch.txt && cat $TMPDIR/scratch.txt && echo $TMPDIR > ready;"
+        f" {_WAIT.format(file='release')}"
+    )
+    reader = (
+        f"{_WAIT.format(file='ready')}; d=$(cat ready); echo sibling=$d;"
+        " cat $d/scratch.txt; echo read=$?; ls -a $(dirname $TMPDIR);"
+        " echo mine > $TMPDIR/own.txt && cat $TMPDIR/own.txt; touch release"
+    )
+    model = write_scenario(
+        tmp_path / "siblings.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call("writer", "w", run_in_background=True),
+                        agent_call("reader", "r"),
+                    ]
+                },
+                {"text": "{{tool_result}}"},
+                {"text": "end"},
+            ],
+            "writer": [{"tool_calls": [bash(writer)]}, {"text": "{{tool_result}}"}],
+            "reader": [{"tool_calls": [bash(reader)]}, {"text": "{{tool_result}}"}],
+        },
+    )
+    settings = SandboxSettings(force_mode="workspace-write", force_network="deny")
+    async with subvisor(home_for(tmp_path), sandbox=settings) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        records = {r.description: r for r in host.registry.list(root.session_id)}
+        await host.registry.wait(records["writer"].task_id)
+        said = {
+            name: "".join(
+                m.content for m in host.store.messages(record.child_session_id) if m.role == "tool"
+            )
+            for name, record in records.items()
+        }
+    assert MARKER in said["writer"], said["writer"]  # control: it was written
+    sibling = said["reader"].split("sibling=")[1].split()[0]
+    assert sibling.startswith("/"), said["reader"]  # the reader learnt where it is
+    assert MARKER not in said["reader"], said["reader"]
+    assert "read=0" not in said["reader"]
+    assert Path(sibling).name not in said["reader"].split("read=")[1], said["reader"]
+    assert "mine" in said["reader"]
