@@ -13,7 +13,7 @@ from ..config._config_files import (
 )
 from ..config._errors import ConfigError
 from ..config._project_trust import TrustGate, TrustRequest, printable
-from ..config._trust_store import TrustStore, content_digest
+from ..config._trust_store import TrustStore, content_digest, trust_path
 from ..kernel import worker_tree_ancestor
 from ..state._paths import subvisor_home
 
@@ -90,8 +90,8 @@ def trust_command(path: Path, *, list_trusted: bool = False, revoke: bool = Fals
             print(f"nothing trusted at {printable(str(path))}")
         return 0
     project_dir = path if path.is_dir() else path.parent
-    named = {file.resolve() for file in files}
-    requests = [r for r in project_trust_requests(project_dir) if r.path.resolve() in named]
+    named = {trust_path(file) for file in files}
+    requests = [r for r in project_trust_requests(project_dir) if trust_path(r.path) in named]
     if not requests:
         print(
             f"nothing at {printable(str(path))} needs trust: no MCP servers and no provider"
@@ -100,8 +100,11 @@ def trust_command(path: Path, *, list_trusted: bool = False, revoke: bool = Fals
         return 0
     for request in requests:
         print(_summary(request))
-        store.grant(request.path, request.digest)
-        print(f"trusted {printable(str(request.path))}; a change to it asks again")
+        store.grant(request.path, request.workdir, request.digest)
+        print(
+            f"trusted {printable(str(request.path))} for commands run in"
+            f" {printable(str(request.workdir))}; a change to it asks again"
+        )
     return 0
 
 
@@ -121,5 +124,8 @@ def _list(store: TrustStore) -> int:
                 state = "trusted"
             else:
                 state = "changed since trusted (asks again)"
-        print(f"{printable(str(entry.path))}  sha256 {entry.sha256[:12]}  {state}")
+        print(
+            f"{printable(str(entry.path))}  in {printable(str(entry.workdir))}"
+            f"  sha256 {entry.sha256[:12]}  {state}"
+        )
     return 0

@@ -10,8 +10,14 @@ from a subagent that wrote them), so they may not lift what protects the
 user from that repository:
 
 - the sandbox and permission protections (S-SBX-3, like a project
-  profile's ``permissionMode``): bypassing permissions, ``full`` sandboxes,
-  network access, running unsandboxed where Landlock is missing;
+  profile's ``permissionMode``): a ``permission_mode`` that approves more
+  than the one in force (``acceptEdits``, ``bypassPermissions``), a sandbox
+  mode wider than the one in force (``full`` always), network access,
+  running unsandboxed where Landlock is missing, and plugin dirs (their
+  profiles may set all of these);
+- permission rules (S-SEC-3): a project's rules come after the user's and
+  may only make an answer stricter (allow < ask < deny); a rule that could
+  loosen what the user's rules (or the default) answer is refused;
 - numeric caps (S-SEC-3): a project value above the one otherwise in force
   (user config or default) is refused, and ``home`` cannot come from it;
 - MCP servers and provider endpoints or keys (S-SEC-3) take effect only
@@ -40,7 +46,15 @@ from protocol import ResourceLimits
 from ..delegation._mcp import McpServerConfig, parse_mcp_json
 from ..delegation._settings import SubvisorSettings
 from ..kernel import validation_problems
-from ..policy._rules import PermissionConfigError, parse_permission_mode
+from ..policy._rule_config import rules_from_config
+from ..policy._rules import (
+    PERMISSION_MODES,
+    PermissionConfigError,
+    PermissionMode,
+    PermissionRule,
+    Ruleset,
+    parse_permission_mode,
+)
 from ..state._paths import subvisor_home
 from ._errors import ConfigError
 from ._project_trust import (
@@ -170,22 +184,47 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 #: ``[sandbox]`` keys that only ``subvisor run`` flags set.
 _FLAG_ONLY_SANDBOX_KEYS = ("force_mode", "force_network")
 
+#: For each permission mode in force, the modes a project may set: those that
+#: approve nothing more (S-SEC-3). ``plan`` and ``dontAsk`` deny different things,
+#: so neither may replace the other.
+_NO_LOOSER_MODES: Mapping[PermissionMode, frozenset[PermissionMode]] = {
+    "bypassPermissions": frozenset(PERMISSION_MODES),
+    "acceptEdits": frozenset({"acceptEdits", "default", "plan", "dontAsk"}),
+    "default": frozenset({"default", "plan", "dontAsk"}),
+    "plan": frozenset({"plan"}),
+    "dontAsk": frozenset({"dontAsk"}),
+}
+#: For each sandbox mode in force, the modes a project may set (never ``full``, S-SBX-3).
+_NO_WIDER_SANDBOXES: Mapping[str | None, frozenset[str]] = {
+    None: frozenset({"read-only"}),  # None: by each profile's tools, read-only for some
+    "read-only": frozenset({"read-only"}),
+    "workspace-write": frozenset({"read-only", "workspace-write"}),
+    "full": frozenset({"read-only", "workspace-write"}),
+}
 
-def _loosened_by_project(project: Mapping[str, Any]) -> list[str]:
+
+def _loosened_by_project(project: Mapping[str, Any], in_force: SubvisorSettings) -> list[str]:
     """What the project config sets that only the user may (see the module doc)."""
     found: list[str] = []
     mode = project.get("permission_mode")
     if mode is not None:
         try:
-            if parse_permission_mode(mode) == "bypassPermissions":
+            if parse_permission_mode(mode) not in _NO_LOOSER_MODES[in_force.mode]:
                 found.append(f"permission_mode = {mode!r}")
         except PermissionConfigError:
             pass  # reported by validation, with the file named
     sandbox = project.get("sandbox")
     if isinstance(sandbox, dict):
-        for key, lifted in (("mode", "full"), ("network", "allow"), ("on_unsupported", "warn")):
+        wanted = sandbox.get("mode")
+        # An unknown mode is left to validation, which names the modes.
+        known = wanted in _NO_WIDER_SANDBOXES and wanted is not None
+        if known and wanted not in _NO_WIDER_SANDBOXES[in_force.sandbox.mode]:
+            found.append(f"sandbox.mode = {wanted!r}")
+        for key, lifted in (("network", "allow"), ("on_unsupported", "warn")):
             if sandbox.get(key) == lifted:
                 found.append(f"sandbox.{key} = {lifted!r}")
+    if "plugin_dirs" in project:
+        found.append("plugin_dirs")
     return found
 
 
@@ -193,7 +232,10 @@ def _user_config() -> Path:
     return subvisor_home() / USER_CONFIG
 
 
-def _check_config_file(path: Path, data: Mapping[str, Any], *, project: bool) -> None:
+def _check_config_file(
+    path: Path, data: Mapping[str, Any], *, in_force: SubvisorSettings | None = None
+) -> None:
+    """Check a config file; ``in_force``: for a project file, the settings before it."""
     sandbox = data.get("sandbox")
     if isinstance(sandbox, dict):
         for key in _FLAG_ONLY_SANDBOX_KEYS:
@@ -208,20 +250,133 @@ def _check_config_file(path: Path, data: Mapping[str, Any], *, project: bool) ->
             f"{path}: mcp_servers must be a table of servers ([mcp_servers.NAME] with"
             " command or url)"
         )
-    if not project:
+    if in_force is None:
         return
-    loosened = _loosened_by_project(data)
+    loosened = _loosened_by_project(data, in_force)
     if loosened:
+        flags = " or pass the flag to `subvisor run`" if "sandbox" in " ".join(loosened) else ""
         raise ConfigError(
             f"{path} sets {', '.join(loosened)}: a project's config comes with the"
-            " repository and may not lift the user's protections (S-SBX-3); put it in"
-            f" {_user_config()} or pass the flag to `subvisor run`"
+            " repository and may not lift the user's protections (S-SBX-3, S-SEC-3); put it in"
+            f" {_user_config()}{flags}"
         )
     if "home" in data:
         raise ConfigError(
             f"{path} sets home: subvisor's home cannot come from a project's config (S-SEC-3);"
             f" set SUBVISOR_HOME or home in {_user_config()}"
         )
+
+
+_DEFAULT_PERMISSION = SubvisorSettings.model_fields["permission"].get_default(
+    call_default_factory=True
+)
+#: How strict an action is: a project rule may only move up (S-SEC-3).
+_STRICTNESS: Mapping[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def _project_rules(path: Path, project: Mapping[str, Any]) -> Ruleset:
+    try:
+        return rules_from_config(project.get("permission"))
+    except PermissionConfigError as exc:
+        raise ConfigError(f"{path}: {exc}; fix it or remove it") from None
+
+
+def _user_rules(base: Mapping[str, Any]) -> Ruleset:
+    """The rules of the defaults and the user's config (``base``)."""
+    try:
+        return rules_from_config(base.get("permission", _DEFAULT_PERMISSION))
+    except PermissionConfigError as exc:
+        raise ConfigError(f"{_user_config()}: {exc}; fix it") from None
+
+
+def _check_project_permission(path: Path, project: Mapping[str, Any], user: Ruleset) -> None:
+    """Refuse a project rule that could answer less strictly than the user's rules (S-SEC-3).
+
+    The project's rules are evaluated after the user's (``_with_project_rules``),
+    so where one of them matches it decides. It may only where every user rule
+    that could decide the same call is no stricter; the user's rules before the
+    last one covering all the project rule matches cannot decide, and where no
+    user rule covers it the default (ask) can.
+    """
+    for rule in _project_rules(path, project):
+        if rule.action == "deny":
+            continue
+        covering = [i for i, own in enumerate(user) if _covers(own, rule)]
+        deciding = list(user[covering[-1] :] if covering else user)
+        if not covering:
+            deciding.append(PermissionRule(rule.permission, rule.pattern, "ask"))
+        for own in deciding:
+            if _STRICTNESS[own.action] > _STRICTNESS[rule.action] and _meet(own, rule):
+                where = "the default" if own not in user else "your config"
+                raise ConfigError(
+                    f"{path} sets permission {rule.permission} {rule.pattern!r} ="
+                    f" {rule.action!r}, looser than {own.permission} {own.pattern!r} ="
+                    f" {own.action!r} of {where}: a project's rules may only tighten"
+                    f" (S-SEC-3); to loosen it, set it in {_user_config()}"
+                )
+
+
+def _covers(rule: PermissionRule, other: PermissionRule) -> bool:
+    """Whether ``rule`` surely matches every call ``other`` matches (a sufficient test)."""
+    return rule.permission in ("*", other.permission) and rule.pattern in ("*", other.pattern)
+
+
+def _meet(rule: PermissionRule, other: PermissionRule) -> bool:
+    """Whether some call matches both rules."""
+    return _wildcards_meet(rule.permission, other.permission) and _wildcards_meet(
+        rule.pattern, other.pattern
+    )
+
+
+def _wildcards_meet(first: str, second: str) -> bool:
+    """Whether some text matches both wildcards (``wildcard_match``'s syntax)."""
+    return any(_globs_meet(a, b) for a in _glob_forms(first) for b in _glob_forms(second))
+
+
+def _glob_forms(pattern: str) -> tuple[str, ...]:
+    """``pattern`` as plain ``*``/``?`` globs: a trailing ``" *"`` may also be absent."""
+    pattern = pattern.replace("\\", "/")
+    return (pattern, pattern[:-2]) if pattern.endswith(" *") else (pattern,)
+
+
+def _globs_meet(a: str, b: str) -> bool:
+    # A search over pairs of positions: both globs read the same text at once.
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(a) and j == len(b):
+            return True
+        star_a = i < len(a) and a[i] == "*"
+        star_b = j < len(b) and b[j] == "*"
+        if star_a:
+            todo.append((i + 1, j))  # the star reads nothing more
+        if star_b:
+            todo.append((i, j + 1))
+        if i == len(a) or j == len(b) or (star_a and star_b):
+            continue
+        # One more character of the text, read by both.
+        if star_a:
+            todo.append((i, j + 1))
+        elif star_b:
+            todo.append((i + 1, j))
+        elif a[i] == b[j] or "?" in (a[i], b[j]):
+            todo.append((i + 1, j + 1))
+    return False
+
+
+def _with_project_rules(
+    path: Path, base: Mapping[str, Any], project: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """The user's rules, then the project's (checked to only tighten), as one rule list."""
+    rules = _user_rules(base) + _project_rules(path, project)
+    return [
+        {"permission": rule.permission, "pattern": rule.pattern, "action": rule.action}
+        for rule in rules
+    ]
 
 
 def _lookup(data: Any, key: tuple[str, ...]) -> Any:
@@ -277,12 +432,15 @@ class _Project:
     requests: tuple[TrustRequest, ...]
 
 
-def _read_project(project_dir: Path, user: Mapping[str, Any], in_force: Any) -> _Project:
-    """Read and check the project's files; ``in_force``: the caps before them."""
+def _read_project(project_dir: Path, user: Mapping[str, Any], base: dict[str, Any]) -> _Project:
+    """Read and check the project's files; ``base``: the defaults and the user's config."""
     toml = _read_toml(project_dir / PROJECT_CONFIG)
     if toml is not None:
-        _check_config_file(toml.path, toml.data, project=True)
+        in_force = _in_force(base, subvisor_home())
+        _check_config_file(toml.path, toml.data, in_force=in_force)
         _check_project_caps(toml.path, toml.data, in_force)
+        if "permission" in toml.data:
+            _check_project_permission(toml.path, toml.data, _user_rules(base))
     read_json = _read_mcp_json(project_dir / MCP_JSON)
     mcp_json, servers = read_json if read_json is not None else (None, {})
     requests = []
@@ -298,8 +456,7 @@ def project_trust_requests(project_dir: Path) -> tuple[TrustRequest, ...]:
     home = subvisor_home()
     user = _read_toml(home / USER_CONFIG)
     user_data = user.data if user is not None else {}
-    in_force = _in_force(_merge(_defaults(home), user_data), home)
-    return _read_project(project_dir, user_data, in_force).requests
+    return _read_project(project_dir, user_data, _merge(_defaults(home), user_data)).requests
 
 
 def load_settings(
@@ -314,9 +471,9 @@ def load_settings(
     user_path = home / USER_CONFIG
     user = _read_toml(user_path)
     user_data = user.data if user is not None else {}
-    _check_config_file(user_path, user_data, project=False)
+    _check_config_file(user_path, user_data)
     base = _merge(_defaults(home), user_data)
-    project = _read_project(project_dir, user_data, _in_force(base, home))
+    project = _read_project(project_dir, user_data, base)
     settings = partial(_assemble, base, project, overrides=overrides, project_dir=project_dir)
     # Validated whole before anyone is asked: nobody is asked to trust a file refused anyway.
     everything = settings(admitted=None)
@@ -341,6 +498,9 @@ def _assemble(
         if admitted is not None and project.toml.path.absolute() not in admitted:
             project_data = without_trust_needing(project_data)
     data = _merge(base, project_data)
+    if project.toml is not None and "permission" in project_data:
+        # Not merged as tables: a project's key would take the place of the user's.
+        data["permission"] = _with_project_rules(project.toml.path, base, project_data)
     from_mcp_json: dict[str, McpServerConfig] = {}
     if project.mcp_json is not None and (
         admitted is None or project.mcp_json.path.absolute() in admitted

@@ -7,7 +7,10 @@ content: an MCP server (a stdio command runs unsandboxed, with the user's
 environment; a URL is connected from the supervisor), and a provider's
 endpoint or key (``base_url``, ``api_key``, ``api_key_env``, ``api``:
 anything but its timeouts and streaming), which decide where the bearer key
-goes. A file with none of them needs no trust.
+goes. A file with none of them needs no trust. A server's command runs in
+the supervisor's current directory (a relative ``server.py`` is whatever
+file is there), so trust is bound to that directory as well as to the file
+and its content (``_trust_store``).
 
 ``TrustGate`` is what a command does with a file the user has not trusted:
 refuse (asking first at a terminal), leave its trust-needing settings out
@@ -22,7 +25,6 @@ characters escaped: a file cannot redraw the question it is asked about.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,8 +62,10 @@ _DEFAULT_URLS = {"openai": OPENAI_DEFAULT_BASE_URL, "anthropic": ANTHROPIC_DEFAU
 class TrustRequest:
     """A project file whose settings wait for trust, and exactly what they would do."""
 
-    #: The file, absolute, as named in the project (the store keys trust by its resolved path).
+    #: The file, absolute, as named in the project (the store keys trust by ``trust_path``).
     path: Path
+    #: The directory its commands run in (the supervisor's): trust is bound to it too.
+    workdir: Path
     #: sha256 of the exact bytes that were read and parsed.
     digest: str
     #: MCP servers it would start or connect.
@@ -127,7 +131,7 @@ class TrustGate:
         """The files of ``requests`` whose settings may take effect."""
         admitted: set[Path] = set()
         for request in requests:
-            trusted = store.digest_of(request.path)
+            trusted = store.digest_of(request.path, request.workdir)
             if trusted == request.digest or self.untrusted == "trust-this-run":
                 admitted.add(request.path)
                 continue
@@ -138,7 +142,7 @@ class TrustGate:
                 raise UntrustedProjectError(request, changed=changed)
             if not self.ask(request, changed):
                 raise UntrustedProjectError(request, changed=changed, declined=True)
-            store.grant(request.path, request.digest)
+            store.grant(request.path, request.workdir, request.digest)
             admitted.add(request.path)
         return frozenset(admitted)
 
@@ -149,8 +153,11 @@ def mcp_json_trust_request(
     """What a ``.mcp.json`` holding ``servers`` would do; None if it has none."""
     if not servers:
         return None
-    details = tuple(_server_detail(name, config) for name, config in servers.items())
-    return TrustRequest(path.absolute(), content_digest(content), tuple(servers), (), details)
+    workdir = Path.cwd()
+    details = tuple(_server_detail(name, config, workdir) for name, config in servers.items())
+    return TrustRequest(
+        path.absolute(), workdir, content_digest(content), tuple(servers), (), details
+    )
 
 
 def toml_trust_request(
@@ -161,6 +168,7 @@ def toml_trust_request(
     ``user``: the user's config, to say which key a provider would send.
     """
     servers = _table(data, "mcp_servers")
+    workdir = Path.cwd()
     details = []
     for name, raw in servers.items():
         try:
@@ -169,7 +177,7 @@ def toml_trust_request(
             raise ConfigError(
                 f"{path}: mcp_servers.{name}: {validation_problems(exc)}; fix it or remove it"
             ) from None
-        details.append(_server_detail(name, config))
+        details.append(_server_detail(name, config, workdir))
     user_providers = _table(_table(user, "gateway"), "providers")
     providers = _trust_needing_providers(data)
     for name in providers:
@@ -181,7 +189,7 @@ def toml_trust_request(
     if not details:
         return None
     return TrustRequest(
-        path.absolute(), content_digest(content), tuple(servers), providers, tuple(details)
+        path.absolute(), workdir, content_digest(content), tuple(servers), providers, tuple(details)
     )
 
 
@@ -235,13 +243,13 @@ def _trust_needing_providers(data: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _server_detail(name: str, config: McpServerConfig) -> str:
+def _server_detail(name: str, config: McpServerConfig, workdir: Path) -> str:
     if config.url is not None:
         return f"MCP server {printable(name)}: connects to {printable(config.url)}"
     command = shlex.join([config.command or "", *config.args])
     detail = (
         f"MCP server {printable(name)}: runs {printable(command)} outside any sandbox,"
-        f" in {printable(os.getcwd())}"
+        f" in {printable(str(workdir))}"
     )
     if config.env:
         detail += f", setting {', '.join(map(printable, config.env))}"

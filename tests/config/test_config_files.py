@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 import tempfile
@@ -26,7 +27,7 @@ def test_project_config_overrides_user_config(
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
     (home / "config.toml").write_text('model = "openai:gpt-4o-mini"\nmax_turns = 9\n')
     (project / "subvisor.toml").write_text(
-        'max_turns = 6\npermission_mode = "acceptEdits"\n'
+        'max_turns = 6\npermission_mode = "plan"\n'
         '[permission]\n"*" = "allow"\nbash = { "*" = "allow", "rm *" = "deny" }\n'
         '[gateway.providers.ollama]\napi = "openai"\nbase_url = "http://localhost:11434/v1"\n'
     )
@@ -34,8 +35,10 @@ def test_project_config_overrides_user_config(
     settings = load_settings(project, trust=TrustGate("trust-this-run"))
     assert settings.model == "openai:gpt-4o-mini"
     assert settings.max_turns == 6
-    assert settings.mode == "acceptEdits"
+    assert settings.mode == "plan"
+    # The user's rules (here the default), then the project's (S-SEC-3: only tightening).
     assert [(r.permission, r.pattern, r.action) for r in settings.rules] == [
+        ("*", "*", "allow"),
         ("*", "*", "allow"),
         ("bash", "*", "allow"),
         ("bash", "rm *", "deny"),
@@ -307,7 +310,8 @@ def test_s_sec_3_trust_is_bound_to_the_exact_content(
     assert asked == [False]
     store = home / "trusted.json"
     assert stat.S_IMODE(store.stat().st_mode) == 0o600
-    assert str(mcp_json.resolve()) in json.loads(store.read_text())["files"]
+    (entry,) = json.loads(store.read_text())["files"]
+    assert (entry["path"], entry["workdir"]) == (str(mcp_json), str(Path.cwd()))
     mcp_json.write_text('{"mcpServers": {"s": {"command": "server", "args": ["b"]}}}')
     with pytest.raises(UntrustedProjectError, match="changed since you trusted it"):
         load_settings(tmp_path)
@@ -341,23 +345,211 @@ def test_s_sec_3_the_summary_escapes_what_could_redraw_the_terminal(
     assert "TOKEN" in shown and "value-never-shown" not in shown
 
 
-def test_s_sec_3_a_symlinked_file_is_trusted_by_its_target_and_named_as_found(
+def test_s_sec_3_a_symlinked_file_is_trusted_under_its_own_name_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The error names `.mcp.json` as found in the project (what `subvisor trust` takes);
-    the grant is keyed by the file it resolves to, so retargeting the link asks again."""
+    """S-SEC-3: a `.mcp.json` symlinked to a trusted file is not trusted through it (its
+    relative commands would run elsewhere); the error names it as found, which is what
+    `subvisor trust` then takes; retargeting it to other content asks again."""
     monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
-    project = tmp_path / "project"
+    monkeypatch.chdir(tmp_path)
+    good, project = tmp_path / "good", tmp_path / "project"
+    good.mkdir()
     project.mkdir()
-    for name in ("a.json", "b.json"):
-        (tmp_path / name).write_text('{"mcpServers": {"s": {"command": "server"}}}')
-    (project / ".mcp.json").symlink_to(tmp_path / "a.json")
+    (good / ".mcp.json").write_text('{"mcpServers": {"s": {"command": "server"}}}')
+    (tmp_path / "b.json").write_text('{"mcpServers": {"s": {"command": "other"}}}')
+    assert trust_command(good / ".mcp.json") == 0
+    (project / ".mcp.json").symlink_to("../good/.mcp.json")
     with pytest.raises(UntrustedProjectError, match=r"subvisor trust \S*project/\.mcp\.json`"):
         load_settings(project)
     assert trust_command(project / ".mcp.json") == 0
     assert "trusted" in capsys.readouterr().out
     assert set(load_settings(project).mcp_servers) == {"s"}
     (project / ".mcp.json").unlink()
-    (project / ".mcp.json").symlink_to(tmp_path / "b.json")  # same bytes, another file
-    with pytest.raises(UntrustedProjectError, match="is not trusted"):
+    (project / ".mcp.json").symlink_to(tmp_path / "b.json")
+    with pytest.raises(UntrustedProjectError, match="changed since you trusted it"):
         load_settings(project)
+
+
+def test_s_sec_3_trust_is_bound_to_the_directory_commands_run_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-3: a `.mcp.json` trusted while the supervisor ran in one directory asks again
+    in another, where its relative `server.py` is another file (the same file, bytes
+    and project directory: only the directory changed)."""
+    monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / ".mcp.json").write_text(
+        '{"mcpServers": {"s": {"command": "python3", "args": ["server.py"]}}}'
+    )
+    monkeypatch.chdir(project)
+    assert set(load_settings(project, trust=TrustGate(ask=lambda _, __: True)).mcp_servers)
+    assert set(load_settings(project).mcp_servers) == {"s"}  # recorded for this directory
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(UntrustedProjectError, match="is not trusted") as raised:
+        load_settings(project)
+    assert f"in {elsewhere}" in "\n".join(raised.value.request.details)
+
+
+def test_s_sec_3_a_trust_entry_of_the_old_store_asks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-3: entries of version 1 (keyed by the resolved path alone, no directory) do
+    not match: the file asks again, and a new grant replaces the old store."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    content = b'{"mcpServers": {"s": {"command": "server"}}}'
+    (tmp_path / ".mcp.json").write_bytes(content)
+    digest = hashlib.sha256(content).hexdigest()
+    old = {str(tmp_path / ".mcp.json"): {"sha256": digest, "trusted_at": 1.0}}
+    (home / "trusted.json").write_text(json.dumps({"version": 1, "files": old}))
+    with pytest.raises(UntrustedProjectError, match="is not trusted"):
+        load_settings(tmp_path)
+    assert trust_command(tmp_path) == 0
+    assert json.loads((home / "trusted.json").read_text())["version"] == 2
+    assert set(load_settings(tmp_path).mcp_servers) == {"s"}
+
+
+# -- S-SEC-3: a project's permission rules and mode may only tighten ------------------
+
+
+@pytest.mark.parametrize(
+    ("user", "project", "refused"),
+    [
+        ("", 'permission_mode = "acceptEdits"', "permission_mode = 'acceptEdits'"),
+        ("", 'permission_mode = "bypass"', "permission_mode = 'bypass'"),
+        ('permission_mode = "plan"', 'permission_mode = "default"', "permission_mode"),
+        ('permission_mode = "plan"', 'permission_mode = "dontAsk"', "permission_mode"),
+        ('permission_mode = "dontAsk"', 'permission_mode = "plan"', "permission_mode"),
+        ("", '[sandbox]\nmode = "workspace-write"', "sandbox.mode = 'workspace-write'"),
+        ('[sandbox]\nmode = "read-only"', '[sandbox]\nmode = "workspace-write"', "sandbox.mode"),
+        ("", 'plugin_dirs = ["plugins/x"]', "plugin_dirs"),
+        (
+            '[permission]\n"*" = "allow"\nexternal_directory = "deny"',
+            '[permission]\nexternal_directory = { "/tmp/*" = "allow" }',
+            "external_directory '/tmp/*' = 'allow'",
+        ),
+        ('[permission]\nbash = "deny"', '[permission]\nbash = { "git *" = "ask" }', "'git *'"),
+        (
+            '[permission]\n"*" = "allow"\nbash = { "rm *" = "ask" }',
+            '[permission]\nbash = { "rm -rf *" = "allow" }',
+            "'rm -rf *' = 'allow', looser than bash 'rm *' = 'ask'",
+        ),
+        ('[permission]\n"*" = "ask"', '[permission]\nedit = "allow"', "edit '*' = 'allow'"),
+        (
+            'permission = [{ permission = "bash", action = "allow" }]',
+            '[permission]\nread = "allow"',
+            "of the default",
+        ),
+    ],
+)
+def test_s_sec_3_a_project_may_not_loosen_the_mode_rules_or_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user: str, project: str, refused: str
+) -> None:
+    """S-SEC-3: a project mode that approves more than the user's (or the default), a wider
+    sandbox, plugin dirs (their profiles may lift both), or a rule that answers less
+    strictly than the user's rules (or the default ask) is refused on one line naming
+    the file, the key and the user's config."""
+    home, project_dir = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project_dir.mkdir()
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    (home / "config.toml").write_text(user + "\n")
+    load_settings(project_dir)  # the user's config alone is fine
+    (project_dir / "subvisor.toml").write_text(project + "\n")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(project_dir)
+    message = str(raised.value)
+    assert refused in message
+    assert str(project_dir / "subvisor.toml") in message
+    assert str(home / "config.toml") in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("user", "project"),
+    [
+        ("", 'permission_mode = "plan"'),
+        ("", 'permission_mode = "dontAsk"'),
+        ('permission_mode = "acceptEdits"', 'permission_mode = "default"'),
+        ('[sandbox]\nmode = "workspace-write"', '[sandbox]\nmode = "workspace-write"'),
+        ('[permission]\nbash = "deny"', '[permission]\nbash = { "*" = "deny", "git *" = "deny" }'),
+        ('[permission]\nbash = "ask"', '[permission]\nbash = { "git *" = "ask" }'),
+        (
+            '[permission]\nbash = { "*" = "ask", "git *" = "allow" }',
+            '[permission]\nbash = { "*" = "deny", "git *" = "allow" }',
+        ),
+        (
+            '[permission]\n"*" = "allow"\nbash = { "rm *" = "deny" }',
+            '[permission]\nbash = { "git *" = "allow" }',
+        ),
+    ],
+)
+def test_s_sec_3_a_project_may_tighten_the_mode_and_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user: str, project: str
+) -> None:
+    """S-SEC-3 (control): what approves no more than the user's config is taken."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    (home / "config.toml").write_text(user + "\n")
+    (tmp_path / "subvisor.toml").write_text(project + "\n")
+    load_settings(tmp_path)
+
+
+_NAMES = st.sampled_from(["*", "bash", "edit", "read"])
+_PATTERNS = st.sampled_from(["*", "git *", "git status", "g?t *", "rm *", "rm -rf *", "*.py"])
+_RULES = st.lists(
+    st.tuples(_NAMES, _PATTERNS, st.sampled_from(["allow", "ask", "deny"])), max_size=4
+)
+_CALLS = [
+    (name, subject)
+    for name in ("bash", "edit", "read", "webfetch")
+    for subject in ("git", "git status", "gut x", "rm -rf /", "rm x", "a.py", "other")
+]
+_STRICT = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def _rules_toml(rules: list[tuple[str, str, str]]) -> str:
+    items = ", ".join(
+        f"{{ permission = {json.dumps(p)}, pattern = {json.dumps(q)}, action = {json.dumps(a)} }}"
+        for p, q, a in rules
+    )
+    return f"permission = [{items}]\n"
+
+
+@settings(max_examples=80, deadline=None)
+@given(user_rules=_RULES, project_rules=_RULES)
+def test_s_sec_3_project_rules_never_answer_less_strictly_than_the_users(
+    user_rules: list[tuple[str, str, str]], project_rules: list[tuple[str, str, str]]
+) -> None:
+    """S-SEC-3: for any user and project rules, either the project file is refused, or
+    every call is answered at least as strictly as the user's rules alone answer it,
+    and as strictly as the project's own rules where one of them matches."""
+    from supervisor.policy._rules import evaluate, last_matching_rule
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        home, project = Path(tmp, "home"), Path(tmp, "project")
+        home.mkdir()
+        project.mkdir()
+        patch.setenv("SUBVISOR_HOME", str(home))
+        (home / "config.toml").write_text(_rules_toml(user_rules))
+        alone = load_settings(project).rules
+        (project / "subvisor.toml").write_text(_rules_toml(project_rules))
+        try:
+            rules = load_settings(project).rules
+        except ConfigError as exc:
+            assert "may only tighten" in str(exc)
+            assert any(action != "deny" for *_, action in project_rules)  # a deny never is
+            return
+        assert rules[: len(alone)] == alone  # the user's rules first, then the project's
+        for name, subject in _CALLS:
+            answer = evaluate(rules, name, subject)
+            assert _STRICT[answer] >= _STRICT[evaluate(alone, name, subject)]
+            theirs = last_matching_rule(rules[len(alone) :], name, subject)
+            if theirs is not None:
+                assert _STRICT[answer] >= _STRICT[theirs.action]

@@ -304,7 +304,8 @@ def test_s_sec_3_at_a_terminal_the_user_is_shown_the_command_and_asked(
     assert code == 0, screen
     assert "the tool said pong" in stdout
     assert project.marker.exists()
-    assert str(path) in json.loads((project.home / "trusted.json").read_text())["files"]
+    (entry,) = json.loads((project.home / "trusted.json").read_text())["files"]
+    assert (entry["path"], entry["workdir"]) == (str(path), str(project.dir))
 
 
 BINARY = bytes(range(256)) * 4
@@ -385,3 +386,63 @@ async def test_s_sec_3_a_subagent_cannot_trust_the_file_it_wrote(tmp_path: Path)
     assert "exit=2" in out
     assert (project.dir / ".mcp.json").exists()  # the write itself was allowed
     assert not (home / "trusted.json").exists()
+
+
+#: A server that writes who it is into the marker named by its first argument.
+NAMED_SERVER = MARKER_SERVER.replace(
+    "Path(sys.argv[1]).touch()", "Path(sys.argv[1]).write_text(Path(__file__).parent.name)"
+)
+
+
+def _sibling_projects(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """The user's trusted ``good/`` (its `.mcp.json` runs its own `server.py`, a relative
+    path) and a cloned sibling ``evil/`` with its own `server.py`. Returns the home,
+    good, evil and the marker the server that starts writes its directory's name to."""
+    home = home_for(tmp_path)
+    marker = tmp_path / "started-by"
+    (tmp_path / "plain.yaml").write_text(PLAIN_SCENARIO)
+    good, evil = tmp_path / "good", tmp_path / "evil"
+    for directory in (good, evil):
+        directory.mkdir()
+        (directory / "server.py").write_text(NAMED_SERVER)
+    server = {"command": sys.executable, "args": ["server.py", str(marker)]}
+    (good / ".mcp.json").write_text(json.dumps({"mcpServers": {"tools": server}}))
+    trusted = run_cli(home, "trust", str(good / ".mcp.json"), cwd=good)
+    assert trusted.returncode == 0, trusted.stderr
+    return home, good, evil, marker
+
+
+def test_s_sec_3_a_symlink_to_a_trusted_mcp_json_runs_nothing_in_another_project(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: `evil/.mcp.json -> ../good/.mcp.json` runs `python server.py` in evil/,
+    evil's script: `subvisor run` there is refused naming evil's file, and no server
+    starts. Control: the same run in good/ starts good's server."""
+    home, good, evil, marker = _sibling_projects(tmp_path)
+    (evil / ".mcp.json").symlink_to("../good/.mcp.json")
+    model = f"scripted:{tmp_path / 'plain.yaml'}"
+    _assert_refused(
+        run_cli(home, "run", "--model", model, "go", cwd=evil), evil / ".mcp.json", "is not trusted"
+    )
+    assert not marker.exists()
+
+    run = run_cli(home, "run", "--model", model, "go", cwd=good)
+    assert run.returncode == 0, run.stderr
+    assert marker.read_text() == "good"
+
+
+def test_s_sec_3_a_trusted_mcp_json_loaded_with_cwd_elsewhere_asks_again(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: from evil/, `subvisor run --cwd ../good` would load good's trusted file but
+    start `python server.py` in evil/ (servers start in the supervisor's directory):
+    refused, nothing starts. Control: run from good/ it starts good's server."""
+    home, good, evil, marker = _sibling_projects(tmp_path)
+    model = f"scripted:{tmp_path / 'plain.yaml'}"
+    run = ("run", "--cwd", str(good), "--model", model, "go")
+    _assert_refused(run_cli(home, *run, cwd=evil), good / ".mcp.json", "is not trusted")
+    assert not marker.exists()
+
+    result = run_cli(home, *run, cwd=good)
+    assert result.returncode == 0, result.stderr
+    assert marker.read_text() == "good"
