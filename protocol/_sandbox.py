@@ -15,6 +15,11 @@ mode                filesystem                     needs
 ``full``            no filesystem rules            nothing
 ==================  =============================  ================================
 
+A profile's ``memory_dir`` (S-PROF-8) is writable too, but only as the real
+directory the supervisor checked: the worker reaches it from ``/`` without
+following a symlink (S-SEC-3), so a link planted on its path later grants
+nothing.
+
 In every mode the worker also hides ``hidden_paths`` (subvisor's home: keys
 in its config, the database, other sessions' output), keeps each ``.git`` of
 a writable root read-only and its missing ``ROOT/.git`` uncreatable
@@ -61,15 +66,18 @@ class SandboxPolicy(_Frozen):
     """What a worker must restrict itself to before it says hello.
 
     ``writable_roots`` are directories the worker may write under (ignored in
-    ``full`` mode); ``temp_dir`` is its private temp dir, also its
-    ``TMPDIR``. ``landlock_abi_max`` is a test seam: the worker acts as if the
-    kernel's Landlock ABI were at most this (``SUBVISOR_LANDLOCK_ABI_MAX`` in
-    the supervisor's environment sets it).
+    ``full`` mode), as is ``memory_dir`` where no symlink leads to it;
+    ``temp_dir`` is its private temp dir, also its ``TMPDIR``.
+    ``landlock_abi_max`` is a test seam: the worker acts as if the kernel's
+    Landlock ABI were at most this (``SUBVISOR_LANDLOCK_ABI_MAX`` in the
+    supervisor's environment sets it).
     """
 
     mode: SandboxMode = "full"
     network: NetworkMode = "allow"
     writable_roots: tuple[str, ...] = ()
+    #: A profile's memory dir (absolute, resolved): writable, never through a symlink.
+    memory_dir: str | None = None
     temp_dir: str | None = None
     #: Directories the worker must not reach at all (absolute, resolved).
     hidden_paths: tuple[str, ...] = ()

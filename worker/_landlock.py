@@ -18,6 +18,11 @@ ABI    adds
 6      scopes: abstract UNIX sockets, signals
 =====  ==========================================================
 
+A rule may be ``nofollow``: its path is then reached from ``/`` one component
+at a time with ``O_NOFOLLOW``, and where a symlink is met the rule is left out
+(it grants less, never more), for paths a sandboxed process could have
+swapped for a link since they were checked (or removed).
+
 Invariants: a restriction applies to the calling thread and whatever it
 starts later (threads and processes), never to threads that already exist;
 so ``restrict_self`` refuses to run in a process with more than one thread.
@@ -31,6 +36,7 @@ import ctypes.util
 import enum
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +52,7 @@ __all__ = [
     "abi_version",
     "fs_access_for_abi",
     "net_access_for_abi",
+    "open_nofollow",
     "restrict_self",
     "scopes_for_abi",
     "thread_count",
@@ -201,10 +208,14 @@ def thread_count() -> int:
 
 @dataclass(frozen=True, slots=True)
 class PathRule:
-    """Allow ``access`` beneath ``path`` (or on it, for a file)."""
+    """Allow ``access`` beneath ``path`` (or on it, for a file).
+
+    ``nofollow``: only if no component of ``path`` is a symlink (see the module doc).
+    """
 
     path: str
     access: FsAccess
+    nofollow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +233,49 @@ def _fail(what: str) -> LandlockError:
     return LandlockError(err, f"{what}: {os.strerror(err)}")
 
 
-def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> None:
+def open_nofollow(path: str) -> int:
+    """An ``O_PATH`` fd of the absolute ``path``, opened without following any symlink.
+
+    Raises ``OSError`` (``ELOOP``) where a component is a symlink, ``.`` or ``..``.
+    """
+    parts = path.split("/")[1:] if path.startswith("/") else None
+    if parts is None or any(part in (".", "..") for part in parts):
+        raise OSError(errno.ELOOP, "not an absolute path free of . and ..", path)
+    parts = [part for part in parts if part]
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (0 if last else os.O_DIRECTORY)
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except NotADirectoryError:
+                # O_DIRECTORY|O_NOFOLLOW on a symlink: ENOTDIR.
+                raise OSError(
+                    errno.ELOOP, "a component is a symlink or no directory", path
+                ) from None
+            os.close(fd)
+            fd = child
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise OSError(errno.ELOOP, "it is a symlink", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> bool:
+    """Add ``rule``; False where a ``nofollow`` rule's path could not be opened so."""
+    try:
+        if rule.nofollow:
+            # The last check of a path a worker could have swapped for a link:
+            # the rule binds to what this fd names, not to the path.
+            fd = open_nofollow(rule.path)
+        else:
+            fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
     except OSError as exc:
+        if rule.nofollow:
+            return False
         raise LandlockError(
             exc.errno, f"cannot open {rule.path} for a rule: {exc.strerror}"
         ) from exc
@@ -235,18 +285,20 @@ def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> None:
             # A rule on a file may only carry file rights (else EINVAL).
             access &= int(FILE_ACCESS)
         if not access:
-            return
+            return True
         attr = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
         if _syscall(_SYS_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, ctypes.byref(attr), 0) < 0:
             raise _fail(f"landlock_add_rule({rule.path})")
+        return True
     finally:
         os.close(fd)
 
 
-def restrict_self(ruleset: Ruleset) -> None:
+def restrict_self(ruleset: Ruleset) -> tuple[str, ...]:
     """Restrict this thread and everything it starts from now on; irreversible.
 
-    The caller cuts the ruleset down to what the kernel's ABI knows (see the
+    Returns the paths of ``nofollow`` rules left out (a symlink met, or the
+    path gone). The caller cuts the ruleset down to what the kernel's ABI knows (see the
     ``*_for_abi`` functions). Sets ``no_new_privs`` first, as Landlock requires
     of an unprivileged process (setuid binaries then run without privileges).
     """
@@ -264,12 +316,15 @@ def restrict_self(ruleset: Ruleset) -> None:
     ruleset_fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
     if ruleset_fd < 0:
         raise _fail("landlock_create_ruleset")
+    left_out: list[str] = []
     try:
         for rule in ruleset.paths:
-            _add_path_rule(ruleset_fd, rule, ruleset.handled_fs)
+            if not _add_path_rule(ruleset_fd, rule, ruleset.handled_fs):
+                left_out.append(rule.path)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
         if _syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0) < 0:
             raise _fail("landlock_restrict_self")
     finally:
         os.close(ruleset_fd)
+    return tuple(left_out)

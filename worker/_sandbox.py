@@ -17,8 +17,9 @@ In order, because each step needs what the next one takes away:
    =================  ========================================================
    mode               rules (everything else the ABI knows is handled, so denied)
    =================  ========================================================
-   read-only          read+execute ``/``; all rights under ``writable_roots``
-                      and ``temp_dir``; write+truncate on ``/dev/null`` & co.
+   read-only          read+execute ``/``; all rights under ``writable_roots``,
+                      ``memory_dir`` and ``temp_dir``; write+truncate on
+                      ``/dev/null`` & co.
    workspace-write    the same; ``writable_roots`` holds the project dir too
    full               all rights everywhere (only a domain, for its scopes)
    network deny       TCP bind and connect handled, no port allowed
@@ -32,6 +33,9 @@ In order, because each step needs what the next one takes away:
    costs a little: the parent of subvisor's home cannot be listed, entries
    created in it later are unreachable, and nothing new can be created
    directly in a project's top directory.
+   ``memory_dir`` is granted only as reached from ``/`` with no symlink
+   (``PathRule.nofollow``): a subagent that swapped a component for a link
+   since the supervisor checked it gets no grant there, and the report says so.
 3. **Privileges** (``_privileges``): every capability dropped, bounding set
    included; ``no_new_privs``.
 4. **Seccomp** (``_seccomp``), where a file-size cap is set: space reserved
@@ -120,16 +124,19 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def rules_excluding(root: str, excluded: Iterable[str], access: FsAccess) -> list[PathRule]:
+def rules_excluding(
+    root: str, excluded: Iterable[str], access: FsAccess, *, nofollow: bool = False
+) -> list[PathRule]:
     """Rules granting ``access`` beneath ``root`` except beneath each ``excluded`` path.
 
     Landlock rules only grant, and a grant covers a whole tree; so where an
     excluded path lies below ``root``, grant each sibling along the way
     instead. Symlinks are skipped: what they point to is covered where it is.
+    ``nofollow`` goes to every rule (``PathRule.nofollow``).
     """
     excluded = [e for e in excluded if _inside(e, root)]
     if not excluded:
-        return [PathRule(root, access)]
+        return [PathRule(root, access, nofollow)]
     if root in excluded:
         return []
     rules: list[PathRule] = []
@@ -140,7 +147,7 @@ def rules_excluding(root: str, excluded: Iterable[str], access: FsAccess) -> lis
     for entry in entries:
         if entry.is_symlink():
             continue
-        rules.extend(rules_excluding(entry.path, excluded, access))
+        rules.extend(rules_excluding(entry.path, excluded, access, nofollow=nofollow))
     return rules
 
 
@@ -155,14 +162,15 @@ def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset
     all_fs = _landlock.fs_access_for_abi(abi)
     scopes = _landlock.scopes_for_abi(abi)
     roots = (*policy.writable_roots, *([policy.temp_dir] if policy.temp_dir else []))
-    writable = tuple(dict.fromkeys(roots)) if fs else ()
+    memory = policy.memory_dir if fs and policy.memory_dir not in roots else None
+    writable = (*dict.fromkeys(roots), *([memory] if memory else [])) if fs else ()
     paths: list[PathRule] = []
     handled_fs = FsAccess(0)
     if fs:
         handled_fs = all_fs
         paths.extend(rules_excluding("/", carve, _landlock.READ_ACCESS))
         for root in writable:
-            paths.extend(rules_excluding(root, carve, all_fs))
+            paths.extend(rules_excluding(root, carve, all_fs, nofollow=root == memory))
         paths.extend(PathRule(dev, _DEVICE_ACCESS) for dev in DEVICE_FILES if os.path.exists(dev))
     elif abi >= 1 and (carve or not scopes):
         # full: every right everywhere, less what must stay out of reach; a
@@ -190,7 +198,8 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     absent: list[str] = []
     # Nothing is read-only in full; it is the user's explicit choice.
     if policy.protect_vcs and policy.mode != "full":
-        vcs = _mounts.vcs_dirs(policy.writable_roots)
+        memory = [policy.memory_dir] if policy.memory_dir else []
+        vcs = _mounts.vcs_dirs((*policy.writable_roots, *memory))
         absent = _mounts.missing_vcs_dirs(policy.writable_roots)
     isolate_mounts(policy.hidden_paths, vcs, absent)
     namespace = _mounts.CURRENT
@@ -240,11 +249,17 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
     if abi >= 1:
         ruleset, writable = _ruleset(policy, abi, carve)
         try:
-            _landlock.restrict_self(ruleset)
+            left_out = _landlock.restrict_self(ruleset)
         except LandlockError as exc:
             missing.append(f"Landlock could not be applied: {exc}")
         else:
             domain = True
+            if left_out:
+                # Less granted than asked, never more: enforced, and said here.
+                writable = tuple(w for w in writable if w != policy.memory_dir)
+                missing.append(
+                    f"memory dir {policy.memory_dir} not writable: a symlink on its path, or gone"
+                )
             carved = [p for p in carve if p != CGROUP_FS]
             hidden += [p for p in carved if p in policy.hidden_paths]
             read_only += [p for p in carved if p not in policy.hidden_paths]

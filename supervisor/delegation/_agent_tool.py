@@ -8,6 +8,7 @@ model's tool input (its JSON schema is ``spec.input_schema``).
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..policy._policy import ToolPolicy
 from ..policy._rule_config import rules_from_config, tools_map_to_rules
 from ..policy._rules import Ruleset, apply_mode
 from ..policy._sandbox import choose_sandbox, home_holds
-from ..profiles._agent_memory import apply_memory, memory_dir
+from ..profiles._agent_memory import apply_memory, make_memory_dir
 from ..profiles._profile import AgentProfile
 from ..profiles._profile_catalog import ProfileCatalog
 from ..providers import ModelGateway, parse_model_string
@@ -51,6 +52,8 @@ from ._settings import SubvisorSettings
 from ._subagents import RunStarter, SubagentLaunch, SubagentRun
 
 __all__ = ["AgentTool", "LaunchServices", "subagent_system_prompt"]
+
+log = logging.getLogger("subvisor")
 
 
 def subagent_system_prompt(profile: AgentProfile, cwd: str) -> str:
@@ -266,8 +269,11 @@ class AgentTool:
                 f"profile {name!r} ({found.source}) is a project profile that sets "
                 "permissionMode; move it to a user-level profile to use it"
             )
-        # S-PROF-8: persistent memory joins the prompt (and its tools the set).
-        profile = apply_memory(found, home=self._services.home, project_dir=self._cwd)
+        # S-PROF-8: persistent memory joins the prompt (and its tools the
+        # set), from a dir checked to be where it says (S-SEC-3).
+        home = self._services.home
+        memory = make_memory_dir(found, home=home, project_dir=self._cwd)
+        profile = apply_memory(found, home=home, project_dir=self._cwd)
         model = self._model_for(profile, override)
         cwd = str(self._cwd)
         tools, mcp_tools = self._split_mcp(profile)
@@ -276,8 +282,8 @@ class AgentTool:
             tools,
             self._services.settings.sandbox,
             project_dir=self._cwd,
-            memory_dir=memory_dir(profile, home=self._services.home, project_dir=self._cwd),
-            home=self._services.home,
+            memory_dir=memory,
+            home=home,
             home_in_project=self._home_in_project,
         )
         return SubagentLaunch(
@@ -289,7 +295,7 @@ class AgentTool:
             tools=tools,
             mcp_tools=mcp_tools,
             model=model,
-            max_turns=profile.max_turns or self._services.settings.max_turns,
+            max_turns=_max_turns(profile, self._services.settings.max_turns),
             background=request.run_in_background or profile.background,
             cwd=cwd,
             limits=_limits_for(profile, self._services.settings.subagent_limits),
@@ -373,6 +379,31 @@ class AgentTool:
             f'Error: agent "{record.description}" ({run.task_id}) {record.status}: {error}',
             is_error=True,
         )
+
+
+def _max_turns(profile: AgentProfile, in_force: int) -> int:
+    """The profile's ``maxTurns``, else ``in_force``; a project or plugin profile may only lower it.
+
+    A repository may not lift its own limits (S-SEC-3), as its config may not
+    raise ``max_turns``: above it, a project profile's launch is refused (as
+    for its ``permissionMode``) and a plugin's value is ignored with a warning.
+    """
+    if profile.max_turns is None or profile.max_turns <= in_force:
+        return profile.max_turns or in_force
+    if profile.scope == "plugin":
+        log.warning(
+            "profile %r (%s): maxTurns: %d ignored: above the max_turns = %d in force",
+            profile.name, profile.source, profile.max_turns, in_force,
+        )  # fmt: skip
+        return in_force
+    if profile.scope == "project":
+        raise SubvisorError(
+            f"profile {profile.name!r} ({profile.source}) is a project profile that sets "
+            f"maxTurns: {profile.max_turns}, above the max_turns = {in_force} in force; a "
+            "repository may only lower it (S-SEC-3): raise max_turns in your config.toml, "
+            "or move the profile to a user-level dir"
+        )
+    return profile.max_turns
 
 
 def _limits_for(profile: AgentProfile, limits: ResourceLimits) -> ResourceLimits:

@@ -38,13 +38,18 @@ class FileTooLargeError(SubvisorError, OSError):
     """The file is larger than its reader accepts."""
 
 
-def open_regular_file(path: Path | str) -> BinaryIO:
+def open_regular_file(
+    path: Path | str, *, dir_fd: int | None = None, follow_symlinks: bool = True
+) -> BinaryIO:
     """``path`` opened for reading in binary, once it is known to be a regular file.
 
-    Raises ``OSError`` (``NotARegularFileError`` for anything but a regular file).
+    ``dir_fd`` and ``follow_symlinks`` as in ``os.open`` (a final symlink not
+    followed: ``ELOOP``). Raises ``OSError`` (``NotARegularFileError`` for
+    anything but a regular file).
     """
     # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(path, flags | (0 if follow_symlinks else os.O_NOFOLLOW), dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -4,7 +4,7 @@ Which mode a subagent gets, first match wins (an actor has no profile, so
 step 2 never applies to it):
 
 1. ``subvisor run --sandbox MODE`` (``SandboxSettings.force_mode``);
-2. its profile's ``sandbox`` field (``full`` never from a project profile);
+2. its profile's ``sandbox`` field;
 3. ``[sandbox] mode`` in config;
 4. ``read-only`` if its tools include neither Write nor Edit (Explore),
    else ``workspace-write`` (general-purpose).
@@ -13,13 +13,22 @@ The network likewise: ``--network``, the profile's ``network``, ``[sandbox]
 network`` (not for a ``read-only`` subagent), else ``deny``: ``allow`` is
 always somebody's explicit choice, never a read-only profile's default.
 
+A project profile comes with the repository, so it may only tighten
+(S-SBX-3, S-SEC-3), as a project's config may: a ``sandbox`` looser than
+steps 3-4 give, or ``network: allow`` where ``[sandbox] network`` is not
+``allow``, is refused at launch like its ``full`` and ``permissionMode``; a
+plugin profile's (a project config may name plugin dirs) is ignored with a
+warning, like its ``full``. The ``run`` flags still decide over both.
+
 Writable under a filesystem sandbox: the project dir (``workspace-write``),
 the worker's private temp dir (made per spawn by the ``Supervisor``), and the
-profile's memory dir (S-PROF-8) when it has one.
+profile's memory dir (S-PROF-8) when it has one, as ``make_memory_dir``
+checked it (no symlink on its way; the worker checks again).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,8 +41,12 @@ from ..profiles._profile import AgentProfile
 
 __all__ = ["WRITING_TOOLS", "SandboxSettings", "choose_sandbox", "home_holds"]
 
+log = logging.getLogger("subvisor")
+
 #: A profile with either of these writes files on purpose: workspace-write.
 WRITING_TOOLS = frozenset({"Write", "Edit"})
+#: Filesystem modes, strictest first.
+_LOOSENESS: dict[SandboxMode, int] = {"read-only": 0, "workspace-write": 1, "full": 2}
 
 
 class SandboxSettings(BaseModel):
@@ -81,11 +94,12 @@ def choose_sandbox(
     tools and the settings alone decide.
 
     Raises ``SubvisorError`` for a project profile that asks for ``full``
-    (S-SBX-3), whatever path the profile took to get here, and for
-    ``workspace-write`` in a project dir that holds subvisor's ``home``
-    (S-SEC-3): the subagent could rewrite the user's config and database.
-    ``home_in_project``: that answer (``home_holds``) when the caller knows
-    it already; None: worked out here.
+    (S-SBX-3), whatever path the profile took to get here, or for more than
+    the config gives (see the module doc), and for ``workspace-write`` in a
+    project dir that holds subvisor's ``home`` (S-SEC-3): the subagent could
+    rewrite the user's config and database. ``home_in_project``: that answer
+    (``home_holds``) when the caller knows it already; None: worked out here.
+    ``memory_dir``: as ``make_memory_dir`` returned it.
     """
     if profile is not None and profile.scope == "project" and profile.sandbox == "full":
         raise SubvisorError(
@@ -98,6 +112,8 @@ def choose_sandbox(
     )
     wanted_mode = profile.sandbox if profile is not None else None
     wanted_network = profile.network if profile is not None else None
+    if profile is not None and profile.scope in ("project", "plugin"):
+        wanted_mode, wanted_network = _no_looser(profile, settings, default_mode)
     mode = settings.force_mode or wanted_mode or settings.mode or default_mode
     # S-SBX-3: a read-only subagent gets the network only when asked for it
     # by name (its profile, or --network), never from a default.
@@ -114,13 +130,48 @@ def choose_sandbox(
                 "run from the project's own directory, or set SUBVISOR_HOME outside it"
             )
         roots.append(str(project_dir))
-    if mode != "full" and memory_dir is not None:
-        # The Write tool would create it; a sandbox rule needs it to exist.
-        memory_dir.mkdir(parents=True, exist_ok=True)
-        roots.append(str(memory_dir))
     return SandboxPolicy(
         mode=mode,
         network=network,
         writable_roots=tuple(roots),
+        memory_dir=str(memory_dir) if mode != "full" and memory_dir is not None else None,
         on_unsupported=settings.on_unsupported,
+    )
+
+
+def _no_looser(
+    profile: AgentProfile, settings: SandboxSettings, default_mode: SandboxMode
+) -> tuple[SandboxMode | None, NetworkMode | None]:
+    """A project or plugin profile's ``sandbox`` and ``network``, none looser than config's.
+
+    A project profile that loosens is refused (S-SBX-3, S-SEC-3, as its
+    ``full``); a plugin's loosening is dropped with a warning, as its ``full``
+    is, since a project config may name plugin dirs.
+    """
+    in_force = settings.mode or default_mode
+    mode, network = profile.sandbox, profile.network
+    loosened = []
+    if settings.force_mode is None and mode is not None and _LOOSENESS[mode] > _LOOSENESS[in_force]:
+        where = "[sandbox] mode in config" if settings.mode else "the default for its tools"
+        loosened.append(f"sandbox: {mode} (looser than {in_force}, {where})")
+        mode = None
+    if settings.force_network is None and network == "allow" and settings.network != "allow":
+        loosened.append("network: allow (the config's [sandbox] network is not allow)")
+        network = None
+    if not loosened:
+        return mode, network
+    what = " and ".join(loosened)
+    if profile.scope == "plugin":
+        log.warning(
+            "profile %r (%s): %s ignored: a plugin may not loosen its sandbox",
+            profile.name,
+            profile.source,
+            what,
+        )
+        return mode, network
+    raise SubvisorError(
+        f"profile {profile.name!r} ({profile.source}) is a project profile that sets {what}; "
+        "a repository may not loosen its own sandbox (S-SBX-3): allow it in your "
+        "config.toml's [sandbox], move the profile to a user-level dir, or pass "
+        "`subvisor run --sandbox`/`--network`"
     )

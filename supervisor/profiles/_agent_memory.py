@@ -9,14 +9,24 @@ and how to keep them, then ``MEMORY.md`` from that dir: its first 200 lines,
 and at most 25000 bytes of them, as Claude Code does. A profile that lists
 its tools also gets Read, Write and Edit, so that it can keep the memory.
 
-Nothing here creates the dir: the Write tool creates parents as it writes.
+Invariant (S-SEC-3): a repository ships ``.subvisor/`` and a subagent may
+write into it, so no symlink is ever followed from the dir's anchor (the
+project dir, or subvisor's home) down: ``make_memory_dir`` (run at each
+launch, before the sandbox is chosen) creates and checks it, and refuses a
+link or non-dir on the way; ``MEMORY.md`` is read through the same checked
+components. The worker opens the dir again without following links
+(``SandboxPolicy.memory_dir``), since one may be swapped in after the check.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from pathlib import Path
 
 from ..files._input_files import open_regular_file
+from ..kernel import SubvisorError
 from ._profile import AgentProfile
 
 __all__ = [
@@ -25,7 +35,9 @@ __all__ = [
     "MEMORY_INDEX_MAX_LINES",
     "MEMORY_KINDS",
     "MEMORY_TOOLS",
+    "MemoryDirError",
     "apply_memory",
+    "make_memory_dir",
     "memory_dir",
     "memory_dir_name",
     "memory_prompt",
@@ -75,24 +87,118 @@ def memory_dir_name(profile_name: str) -> str:
     return name
 
 
-def memory_dir(profile: AgentProfile, *, home: Path, project_dir: Path) -> Path | None:
-    """The profile's memory dir, or None when it has no ``memory`` (S-PROF-8)."""
+class MemoryDirError(SubvisorError):
+    """A profile's memory dir is reached through a symlink, or is no directory (S-SEC-3)."""
+
+
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _memory_place(
+    profile: AgentProfile, *, home: Path, project_dir: Path
+) -> tuple[Path, tuple[str, ...]] | None:
+    """The memory dir's anchor and its components below it; None without ``memory``."""
     if profile.memory is None:
         return None
     name = memory_dir_name(profile.name)
     if profile.memory == "user":
-        return home / "agent-memory" / name
+        return home, ("agent-memory", name)
     if profile.memory == "project":
-        return project_dir / ".subvisor" / "agent-memory" / name
-    return project_dir / ".subvisor" / "agent-memory-local" / name
+        return project_dir, (".subvisor", "agent-memory", name)
+    return project_dir, (".subvisor", "agent-memory-local", name)
+
+
+def memory_dir(profile: AgentProfile, *, home: Path, project_dir: Path) -> Path | None:
+    """The profile's memory dir, or None when it has no ``memory`` (S-PROF-8).
+
+    Only the path: ``make_memory_dir`` is what checks it.
+    """
+    place = _memory_place(profile, home=home, project_dir=project_dir)
+    return None if place is None else place[0].joinpath(*place[1])
+
+
+def _open_memory_dir(
+    profile: AgentProfile, *, home: Path, project_dir: Path, create: bool
+) -> int | None:
+    """An ``O_PATH`` fd of the memory dir, reached with no symlink below its anchor.
+
+    None when the profile has no ``memory``, or the dir is missing and not
+    ``create``. Raises ``MemoryDirError`` for a symlink or non-dir on the way.
+    """
+    place = _memory_place(profile, home=home, project_dir=project_dir)
+    if place is None:
+        return None
+    anchor, parts = place
+    if create:
+        anchor.mkdir(parents=True, exist_ok=True)
+    # The anchor is the user's own choice (their cwd, SUBVISOR_HOME): links
+    # above it are theirs. Below it, each step is opened O_NOFOLLOW from the
+    # fd of the last, so a link swapped in during the walk fails it too.
+    try:
+        fd = os.open(anchor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    try:
+        for depth, part in enumerate(parts, 1):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if create:
+                    raise
+                os.close(fd)
+                return None
+            except NotADirectoryError:
+                bad = anchor.joinpath(*parts[:depth])
+                raise MemoryDirError(
+                    f"profile {profile.name!r} ({profile.source}): its memory dir "
+                    f"{anchor.joinpath(*parts)} is reached through {bad}, which is a symlink "
+                    f"or not a directory; remove {bad} (a repository may not point a memory "
+                    "dir elsewhere), then launch again"
+                ) from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_memory_dir(profile: AgentProfile, *, home: Path, project_dir: Path) -> Path | None:
+    """The profile's memory dir, made where missing; its real path (None without ``memory``).
+
+    Raises ``MemoryDirError`` where a component below the project dir (or
+    home) is a symlink or not a directory: the dir becomes writable in every
+    sandbox, so it must be exactly where it says (S-SEC-3, S-SBX-1).
+    """
+    fd = _open_memory_dir(profile, home=home, project_dir=project_dir, create=True)
+    if fd is None:
+        return None
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    finally:
+        os.close(fd)
 
 
 def memory_prompt(profile: AgentProfile, *, home: Path, project_dir: Path) -> str:
-    """The system prompt section for the profile's memory; empty without ``memory``."""
+    """The system prompt section for the profile's memory; empty without ``memory``.
+
+    Raises ``MemoryDirError`` where a symlink leads to the dir (S-SEC-3).
+    """
     directory = memory_dir(profile, home=home, project_dir=project_dir)
     if directory is None or profile.memory is None:
         return ""
     index = directory / MEMORY_INDEX
+    fd = _open_memory_dir(profile, home=home, project_dir=project_dir, create=False)
+    try:
+        shown = _read_index(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
     kinds = "\n".join(f"- {kind}: {meaning}" for kind, meaning in MEMORY_KINDS.items())
     return f"""\
 # Persistent memory
@@ -124,7 +230,7 @@ no memory content; it is loaded into this prompt at every start and cut after \
 writing a second one, and delete memories that turned out wrong.
 
 ## MEMORY.md
-{_read_index(index)}"""
+{shown}"""
 
 
 def memory_tools(profile: AgentProfile) -> tuple[str, ...] | None:
@@ -150,13 +256,20 @@ def apply_memory(profile: AgentProfile, *, home: Path, project_dir: Path) -> Age
     return profile.model_copy(update={"prompt": prompt, "tools": memory_tools(profile)})
 
 
-def _read_index(index: Path) -> str:
+def _read_index(directory_fd: int | None) -> str:
+    """``MEMORY.md`` in the dir ``directory_fd`` (None: no dir yet), as the prompt shows it."""
+    missing = "MEMORY.md does not exist yet: you have no memories. Create it with your first one."
+    if directory_fd is None:
+        return missing
     try:
-        with open_regular_file(index) as handle:
+        # Never followed: a link could show the prompt (and the model) any file.
+        with open_regular_file(MEMORY_INDEX, dir_fd=directory_fd, follow_symlinks=False) as handle:
             raw = handle.read(MEMORY_INDEX_MAX_BYTES + 1)
     except FileNotFoundError:
-        return "MEMORY.md does not exist yet: you have no memories. Create it with your first one."
+        return missing
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "MEMORY.md is a symlink, which is not followed; tell the caller."
         return f"MEMORY.md could not be read ({exc.strerror or exc}); tell the caller."
     if not raw.strip():
         return "MEMORY.md is empty: you have no memories yet."

@@ -36,6 +36,7 @@ from protocol import (
 )
 from supervisor import RootSession, Subvisor, Supervisor, SupervisorConfig, WorkerHandle
 from supervisor.delegation._mcp import McpServerConfig
+from supervisor.kernel import SubvisorError
 from supervisor.kernel._sandbox_support import LANDLOCK_ABI_MAX_ENV
 from supervisor.policy._sandbox import SandboxSettings, choose_sandbox
 from supervisor.profiles._builtin_profiles import EXPLORE, GENERAL_PURPOSE
@@ -763,3 +764,43 @@ def test_run_sandbox_flag_overrides_the_profile_and_ps_logs_show_it(
     logs = run_cli(home, "logs", task["agentId"], cwd=project)
     assert f"sandbox: read-only, network deny (Landlock ABI {KERNEL_ABI})" in logs.stdout
     assert "Permission denied" in logs.stdout
+
+
+def test_s_sbx_3_a_project_profile_may_only_tighten_the_configs_sandbox(tmp_path: Path) -> None:
+    """S-SBX-3 / S-SEC-3: a project profile looser than the config (or the default for its
+    tools) is refused; tighter is used; a plugin's loosening is ignored; a user profile and
+    the `run` flags decide freely."""
+    text = "---\nname: p\ndescription: d\nsandbox: workspace-write\nnetwork: allow\n---\nGo.\n"
+    tools = ("Read", "Bash")
+
+    def profile(scope: Any) -> AgentProfile:
+        return parse_profile_text(text, source=f"{scope}/p.md", scope=scope, default_name="p")
+
+    def choose(scope: str, settings: SandboxSettings) -> tuple[str, str]:
+        policy = choose_sandbox(profile(scope), tools, settings, project_dir=tmp_path)
+        return policy.mode, policy.network
+
+    read_only = SandboxSettings(mode="read-only", network="deny")
+    for settings in (read_only, SandboxSettings()):  # the config's, or the tools' default
+        with pytest.raises(SubvisorError, match=r"\(project/p.md\) is a project profile that "
+                           r"sets sandbox: workspace-write .* and network: allow"):  # fmt: skip
+            choose("project", settings)
+        assert choose("plugin", settings) == ("read-only", "deny")
+        assert choose("user", settings) == ("workspace-write", "allow")
+    with pytest.raises(SubvisorError, match=r"sets network: allow \(the config"):
+        choose("project", SandboxSettings(mode="workspace-write"))
+    assert choose("project", SandboxSettings(mode="workspace-write", network="allow")) == (
+        "workspace-write",
+        "allow",
+    )
+    forced = SandboxSettings(mode="read-only", force_mode="workspace-write", force_network="deny")
+    assert choose("project", forced) == ("workspace-write", "deny")
+    tighter = parse_profile_text(
+        "---\nname: t\ndescription: d\nsandbox: read-only\nnetwork: deny\n---\nGo.\n",
+        source="t.md",
+        scope="project",
+        default_name="t",
+    )
+    allow_all = SandboxSettings(mode="workspace-write", network="allow")
+    policy = choose_sandbox(tighter, tools, allow_all, project_dir=tmp_path)
+    assert (policy.mode, policy.network) == ("read-only", "deny")
