@@ -18,10 +18,14 @@ mode                filesystem                     needs
 In every mode the worker also hides ``hidden_paths`` (subvisor's home: keys
 in its config, the database, other sessions' output), keeps each writable
 root's ``.git`` read-only (``protect_vcs``; not in ``full``), drops every
-capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3).
+capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3), and installs a
+seccomp filter: no ``prlimit`` or scheduling change on another process, no
+user namespace (S-SEC-2, S-SEC-7).
 
-``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4); the
-worker's own pipes to the supervisor are inherited and stay open.
+``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4) and, by
+the seccomp filter, sockets of other protocols that reach the network
+(MPTCP, SCTP, ``AF_VSOCK`` and the like); the worker's own pipes to the
+supervisor are inherited and stay open.
 
 Invariant: a report is ``enforced`` only when every part the policy asked for
 is in force. A part that is not is named in ``reason``, never left out.
@@ -110,7 +114,11 @@ class SandboxReport(BaseModel):
     ``landlock_domain`` whether it is in one (which also bars ptrace and
     ``/proc/PID/environ`` of every process outside it);
     ``privileges_dropped`` whether it holds no capability in any set and has
-    ``no_new_privs``. ``reason`` names what was asked for and is not in force.
+    ``no_new_privs``; ``syscall_filter`` whether its seccomp filter is in
+    force (which ``network_denied`` also needs);
+    ``reserved_space_capped`` whether its file-size cap also refuses space
+    reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp).
+    ``reason`` names what was asked for and is not in force.
     """
 
     # Strict like every message of a worker: it is the untrusted side's claim.
@@ -129,6 +137,8 @@ class SandboxReport(BaseModel):
     isolation: str = ""
     landlock_domain: bool = False
     privileges_dropped: bool = False
+    syscall_filter: bool = False
+    reserved_space_capped: bool = False
     reason: str = ""
 
     @property
@@ -144,13 +154,19 @@ class SandboxReport(BaseModel):
         return self.requested and fs_ok and net_ok
 
     def isolates(self, policy: SandboxPolicy) -> bool:
-        """True if every path ``policy`` hides is hidden and no privilege is left (S-SEC-1)."""
-        return self.privileges_dropped and set(policy.hidden_paths) <= set(self.hidden)
+        """True if every path ``policy`` hides is hidden, no privilege is left and the
+        seccomp filter holds (S-SEC-1, S-SEC-2, S-SEC-7)."""
+        return (
+            self.privileges_dropped
+            and self.syscall_filter
+            and set(policy.hidden_paths) <= set(self.hidden)
+        )
 
     @property
     def boundary(self) -> str:
         """What holds in every mode: capabilities, hidden and read-only paths (S-SEC-1, -3)."""
         parts = ["no capabilities" if self.privileges_dropped else "CAPABILITIES KEPT"]
+        parts.append("seccomp" if self.syscall_filter else "NO SECCOMP FILTER")
         if self.hidden:
             parts.append("subvisor home hidden")
         if self.read_only:

@@ -268,14 +268,15 @@ def _confine(
 
     Into its cgroups first, while it is the only process of its tree; the
     subreaper next, so that no descendant can ever leave the tree; then the
-    rlimits (inherited by every descendant); then mounts, Landlock and the
-    privilege drop (``apply_sandbox``); then non-dumpable, so that what the
-    worker starts cannot read its memory (where its conversation lives).
+    rlimits (inherited by every descendant); then mounts, Landlock, the
+    privilege drop and the seccomp filter (``apply_sandbox``); then
+    non-dumpable, so that what the worker starts cannot read its memory
+    (where its conversation lives).
     """
     cgroup_error = join_cgroups(cgroup_fds)
     set_child_subreaper()
     rlimits = apply_resource_limits(limits)
-    report = apply_sandbox(sandbox)
+    report = apply_sandbox(sandbox, file_size_cap=limits.file_size_mb is not None)
     # Last: a user namespace (in ``apply_sandbox``) needs us dumpable to map uids.
     set_dumpable(False)
     return rlimits, report, cgroup_error

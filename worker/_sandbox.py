@@ -31,6 +31,11 @@ In order, because each step needs what the next one takes away:
    directly in a project's top directory.
 3. **Privileges** (``_privileges``): every capability dropped, bounding set
    included; ``no_new_privs``.
+4. **Seccomp** (``_seccomp``), in every mode, after any user namespace step 1
+   needed: no ``prlimit`` or scheduling change on another process (S-SEC-2),
+   no user namespace (S-SEC-7); under network deny no socket but TCP, UDP,
+   ICMP and local ones (MPTCP and SCTP escape Landlock's TCP rules); with a
+   file-size cap no space reserved past a file's end (S-SEC-4).
 
 Where the kernel falls short, ``on_unsupported="error"`` applies nothing and
 reports why (the supervisor then refuses the launch); ``"warn"`` applies the
@@ -45,7 +50,7 @@ from collections.abc import Iterable
 
 from protocol import NETWORK_ABI, SandboxPolicy, SandboxReport
 
-from . import _landlock, _mounts
+from . import _landlock, _mounts, _seccomp
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
 from ._privileges import drop_privileges
 
@@ -188,8 +193,12 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     return hidden, read_only, carve
 
 
-def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
-    """Confine this process as ``policy`` says; report what is in force (never more)."""
+def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) -> SandboxReport:
+    """Confine this process as ``policy`` says; report what is in force (never more).
+
+    ``file_size_cap``: an ``RLIMIT_FSIZE`` is set, so reserving space past a
+    file's end, which it does not count, is refused too.
+    """
     policy = policy or SandboxPolicy()
     if policy.temp_dir is not None:
         _use_temp_dir(policy.temp_dir)
@@ -234,8 +243,17 @@ def apply_sandbox(policy: SandboxPolicy | None) -> SandboxReport:
             f"{_mounts.CURRENT.error or 'not tried'}; no Landlock)"
         )
     privileges = drop_privileges()
+    filter_error = _seccomp.install(
+        deny_network=policy.restricts_network, cap_reserved_space=file_size_cap
+    )
+    if filter_error:
+        missing.append(f"no seccomp filter: {filter_error}")
     return report.model_copy(
         update={
+            # Landlock alone lets MPTCP and SCTP connect out.
+            "network_denied": report.network_denied and not filter_error,
+            "syscall_filter": not filter_error,
+            "reserved_space_capped": file_size_cap and not filter_error,
             "hidden": hidden,
             "read_only": read_only,
             "isolation": "+".join(how),
