@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.attack import bash_attack
 
 PY = sys.executable
@@ -36,3 +38,36 @@ async def test_s_sec_2_prlimit_on_the_supervisor_or_zygote_is_refused(tmp_path: 
     assert "zygote=subvisor-zygote" in out, out
     assert out.count("rc=1") == 2 and "Operation not permitted" in out, out
     assert "ulimit rc=0" in out, out
+
+
+def _nested(tmp: Path, wrap: str) -> str:
+    return (
+        f"env -u SUBVISOR_TREE SUBVISOR_HOME=$TMPDIR/nested-home {wrap} {PY} -m supervisor.cli "
+        f"run --model scripted:{tmp}/nested.yaml --json 'nested root' 2>&1 | tail -c 600; "
+        "echo exit=$?"
+    )
+
+
+@pytest.mark.parametrize("mode", ["read-only", "full"])
+async def test_s_sec_7_a_user_and_pid_namespace_does_not_hide_the_worker_tree(
+    tmp_path: Path, mode: str
+) -> None:
+    """S-SEC-7: `unshare --user --pid --fork` (with or without its own /proc) around a nested
+    `subvisor run` does not get it to run: no user namespace can be made in a worker."""
+    (tmp_path / "nested.yaml").write_text(
+        "agents:\n  root:\n    - text: the nested supervisor ran\n"
+    )
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "unshare --user true; echo userns rc=$?",
+            _nested(tmp_path, "unshare --user --pid --fork --kill-child"),
+            _nested(tmp_path, "unshare --user --map-root-user --pid --fork --mount-proc"),
+        ],
+        subagent_type="general-purpose",
+        mode=mode,
+    )
+    outs = [attack.output(i) for i in range(3)]
+    assert "userns rc=0" not in outs[0], outs[0]
+    for out in outs[1:]:
+        assert "the nested supervisor ran" not in out, out
