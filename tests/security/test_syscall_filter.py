@@ -8,7 +8,10 @@ init; MPTCP sockets escaped Landlock's TCP-only network rules.
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,75 @@ async def test_s_sec_7_a_user_and_pid_namespace_does_not_hide_the_worker_tree(
     assert "userns rc=0" not in outs[0], outs[0]
     for out in outs[1:]:
         assert "the nested supervisor ran" not in out, out
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on loopback: its port, and what each connection sent."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(100))
+                conn.sendall(b"pong")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], got
+    finally:
+        srv.close()
+
+
+CLIENT = """
+import socket, sys
+for name, family, kind, proto in (
+    ("tcp", 2, 1, 0), ("tcp6", 10, 1, 0), ("mptcp", 2, 1, 262), ("mptcp6", 10, 1, 262),
+    ("sctp", 2, 1, 132), ("seqpacket", 2, 5, 0), ("vsock", 40, 1, 0),
+):
+    try:
+        s = socket.socket(family, kind, proto)
+    except OSError as e:
+        print(name, "no socket", e.errno)
+        continue
+    try:
+        s.settimeout(5)
+        s.connect(("127.0.0.1" if family == 2 else "::ffff:127.0.0.1", int(sys.argv[1])))
+        s.sendall(b"exfil-" + name.encode())
+        print(name, "CONNECTED", s.recv(10))
+    except (OSError, TypeError) as e:  # TypeError: a vsock address is no (host, port)
+        print(name, "refused", getattr(e, "errno", e))
+u = socket.socket(socket.AF_UNIX); u.close(); print("unix ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
+    tmp_path: Path, mode: str, listener: tuple[int, list[bytes]]
+) -> None:
+    """S-SBX-1: under network deny an MPTCP socket (which Landlock's TCP rules do not match)
+    cannot be made, nor SCTP or vsock; plain TCP is still refused at connect and a UNIX
+    socket is still fine. Nothing reaches the listener."""
+    port, got = listener
+    (tmp_path / "client.py").write_text(CLIENT)
+    attack = await bash_attack(
+        tmp_path,
+        [f"{PY} {tmp_path}/client.py {port}"],
+        subagent_type="general-purpose",
+        mode=mode,
+        network="deny",
+    )
+    out = attack.output()
+    assert attack.record.sandbox is not None and attack.record.sandbox.network_denied
+    assert "CONNECTED" not in out and got == [], (out, got)
+    assert "tcp refused 13" in out and "tcp6 refused 13" in out, out  # Landlock, at connect
+    for name in ("mptcp", "mptcp6", "sctp", "seqpacket", "vsock"):
+        assert f"{name} no socket 13" in out, out  # the filter, at socket()
+    assert "unix ok" in out, out
