@@ -23,11 +23,16 @@ nothing.
 In every mode the worker also hides ``hidden_paths`` (subvisor's home: keys
 in its config, the database, other sessions' output), keeps each ``.git`` of
 a writable root read-only and its missing ``ROOT/.git`` uncreatable
-(``protect_vcs``; not in ``full``), enters an IPC namespace of its own, drops
-every capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-3, S-SEC-4).
+(``protect_vcs``; not in ``full``), enters an IPC namespace of its own (and,
+with a temp dir, a mount namespace where no other worker's temp dir is seen),
+drops every capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-2, S-SEC-3,
+S-SEC-4), and installs a seccomp filter: no ``prlimit`` or scheduling change
+on another process, no user namespace (S-SEC-2, S-SEC-7).
 
-``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4); the
-worker's own pipes to the supervisor are inherited and stay open.
+``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4) and, by
+the seccomp filter, sockets of other protocols that reach the network
+(MPTCP, SCTP, ``AF_VSOCK`` and the like); the worker's own pipes to the
+supervisor are inherited and stay open.
 
 Invariant: a report is ``enforced`` only when every part the policy asked for
 is in force. A part that is not is named in ``reason``, never left out.
@@ -120,7 +125,8 @@ class SandboxReport(BaseModel):
     ``/proc/PID/environ`` of every process outside it);
     ``privileges_dropped`` whether it holds no capability in any set and has
     ``no_new_privs``; ``ipc_namespace`` whether it has an IPC namespace of its
-    own (its SysV IPC and message queues end with its tree);
+    own (its SysV IPC and message queues end with its tree); ``syscall_filter``
+    whether its seccomp filter is in force (which ``network_denied`` also needs);
     ``reserved_space_capped`` whether its file-size cap also refuses space
     reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp).
     ``reason`` names what was asked for and is not in force.
@@ -143,6 +149,7 @@ class SandboxReport(BaseModel):
     landlock_domain: bool = False
     privileges_dropped: bool = False
     ipc_namespace: bool = False
+    syscall_filter: bool = False
     reserved_space_capped: bool = False
     reason: str = ""
 
@@ -159,13 +166,19 @@ class SandboxReport(BaseModel):
         return self.requested and fs_ok and net_ok
 
     def isolates(self, policy: SandboxPolicy) -> bool:
-        """True if every path ``policy`` hides is hidden and no privilege is left (S-SEC-1)."""
-        return self.privileges_dropped and set(policy.hidden_paths) <= set(self.hidden)
+        """True if every path ``policy`` hides is hidden, no privilege is left and the
+        seccomp filter holds (S-SEC-1, S-SEC-2, S-SEC-7)."""
+        return (
+            self.privileges_dropped
+            and self.syscall_filter
+            and set(policy.hidden_paths) <= set(self.hidden)
+        )
 
     @property
     def boundary(self) -> str:
         """What holds in every mode: capabilities, hidden and read-only paths (S-SEC-1, -3)."""
         parts = ["no capabilities" if self.privileges_dropped else "CAPABILITIES KEPT"]
+        parts.append("seccomp" if self.syscall_filter else "NO SECCOMP FILTER")
         if self.hidden:
             parts.append("subvisor home hidden")
         if self.read_only:

@@ -268,9 +268,10 @@ def _confine(
 
     Into its cgroups first, while it is the only process of its tree; the
     subreaper next, so that no descendant can ever leave the tree; then the
-    rlimits (inherited by every descendant); then mounts, Landlock and the
-    privilege drop (``apply_sandbox``); then non-dumpable, so that what the
-    worker starts cannot read its memory (where its conversation lives).
+    rlimits (inherited by every descendant); then mounts, Landlock, the
+    privilege drop and the seccomp filter (``apply_sandbox``); then
+    non-dumpable, so that what the worker starts cannot read its memory
+    (where its conversation lives).
     """
     cgroup_error = join_cgroups(cgroup_fds)
     set_child_subreaper()

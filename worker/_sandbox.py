@@ -38,9 +38,11 @@ In order, because each step needs what the next one takes away:
    since the supervisor checked it gets no grant there, and the report says so.
 3. **Privileges** (``_privileges``): every capability dropped, bounding set
    included; ``no_new_privs``.
-4. **Seccomp** (``_seccomp``), where a file-size cap is set: space reserved
-   past a file's end (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``), which
-   ``RLIMIT_FSIZE`` does not count, is refused (S-SEC-4).
+4. **Seccomp** (``_seccomp``), in every mode, after any user namespace step 1
+   needed: no ``prlimit`` or scheduling change on another process (S-SEC-2),
+   no user namespace (S-SEC-7); under network deny no socket but TCP, UDP,
+   ICMP and local ones (MPTCP and SCTP escape Landlock's TCP rules); with a
+   file-size cap no space reserved past a file's end (S-SEC-4).
 
 Where the kernel falls short, ``on_unsupported="error"`` applies nothing and
 reports why (the supervisor then refuses the launch); ``"warn"`` applies the
@@ -279,13 +281,18 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             f"{_mounts.CURRENT.error or 'not tried'}; no Landlock)"
         )
     privileges = drop_privileges()
-    reserve_error = _seccomp.refuse_reserved_space() if file_size_cap else ""
-    if reserve_error:
-        missing.append(f"the file size cap does not cover reserved space: {reserve_error}")
+    filter_error = _seccomp.install(
+        deny_network=policy.restricts_network, cap_reserved_space=file_size_cap
+    )
+    if filter_error:
+        missing.append(f"no seccomp filter: {filter_error}")
     return report.model_copy(
         update={
+            # Landlock alone lets MPTCP and SCTP connect out.
+            "network_denied": report.network_denied and not filter_error,
             "ipc_namespace": not ipc_error,
-            "reserved_space_capped": file_size_cap and not reserve_error,
+            "syscall_filter": not filter_error,
+            "reserved_space_capped": file_size_cap and not filter_error,
             "hidden": hidden,
             "read_only": read_only,
             "isolation": "+".join(how),

@@ -1,32 +1,74 @@
-"""A seccomp filter that keeps reserved disk space under the file-size cap (S-SEC-4).
+"""The worker's seccomp filter: what Landlock, rlimits and uid checks leave open.
 
-``RLIMIT_FSIZE`` bounds a file's size, not the space it takes: ``fallocate``
-with ``FALLOC_FL_KEEP_SIZE`` reserves blocks past the end and leaves the size
-at 0, so ``fallocate -n -l 200G f`` fills the disk under any cap. None of our
-dependencies binds seccomp (nor does the standard library), so this module
-builds the classic-BPF program by hand and installs it with
-``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)``. The filter:
+None of our dependencies binds seccomp (nor does the standard library), so
+this module builds the classic-BPF program by hand and installs it with
+``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)``. In every worker the filter:
 
-- refuses ``fallocate`` with ``EOPNOTSUPP`` (what a filesystem without the
-  mode answers, so callers fall back) unless its mode is 0 (extend the
-  size, which the rlimit counts) or ``PUNCH_HOLE | KEEP_SIZE`` (which only
-  frees space); every other mode reserves space or shifts extents;
-- refuses ``io_uring_setup`` with ``ENOSYS``: an io_uring ``FALLOCATE`` op
-  would bypass the filter, which sees only system calls;
+- refuses ``prlimit64`` on any process but the caller (pid 0) with
+  ``EPERM`` (S-SEC-2): the kernel asks only for a matching uid, so a
+  worker's Bash could lower ``RLIMIT_CPU`` of its supervisor, the zygote or
+  another session, and the kernel would SIGKILL it. ``setrlimit`` and
+  ``ulimit`` go through ``prlimit64(0, ...)`` and still work;
+- likewise refuses, on any process but the caller, ``setpriority`` (and any
+  ``which`` but ``PRIO_PROCESS``: ``PRIO_USER`` reaches every process of
+  the uid), ``sched_setaffinity``, ``sched_setscheduler``,
+  ``sched_setparam``, ``sched_setattr`` and ``ioprio_set``: a user's worker
+  could otherwise starve its supervisor (nice 19, ``SCHED_IDLE``, one CPU,
+  idle I/O). A thread's own tid is refused too (``pthread_setaffinity_np``);
+- refuses creating a user namespace (S-SEC-7): ``clone`` and ``unshare``
+  with ``CLONE_NEWUSER`` get ``EPERM``, ``clone3`` gets ``ENOSYS`` (its
+  flags lie behind a pointer; glibc then falls back to ``clone``), as
+  bubblewrap and Chrome do. In a user namespace of its own a process holds
+  every capability there, and with a PID namespace it is pid 1, which hid a
+  nested supervisor from the worker-tree check;
+- refuses ``io_uring_setup`` with ``ENOSYS``: io_uring ops (its
+  ``FALLOCATE``, its ``SOCKET``) bypass the filter, which sees only system calls;
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
-  native arch value under other numbers;
-- allows everything else.
+  native arch value under other numbers.
+
+Where the worker's file size is capped (S-SEC-4), it also refuses
+``fallocate`` with ``EOPNOTSUPP`` (what a filesystem without the mode
+answers, so callers fall back) unless its mode is 0 (extend the size, which
+``RLIMIT_FSIZE`` counts) or ``PUNCH_HOLE | KEEP_SIZE`` (which only frees
+space): ``FALLOC_FL_KEEP_SIZE`` reserves blocks past the end and leaves the
+size at 0, so ``fallocate -n -l 200G f`` would fill the disk under any cap.
+
+Under network deny (S-SBX-1) it refuses ``socket`` with ``EACCES`` (what
+Landlock answers a denied TCP connect) for every address family but
+``AF_UNIX``, ``AF_NETLINK``, ``AF_ALG`` and ``AF_INET``/``AF_INET6``, and
+for those two every type but stream, datagram and raw, and every protocol
+but 0, TCP, UDP, UDP-Lite, ICMP and ICMPv6. Landlock's TCP rules match only
+``IPPROTO_TCP`` sockets: MPTCP (``socket(AF_INET, SOCK_STREAM,
+IPPROTO_MPTCP)``) connected out while TCP was denied, and SCTP, DCCP, SMC or
+``AF_VSOCK`` would too. ``SOCK_STREAM`` with protocol 0 is always TCP (the
+kernel's permanent entry comes first); ``SOCK_SEQPACKET`` with 0 is SCTP.
+UDP is not denied (Landlock has no UDP rules; the policy denies TCP).
+
+The compat ABIs (i386 on x86_64, arm on aarch64) get the same rules under
+their own numbers. i386 may also reach sockets through ``socketcall(2)``,
+whose arguments lie behind a pointer the filter cannot read: under network
+deny it is refused outright (``EACCES``), which costs a 32-bit program its
+sockets (glibc's i386 builds still use it) rather than the whole ABI in
+every mode. arm EABI has no ``socketcall``.
 
 It checks the arch value first, since a system call number means something
-else under each ABI: x86_64 (and its i386 compat ABI) and aarch64 (and arm)
-are known; on any other machine nothing is installed and the caller reports
-the reserve as not capped. A process of an ABI the filter does not list gets
-``ENOSYS`` for every call (none exists on the machines it installs on).
+else under each ABI: x86_64 (and i386) and aarch64 (and arm) are known; on
+any other machine nothing is installed and the caller reports the filter as
+not in force. A process of an ABI the filter does not list gets ``ENOSYS``
+for every call (none exists on the machines it installs on).
+
+Arguments: ``struct seccomp_data`` holds each as a u64. The arguments
+checked here are C ``int``/``pid_t`` (and flag words whose bits we test lie
+in the low half), and the kernel's syscall wrappers truncate them to 32
+bits; so only the low word (at ``16 + 8 * i`` on these little-endian ABIs)
+decides, and only it is compared: a set high word would not change which
+process or flags the kernel acts on.
 
 Invariants: a filter applies to the calling thread and what it starts from
 then on (threads, children, across ``execve``) and cannot be removed, so it
-is installed while the worker has one thread; ``no_new_privs`` must already
-be set (the kernel requires it of a process without ``CAP_SYS_ADMIN``).
+is installed while the worker has one thread, after any user namespace its
+confinement needs; ``no_new_privs`` must already be set (the kernel
+requires it of a process without ``CAP_SYS_ADMIN``).
 """
 
 from __future__ import annotations
@@ -36,36 +78,74 @@ import ctypes.util
 import errno
 import os
 import struct
+from typing import NamedTuple
 
-__all__ = ["refuse_reserved_space"]
+__all__ = ["MACHINES", "install", "program"]
 
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
-# Classic BPF opcodes: load a 32-bit word of ``struct seccomp_data``, compare, return.
+# Classic BPF opcodes: load a 32-bit word of ``struct seccomp_data``, mask,
+# compare, return.
 _LD_ABS_W = 0x00 | 0x00 | 0x20
+_AND_K = 0x04 | 0x50 | 0x00
 _JEQ_K = 0x05 | 0x10 | 0x00
 _JSET_K = 0x05 | 0x40 | 0x00
 _RET_K = 0x06 | 0x00
-# Offsets in ``struct seccomp_data``: nr, arch, then args[6] as u64 from 16;
-# arg 1's low word (fallocate's ``int mode``) is at 24 on these little-endian ABIs.
-_NR, _ARCH, _ARG1_LOW = 0, 4, 24
+# Offsets in ``struct seccomp_data``: nr, arch, then args[6] as u64 from 16.
+_NR, _ARCH = 0, 4
+
+
+def _arg(index: int) -> int:
+    """Offset of argument ``index``'s low word."""
+    return 16 + 8 * index
+
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _X32_SYSCALL_BIT = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_PRIO_PROCESS = 0
+_IOPRIO_WHO_PROCESS = 1
+_SOCK_TYPE_MASK = 0xF
+_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_ALG = 1, 2, 10, 16, 38
+#: Families a socket may have under network deny; AF_INET/6 are checked further.
+_LOCAL_FAMILIES = (_AF_UNIX, _AF_NETLINK, _AF_ALG)
+_INET_TYPES = (1, 2, 3)  # SOCK_STREAM, SOCK_DGRAM, SOCK_RAW
+# IPPROTO_IP (the type's default), ICMP, TCP, UDP, ICMPV6, UDPLITE.
+_INET_PROTOCOLS = (0, 1, 6, 17, 58, 136)
 #: Unified across ABIs since Linux 5.1 (the 4xx block).
 _IO_URING_SETUP = 425
-#: ``AUDIT_ARCH_*`` of each known ABI, with its ``fallocate`` number.
-_FALLOCATE = {
-    0xC000003E: 285,  # x86_64
-    0x40000003: 324,  # i386, on x86_64
-    0xC00000B7: 47,  # aarch64
-    0x40000028: 352,  # arm (EABI), on aarch64
+_CLONE3 = 435
+
+
+class _Abi(NamedTuple):
+    """System call numbers of one ABI."""
+
+    fallocate: int
+    prlimit64: int
+    setpriority: int
+    sched_setparam: int
+    sched_setscheduler: int
+    sched_setaffinity: int
+    sched_setattr: int
+    ioprio_set: int
+    unshare: int
+    clone: int
+    socket: int
+    socketcall: int | None
+
+
+#: ``AUDIT_ARCH_*`` of each known ABI, with its numbers.
+_ABIS = {
+    0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None),  # x86_64
+    0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102),  # i386
+    0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None),  # aarch64
+    0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None),  # arm EABI
 }
 _X86_64 = 0xC000003E
-#: ``os.uname().machine`` values whose ABIs ``_FALLOCATE`` covers.
+#: ``os.uname().machine`` values whose ABIs ``_ABIS`` covers.
 MACHINES = ("x86_64", "aarch64")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -75,32 +155,101 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _program() -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k); jumps are relative to the next instruction."""
+def _rules(abi: _Abi, *, deny_network: bool, cap_reserved_space: bool) -> list[tuple[object, ...]]:
+    """Dispatch on the loaded system call number of ``abi`` to the shared checks."""
+    own_process = (
+        abi.prlimit64,
+        abi.sched_setparam,
+        abi.sched_setscheduler,
+        abi.sched_setaffinity,
+        abi.sched_setattr,
+    )
+    asm: list[tuple[object, ...]] = [
+        ("jeq", _IO_URING_SETUP, "nosys", None),
+        ("jeq", _CLONE3, "nosys", None),
+        *(("jeq", nr, "arg0_zero", None) for nr in own_process),
+        ("jeq", abi.setpriority, "setpriority", None),
+        ("jeq", abi.ioprio_set, "ioprio", None),
+        ("jeq", abi.unshare, "newuser", None),
+        ("jeq", abi.clone, "newuser", None),
+    ]
+    if cap_reserved_space:
+        asm.append(("jeq", abi.fallocate, "mode", None))
+    if deny_network:
+        asm.append(("jeq", abi.socket, "socket", None))
+        if abi.socketcall is not None:
+            asm.append(("jeq", abi.socketcall, "eacces", None))
+    asm.append(("ret", _RET_ALLOW))
+    return asm
+
+
+def _checks() -> list[tuple[object, ...]]:
+    """The argument checks the dispatch jumps to, each ending in a return."""
+    return [
+        ("label", "arg0_zero"),  # prlimit64 & co.: pid 0 (the caller) only
+        ("ld", _arg(0)),
+        ("jeq", 0, "allow", "eperm"),
+        ("label", "setpriority"),  # (PRIO_PROCESS, 0) only
+        ("ld", _arg(0)),
+        ("jeq", _PRIO_PROCESS, None, "eperm"),
+        ("ld", _arg(1)),
+        ("jeq", 0, "allow", "eperm"),
+        ("label", "ioprio"),  # (IOPRIO_WHO_PROCESS, 0) only
+        ("ld", _arg(0)),
+        ("jeq", _IOPRIO_WHO_PROCESS, None, "eperm"),
+        ("ld", _arg(1)),
+        ("jeq", 0, "allow", "eperm"),
+        ("label", "newuser"),  # flags are arg 0 of clone on every ABI listed
+        ("ld", _arg(0)),
+        ("jset", _CLONE_NEWUSER, "eperm", "allow"),
+        ("label", "mode"),
+        ("ld", _arg(1)),
+        ("jeq", 0, "allow", None),
+        ("jeq", _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, "allow", None),
+        ("ret", _RET_ERRNO | errno.EOPNOTSUPP),
+        ("label", "socket"),
+        ("ld", _arg(0)),
+        *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
+        ("jeq", _AF_INET, "inet", None),
+        ("jeq", _AF_INET6, "inet", "eacces"),
+        ("label", "inet"),
+        ("ld", _arg(1)),
+        ("and", _SOCK_TYPE_MASK),
+        *(("jeq", kind, "inet_protocol", None) for kind in _INET_TYPES),
+        ("ret", _RET_ERRNO | errno.EACCES),
+        ("label", "inet_protocol"),
+        ("ld", _arg(2)),
+        *(("jeq", protocol, "allow", None) for protocol in _INET_PROTOCOLS),
+        ("label", "eacces"),
+        ("ret", _RET_ERRNO | errno.EACCES),
+        ("label", "eperm"),
+        ("ret", _RET_ERRNO | errno.EPERM),
+        ("label", "nosys"),
+        ("ret", _RET_ERRNO | errno.ENOSYS),
+        ("label", "allow"),
+        ("ret", _RET_ALLOW),
+    ]
+
+
+def program(*, deny_network: bool, cap_reserved_space: bool) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k); jumps are relative to the next instruction.
+
+    ``deny_network``: the socket rules of network deny; ``cap_reserved_space``:
+    the ``fallocate`` rule of a file-size cap.
+    """
     refuse_all = ("ret", _RET_ERRNO | errno.ENOSYS)
     # Symbolic first: ("jeq", k, label_true, label_false) with None for "next".
     asm: list[tuple[object, ...]] = [("ld", _ARCH)]
-    for arch in _FALLOCATE:
+    for arch in _ABIS:
         asm.append(("jeq", arch, f"arch{arch}", None))
     asm.append(refuse_all)
-    for arch, fallocate in _FALLOCATE.items():
+    for arch, abi in _ABIS.items():
         asm.append(("label", f"arch{arch}"))
         asm.append(("ld", _NR))
         if arch == _X86_64:
             asm.append(("jset", _X32_SYSCALL_BIT, "nosys", None))
-        asm.append(("jeq", _IO_URING_SETUP, "nosys", None))
-        asm.append(("jeq", fallocate, "mode", "allow"))
-    asm += [
-        ("label", "mode"),
-        ("ld", _ARG1_LOW),
-        ("jeq", 0, "allow", None),
-        ("jeq", _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, "allow", None),
-        ("ret", _RET_ERRNO | errno.EOPNOTSUPP),
-        ("label", "nosys"),
-        refuse_all,
-        ("label", "allow"),
-        ("ret", _RET_ALLOW),
-    ]
+        asm += _rules(abi, deny_network=deny_network, cap_reserved_space=cap_reserved_space)
+    asm += _checks()
     where: dict[object, int] = {}
     code: list[tuple[object, ...]] = []
     for op in asm:
@@ -110,7 +259,10 @@ def _program() -> list[tuple[int, int, int, int]]:
             code.append(op)
 
     def jump(label: object, at: int) -> int:
-        return 0 if label is None else where[label] - at - 1
+        offset = 0 if label is None else where[label] - at - 1
+        if not 0 <= offset <= 255:  # classic BPF jumps forward, by a byte
+            raise ValueError(f"jump to {label} out of range at {at}")
+        return offset
 
     out = []
     for at, op in enumerate(code):
@@ -120,6 +272,8 @@ def _program() -> list[tuple[int, int, int, int]]:
             out.append((_LD_ABS_W, 0, 0, k))
         elif kind == "ret":
             out.append((_RET_K, 0, 0, k))
+        elif kind == "and":
+            out.append((_AND_K, 0, 0, k))
         else:
             opcode = _JEQ_K if kind == "jeq" else _JSET_K
             false = op[3] if len(op) > 3 else None
@@ -127,15 +281,15 @@ def _program() -> list[tuple[int, int, int, int]]:
     return out
 
 
-def refuse_reserved_space() -> str:
+def install(*, deny_network: bool, cap_reserved_space: bool) -> str:
     """Install the filter on this thread and all it starts; why not, or ``""`` once in force."""
     machine = os.uname().machine
     if machine not in MACHINES:
         return f"no seccomp filter for {machine} (known: {', '.join(MACHINES)})"
-    program = _program()
-    raw = b"".join(struct.pack("=HBBI", *insn) for insn in program)
+    insns = program(deny_network=deny_network, cap_reserved_space=cap_reserved_space)
+    raw = b"".join(struct.pack("=HBBI", *insn) for insn in insns)
     buffer = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _SockFprog(len=len(program), filter=ctypes.cast(buffer, ctypes.c_void_p))
+    fprog = _SockFprog(len=len(insns), filter=ctypes.cast(buffer, ctypes.c_void_p))
     if (
         _libc.prctl(
             _PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0

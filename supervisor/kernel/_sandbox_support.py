@@ -53,10 +53,11 @@ def unsupported_message(policy: SandboxPolicy, report: SandboxReport | None) -> 
     if fs_net_ok and report is not None and not report.isolates(policy):
         return (
             f"the worker could not be isolated from subvisor's secrets ({reason}; "
-            f"capabilities dropped: {report.privileges_dropped}; hidden: "
-            f"{', '.join(report.hidden) or 'nothing'}). It needs a private mount namespace "
-            "(root, or unprivileged user namespaces) or Landlock; `subvisor doctor` shows "
-            'which is missing. `sandbox.on_unsupported = "warn"` runs it anyway, loudly'
+            f"capabilities dropped: {report.privileges_dropped}; seccomp filter: "
+            f"{report.syscall_filter}; hidden: {', '.join(report.hidden) or 'nothing'}). "
+            "It needs a private mount namespace (root, or unprivileged user namespaces) or "
+            "Landlock, and seccomp on x86_64 or aarch64; `subvisor doctor` shows which is "
+            'missing. `sandbox.on_unsupported = "warn"` runs it anyway, loudly'
         )
     return (
         f"the sandbox ({policy.label}) cannot be enforced on this machine: {reason}. "

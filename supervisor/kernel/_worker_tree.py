@@ -5,6 +5,15 @@ A process is in a worker tree when it, or any of its ancestors, is named
 for why a worker's descendants cannot shed that). The environment variable
 ``SUBVISOR_TREE`` is not consulted: anything a worker starts can unset it.
 
+The walk starts from the pid ``/proc/self`` names, not ``os.getpid()``: in
+a PID namespace of its own a process is pid 1 there, and ``/proc/1`` (of
+the host's ``/proc``) is the host's init, which no worker is above. Walking
+in ``/proc``'s namespace sees every ancestor that namespace sees, the worker
+included, unless ``/proc`` itself was mounted inside the worker's tree, which
+takes a user namespace that the worker's seccomp filter refuses. Where
+``/proc`` does not name us at all (a PID namespace whose processes it cannot
+see), nothing can be proven and the process counts as inside.
+
 Races: a process may exit while we walk its ancestry; a vanished link ends
 the walk, which is then answered from what was seen. The control channel
 asks about a peer that is still connected to it, so its pid is live.
@@ -22,6 +31,7 @@ from ._errors import NestedSupervisorError
 __all__ = [
     "TREE_PROCESS_NAMES",
     "in_worker_tree",
+    "inside_worker_tree_reason",
     "refuse_inside_worker_tree",
     "worker_tree_ancestor",
 ]
@@ -47,9 +57,23 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return comm, int(fields[1])
 
 
+def _proc_pid() -> int | None:
+    """This process's pid as ``/proc`` names it; None if ``/proc`` does not name it."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return None
+
+
 def worker_tree_ancestor(pid: int | None = None) -> int | None:
-    """The pid of the nearest subvisor worker or zygote at or above ``pid`` (default: us)."""
-    current = os.getpid() if pid is None else pid
+    """The pid of the nearest subvisor worker or zygote at or above ``pid`` (default: us).
+
+    Pids are those of ``/proc``'s namespace; where ``/proc`` does not name this
+    process, None (``inside_worker_tree_reason`` tells that case apart).
+    """
+    current = _proc_pid() if pid is None else pid
+    if current is None:
+        return None
     for _ in range(_MAX_DEPTH):
         if current <= 0:
             return None
@@ -68,13 +92,25 @@ def in_worker_tree(pid: int | None = None) -> bool:
     return worker_tree_ancestor(pid) is not None
 
 
+def inside_worker_tree_reason() -> str | None:
+    """One line on why this process counts as inside a worker tree; None if it is not."""
+    pid = _proc_pid()
+    if pid is None:
+        return (
+            f"this process (pid {os.getpid()} in its own PID namespace) is not named by /proc, "
+            "so it cannot be shown to be outside a subvisor worker tree"
+        )
+    ancestor = worker_tree_ancestor(pid)
+    if ancestor is None and TREE_ENV not in os.environ:
+        return None
+    where = f"process {ancestor}" if ancestor is not None else os.environ[TREE_ENV]
+    return f"this process runs inside a subvisor worker tree ({where})"
+
+
 def refuse_inside_worker_tree() -> None:
     """Raise ``NestedSupervisorError`` if this process runs inside a worker tree (S-SEC-7)."""
-    ancestor = worker_tree_ancestor()
-    if ancestor is None and TREE_ENV not in os.environ:
-        return
-    where = f"process {ancestor}" if ancestor is not None else os.environ[TREE_ENV]
-    raise NestedSupervisorError(
-        f"this process runs inside a subvisor worker tree ({where}): "
-        "a worker cannot start a supervisor (delegation is one level deep)"
-    )
+    reason = inside_worker_tree_reason()
+    if reason is not None:
+        raise NestedSupervisorError(
+            f"{reason}: a worker cannot start a supervisor (delegation is one level deep)"
+        )

@@ -145,3 +145,42 @@ def test_s_sec_4_and_5_as_a_user_shared_memory_ends_with_the_worker(
 def _interpreter(user: Unprivileged) -> str:
     done = user.run(["python", "-c", "import sys; print(sys.executable)"])
     return done.stdout.strip()
+
+
+def test_s_sec_2_as_a_user_the_supervisors_scheduling_is_out_of_reach(
+    nobody: Unprivileged,
+) -> None:
+    """S-SEC-2 as uid 65534: a user's subagent cannot starve its supervisor: setpriority,
+    sched_setaffinity, sched_setscheduler and ioprio_set on it are refused (each call would set
+    what is already in force, so a hole changes nothing here)."""
+    script = (
+        "import ctypes, os\n"
+        "def ppid(p): return int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "s = ppid(ppid(ppid(os.getpid())))\n"
+        "print('supervisor', open(f'/proc/{s}/comm').read().strip())\n"
+        "calls = {\n"
+        "    'setpriority': lambda: os.setpriority(0, s, os.getpriority(0, s)),\n"
+        "    'setaffinity': lambda: os.sched_setaffinity(s, os.sched_getaffinity(s)),\n"
+        "    'setscheduler': lambda: os.sched_setscheduler(s, os.sched_getscheduler(s),"
+        " os.sched_param(0)),\n"
+        "}\n"
+        "for name, call in calls.items():\n"
+        "    try:\n"
+        "        call(); print(name, 'DONE')\n"
+        "    except OSError as e:\n"
+        "        print(name, 'refused', e.errno)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "get = libc.syscall(252, 1, s)\n"  # ioprio_get (x86_64)
+        "rc = libc.syscall(251, 1, s, get)\n"
+        "print('ioprio_set', 'DONE' if rc == 0 else 'refused')\n"
+    )
+    (nobody.root / "sched.py").write_text(script)
+    answer = _attack(
+        nobody,
+        [f"{_interpreter(nobody)} {nobody.root}/sched.py"],
+        "workspace-write",
+        "deny",
+    )
+    assert "supervisor python" in answer, answer
+    assert "DONE" not in answer, answer
+    assert answer.count("refused") == 4, answer

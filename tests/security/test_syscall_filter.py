@@ -1,0 +1,148 @@
+"""The worker's seccomp filter: what uid checks and Landlock leave open (S-SEC-2, S-SEC-7, S-SBX-1).
+
+Each attack runs in a real worker's Bash. ``prlimit(2)`` on another process
+asks only for a matching uid, so it reached the supervisor (RLIMIT_CPU=1 got
+it SIGKILLed); a user namespace made the worker-tree check read the host's
+init; MPTCP sockets escaped Landlock's TCP-only network rules.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.attack import bash_attack
+
+PY = sys.executable
+# Bash's parent is the worker; above it the zygote, then the supervisor (this process).
+PIDS = (
+    "w=$PPID; z=$(awk '{print $4}' /proc/$w/stat); s=$(awk '{print $4}' /proc/$z/stat); "
+    'echo "zygote=$(cat /proc/$z/comm) supervisor=$s"; '
+)
+
+
+async def test_s_sec_2_prlimit_on_the_supervisor_or_zygote_is_refused(tmp_path: Path) -> None:
+    """S-SEC-2: `prlimit --pid` on the zygote or the supervisor fails (EPERM), so no
+    RLIMIT_CPU of 1 s gets them SIGKILLed. The attack re-sets each one's own RLIMIT_NOFILE
+    (a change of nothing) so that the test process is never at risk; `ulimit` on itself works."""
+    attack = PIDS + (
+        "for v in $z $s; do "
+        "lim=$(prlimit --pid $v --nofile --raw --noheadings | awk '{print $2\":\"$3}'); "
+        'prlimit --pid $v --nofile=$lim; echo "prlimit $v rc=$?"; done; '
+        'ulimit -S -n 512; echo "ulimit rc=$?"'
+    )
+    done = await bash_attack(tmp_path, [attack], mode="workspace-write")
+    out = done.output()
+    assert "zygote=subvisor-zygote" in out, out
+    assert out.count("rc=1") == 2 and "Operation not permitted" in out, out
+    assert "ulimit rc=0" in out, out
+
+
+def _nested(tmp: Path, wrap: str) -> str:
+    return (
+        f"env -u SUBVISOR_TREE SUBVISOR_HOME=$TMPDIR/nested-home {wrap} {PY} -m supervisor.cli "
+        f"run --model scripted:{tmp}/nested.yaml --json 'nested root' 2>&1 | tail -c 600; "
+        "echo exit=$?"
+    )
+
+
+@pytest.mark.parametrize("mode", ["read-only", "full"])
+async def test_s_sec_7_a_user_and_pid_namespace_does_not_hide_the_worker_tree(
+    tmp_path: Path, mode: str
+) -> None:
+    """S-SEC-7: `unshare --user --pid --fork` (with or without its own /proc) around a nested
+    `subvisor run` does not get it to run: no user namespace can be made in a worker."""
+    (tmp_path / "nested.yaml").write_text(
+        "agents:\n  root:\n    - text: the nested supervisor ran\n"
+    )
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "unshare --user true; echo userns rc=$?",
+            _nested(tmp_path, "unshare --user --pid --fork --kill-child"),
+            _nested(tmp_path, "unshare --user --map-root-user --pid --fork --mount-proc"),
+        ],
+        subagent_type="general-purpose",
+        mode=mode,
+    )
+    outs = [attack.output(i) for i in range(3)]
+    assert "userns rc=0" not in outs[0], outs[0]
+    for out in outs[1:]:
+        assert "the nested supervisor ran" not in out, out
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on loopback: its port, and what each connection sent."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                got.append(conn.recv(100))
+                conn.sendall(b"pong")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], got
+    finally:
+        srv.close()
+
+
+CLIENT = """
+import socket, sys
+for name, family, kind, proto in (
+    ("tcp", 2, 1, 0), ("tcp6", 10, 1, 0), ("mptcp", 2, 1, 262), ("mptcp6", 10, 1, 262),
+    ("sctp", 2, 1, 132), ("seqpacket", 2, 5, 0), ("vsock", 40, 1, 0),
+):
+    try:
+        s = socket.socket(family, kind, proto)
+    except OSError as e:
+        print(name, "no socket", e.errno)
+        continue
+    try:
+        s.settimeout(5)
+        s.connect(("127.0.0.1" if family == 2 else "::ffff:127.0.0.1", int(sys.argv[1])))
+        s.sendall(b"exfil-" + name.encode())
+        print(name, "CONNECTED", s.recv(10))
+    except (OSError, TypeError) as e:  # TypeError: a vsock address is no (host, port)
+        print(name, "refused", getattr(e, "errno", e))
+u = socket.socket(socket.AF_UNIX); u.close(); print("unix ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
+    tmp_path: Path, mode: str, listener: tuple[int, list[bytes]]
+) -> None:
+    """S-SBX-1: under network deny an MPTCP socket (which Landlock's TCP rules do not match)
+    cannot be made, nor SCTP or vsock; plain TCP is still refused at connect and a UNIX
+    socket is still fine. Nothing reaches the listener."""
+    port, got = listener
+    (tmp_path / "client.py").write_text(CLIENT)
+    attack = await bash_attack(
+        tmp_path,
+        [f"{PY} {tmp_path}/client.py {port}"],
+        subagent_type="general-purpose",
+        mode=mode,
+        network="deny",
+    )
+    out = attack.output()
+    assert attack.record.sandbox is not None and attack.record.sandbox.network_denied
+    assert "CONNECTED" not in out and got == [], (out, got)
+    assert "tcp refused 13" in out and "tcp6 refused 13" in out, out  # Landlock, at connect
+    for name in ("mptcp", "mptcp6", "sctp", "seqpacket", "vsock"):
+        assert f"{name} no socket 13" in out, out  # the filter, at socket()
+    assert "unix ok" in out, out

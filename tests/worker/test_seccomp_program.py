@@ -1,0 +1,105 @@
+"""The seccomp program's decisions, run in a small classic-BPF interpreter (no kernel needed).
+
+S-SEC-2 (prlimit and scheduling of another process), S-SEC-7 (no user
+namespace), S-SBX-1 (network deny: no MPTCP or SCTP socket), S-SEC-4
+(reserved space), each under x86_64, i386, aarch64 and arm.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+import pytest
+
+from worker._seccomp import program
+
+X86_64, I386, AARCH64, ARM = 0xC000003E, 0x40000003, 0xC00000B7, 0x40000028
+ALLOW = "allow"
+
+
+def _run(insns: list[tuple[int, int, int, int]], arch: int, nr: int, *args: int) -> object:
+    """What the filter returns for one call: ``ALLOW`` or an errno."""
+    full = (list(args) + [0] * 6)[:6]
+    data = struct.pack("<iI Q 6Q", nr, arch, 0, *full)
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        pc += 1
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x54:
+            acc &= k
+        elif code == 0x15:
+            pc += jt if acc == k else jf
+        elif code == 0x45:
+            pc += jt if acc & k else jf
+        elif code == 0x06:
+            return ALLOW if k == 0x7FFF0000 else k & 0xFFFF
+        else:
+            raise AssertionError(f"unknown opcode {code:#x}")
+
+
+def _decide(arch: int, nr: int, *args: int, deny: bool = False, cap: bool = False) -> object:
+    return _run(program(deny_network=deny, cap_reserved_space=cap), arch, nr, *args)
+
+
+# (arch, prlimit64, setpriority, sched_setaffinity, ioprio_set, unshare, clone, clone3, socket)
+ABIS = [
+    (X86_64, 302, 141, 203, 251, 272, 56, 435, 41),
+    (I386, 340, 97, 241, 289, 310, 120, 435, 359),
+    (AARCH64, 261, 140, 122, 30, 97, 220, 435, 198),
+    (ARM, 369, 97, 241, 314, 337, 120, 435, 281),
+]
+CLONE_NEWUSER, CLONE_NEWNS, SIGCHLD = 0x10000000, 0x00020000, 17
+
+
+@pytest.mark.parametrize("abi", ABIS, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sec_2_and_s_sec_7_decisions(abi: tuple[int, ...]) -> None:
+    """S-SEC-2: prlimit and scheduling only on the caller (pid 0); S-SEC-7: no CLONE_NEWUSER,
+    clone3 reports ENOSYS so that libc falls back to clone."""
+    arch, prlimit, setprio, affinity, ioprio, unshare, clone, clone3, _ = abi
+    assert _decide(arch, prlimit, 0, 0) == ALLOW
+    assert _decide(arch, prlimit, 4242, 0) == errno.EPERM
+    assert _decide(arch, setprio, 0, 0, 19) == ALLOW
+    assert _decide(arch, setprio, 0, 4242, 19) == errno.EPERM
+    assert _decide(arch, setprio, 2, 0, 19) == errno.EPERM  # PRIO_USER: every process of the uid
+    assert _decide(arch, affinity, 0) == ALLOW
+    assert _decide(arch, affinity, 4242) == errno.EPERM
+    assert _decide(arch, ioprio, 1, 0) == ALLOW
+    assert _decide(arch, ioprio, 1, 4242) == errno.EPERM
+    assert _decide(arch, unshare, CLONE_NEWNS) == ALLOW
+    assert _decide(arch, unshare, CLONE_NEWUSER | CLONE_NEWNS) == errno.EPERM
+    assert _decide(arch, clone, SIGCHLD) == ALLOW
+    assert _decide(arch, clone, CLONE_NEWUSER | SIGCHLD) == errno.EPERM
+    assert _decide(arch, clone3, 0) == errno.ENOSYS
+
+
+@pytest.mark.parametrize("abi", ABIS, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sbx_1_socket_decisions_under_network_deny(abi: tuple[int, ...]) -> None:
+    """S-SBX-1: under deny, TCP (protocol 0 or 6), UDP and UNIX sockets are made; MPTCP, SCTP,
+    SOCK_SEQPACKET and vsock are refused with EACCES; with network allowed nothing is."""
+    arch, socket = abi[0], abi[-1]
+    for args in ((2, 1, 0), (10, 1, 6), (2, 2, 0), (1, 1, 0), (2, 1 | 0x80000 | 0x800, 0)):
+        assert _decide(arch, socket, *args, deny=True) == ALLOW, args
+    for args in ((2, 1, 262), (10, 1, 262), (2, 1, 132), (2, 5, 0), (40, 1, 0)):
+        assert _decide(arch, socket, *args, deny=True) == errno.EACCES, args
+        assert _decide(arch, socket, *args) == ALLOW, args
+
+
+def test_s_sbx_1_i386_socketcall_is_refused_only_under_network_deny() -> None:
+    """S-SBX-1: i386's socketcall hides its arguments behind a pointer: refused under deny."""
+    assert _decide(I386, 102, 1, 0, deny=True) == errno.EACCES
+    assert _decide(I386, 102, 1, 0) == ALLOW
+
+
+def test_s_sec_4_fallocate_and_the_other_abis() -> None:
+    """S-SEC-4: KEEP_SIZE reservations refused only with a file-size cap; x32 and unknown ABIs
+    get ENOSYS for everything."""
+    assert _decide(X86_64, 285, 3, 1, cap=True) == errno.EOPNOTSUPP
+    assert _decide(X86_64, 285, 3, 0, cap=True) == ALLOW
+    assert _decide(X86_64, 285, 3, 3, cap=True) == ALLOW
+    assert _decide(X86_64, 285, 3, 1) == ALLOW
+    assert _decide(X86_64, 0x40000000 | 1, 1) == errno.ENOSYS
+    assert _decide(X86_64, 425) == errno.ENOSYS
+    assert _decide(0xC0000028, 1) == errno.ENOSYS
