@@ -602,7 +602,11 @@ _WRONG: dict[str, st.SearchStrategy[Any]] = {
     "rlimits": _not_dict
     | st.dictionaries(
         _texts,
-        st.one_of(st.tuples(_not_int, _ints).map(list), _not_int),
+        # Not _not_int alone: its lists of ints include [soft, hard], a valid value.
+        st.one_of(
+            st.tuples(_not_int, _ints).map(list),
+            _not_int.filter(lambda v: not (isinstance(v, list) and len(v) == 2)),
+        ),
         min_size=1,
         max_size=2,
     ),
