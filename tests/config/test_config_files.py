@@ -18,13 +18,27 @@ from supervisor.config._config_files import ConfigError, load_settings, project_
 from supervisor.config._project_trust import TrustGate, TrustRequest, UntrustedProjectError
 
 
-def test_project_config_overrides_user_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _home_and_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """An empty subvisor home (``SUBVISOR_HOME``) and an empty project beside it."""
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
     monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    return home, project
+
+
+def _assert_refused_naming_both_files(raised: Any, home: Path, project: Path) -> str:
+    """The refusal's message, once it names the project file and the user's config."""
+    message = str(raised.value)
+    assert str(project / "subvisor.toml") in message
+    assert str(home / "config.toml") in message
+    return message
+
+
+def test_project_config_overrides_user_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, project = _home_and_project(tmp_path, monkeypatch)
     (home / "config.toml").write_text('model = "openai:gpt-4o-mini"\nmax_turns = 9\n')
     (project / "subvisor.toml").write_text(
         'max_turns = 6\npermission_mode = "plan"\n'
@@ -81,17 +95,11 @@ def test_project_config_may_not_lift_the_users_protections_s_sbx_3(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, named: str
 ) -> None:
     """S-SBX-3: what a repository's subvisor.toml may not do, the user's config.toml may."""
-    home, project = tmp_path / "home", tmp_path / "project"
-    home.mkdir()
-    project.mkdir()
-    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    home, project = _home_and_project(tmp_path, monkeypatch)
     (project / "subvisor.toml").write_text(text + "\n")
     with pytest.raises(ConfigError) as raised:
         load_settings(project)
-    message = str(raised.value)
-    assert named in message
-    assert str(project / "subvisor.toml") in message
-    assert str(home / "config.toml") in message
+    assert named in _assert_refused_naming_both_files(raised, home, project)
     (project / "subvisor.toml").unlink()
     (home / "config.toml").write_text(text + "\n")
     load_settings(project)  # the user's own config may
@@ -454,19 +462,14 @@ def test_s_sec_3_a_project_may_not_loosen_the_mode_rules_or_sandbox(
     sandbox, plugin dirs (their profiles may lift both), or a rule that answers less
     strictly than the user's rules (or the default ask) is refused on one line naming
     the file, the key and the user's config."""
-    home, project_dir = tmp_path / "home", tmp_path / "project"
-    home.mkdir()
-    project_dir.mkdir()
-    monkeypatch.setenv("SUBVISOR_HOME", str(home))
+    home, project_dir = _home_and_project(tmp_path, monkeypatch)
     (home / "config.toml").write_text(user + "\n")
     load_settings(project_dir)  # the user's config alone is fine
     (project_dir / "subvisor.toml").write_text(project + "\n")
     with pytest.raises(ConfigError) as raised:
         load_settings(project_dir)
-    message = str(raised.value)
+    message = _assert_refused_naming_both_files(raised, home, project_dir)
     assert refused in message
-    assert str(project_dir / "subvisor.toml") in message
-    assert str(home / "config.toml") in message
     assert "\n" not in message
 
 
