@@ -165,10 +165,6 @@ def _containers_error(error: type[ProtocolError], limit: int) -> ProtocolError:
     )
 
 
-class _OverBudget(Exception):
-    pass
-
-
 class _ContainerBudget:
     """msgpack hooks that count the maps and arrays being decoded, and stop at the limit.
 
@@ -176,15 +172,15 @@ class _ContainerBudget:
     body is turned into objects.
     """
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "limit")
 
     def __init__(self, limit: int) -> None:
-        self.left = limit
+        self.left = self.limit = limit
 
     def take(self, container: Any) -> Any:
         self.left -= 1
         if self.left < 0:
-            raise _OverBudget
+            raise _containers_error(RemoteProtocolError, self.limit)
         return container
 
 
@@ -273,8 +269,8 @@ class FrameDecoder:
                 max_ext_len=0,
                 **hooks,
             )
-        except _OverBudget:
-            raise _containers_error(RemoteProtocolError, limits.max_containers) from None
+        except RemoteProtocolError:
+            raise  # the container budget, from a hook
         except msgpack.ExtraData as exc:
             raise RemoteProtocolError("frame body holds more than one msgpack object") from exc
         except msgpack.StackError as exc:

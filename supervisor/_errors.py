@@ -33,6 +33,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
       * WorkerRequestError                          kernel
       * CommandTooComplexError (ValueError)         policy
       * PermissionConfigError (ValueError)          policy
+      * MemoryDirError                              profiles
       * ProfileError (ValueError)                   profiles
         * NotAProfileError                          profiles
       * SubagentTypeError (ValueError)              profiles
