@@ -196,7 +196,40 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
                 "capabilities and non-dumpable processes alone",
             )
         )
+    if full is not None:
+        checks.append(
+            Check(
+                "syscall filter",
+                full.syscall_filter,
+                "every worker has a seccomp filter: no prlimit or scheduling change on another "
+                "process, no user namespace; under network deny no socket but TCP, UDP, ICMP "
+                "and local ones"
+                if full.syscall_filter
+                else f"NOT enforced: no seccomp filter ({full.reason})",
+            )
+        )
+        checks.append(
+            Check(
+                "ipc namespace",
+                full.ipc_namespace,
+                "every worker has an IPC namespace of its own: its shared memory, semaphores "
+                "and message queues end with its tree"
+                if full.ipc_namespace
+                else f"NOT enforced: workers share the IPC namespace ({full.reason})",
+            )
+        )
     if write is not None:
+        temps = os.path.dirname((write.temp_dir or "").rstrip("/"))
+        private = bool(write.temp_dir) and temps in write.hidden
+        checks.append(
+            Check(
+                "temp dirs",
+                private,
+                "a sandboxed worker sees its own temp dir and no other worker's"
+                if private
+                else f"NOT enforced: other workers' temp dirs are visible ({write.reason})",
+            )
+        )
         git = os.path.join(project, ".git")
         checks.append(
             Check(
