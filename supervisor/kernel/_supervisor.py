@@ -23,6 +23,7 @@ from protocol import (
     SandboxPolicy,
     WorkerRequest,
 )
+from worker._mounts import missing_vcs_dirs
 from worker._privileges import set_dumpable
 
 from ._cgroups import CgroupTree, WorkerCgroup
@@ -417,8 +418,7 @@ class Supervisor:
         if policy.landlock_abi_max is None and self._landlock_abi_max is not None:
             update["landlock_abi_max"] = self._landlock_abi_max
         if policy.protect_vcs and policy.mode != "full":
-            gits = (os.path.join(root, ".git") for root in policy.writable_roots)
-            self._vcs_placeholders.update(p for p in gits if not os.path.lexists(p))
+            self._vcs_placeholders.update(missing_vcs_dirs(policy.writable_roots))
         if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
             update["temp_dir"] = self._temp_dirs.make(worker_id)
         return policy.model_copy(update=update) if update else policy
