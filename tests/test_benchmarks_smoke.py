@@ -27,3 +27,10 @@ def test_benchmark_reports_its_keys(name: str) -> None:
 def test_the_relay_benchmark_streams_over_tls() -> None:
     """``relay --tls``: the same figures, the answers streamed over HTTPS (a throwaway CA)."""
     assert check_benchmark_report("relay", "--tls")["tls"] is True
+
+
+def test_the_delegate_benchmark_runs_every_agent_past_the_session_cap() -> None:
+    """``delegate --agents 201``: past ``max_subagents_per_session``'s default (200)
+    every agent runs, so no per-agent figure is divided by agents that were refused."""
+    report = check_benchmark_report("delegate", "--agents", "201", "--concurrency", "50")
+    assert report["completed"] == 201, report

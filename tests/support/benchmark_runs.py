@@ -139,4 +139,7 @@ def check_benchmark_report(name: str, *extra: str) -> dict[str, object]:
         value = report.get(key)
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, report)
         assert value > 0, (key, report)
+    if "agents" in report and "completed" in report:
+        # Per-agent figures are divided by the agents asked for: all must have run.
+        assert report["completed"] == report["agents"], report
     return report
