@@ -188,7 +188,7 @@ async def _delegate(work: Path, agents: int, concurrency: int) -> _Delegated:
         # Every agent asked for runs: above the default session cap (200) the
         # rest would be refused, and the per-agent figures divided by agents
         # that never ran.
-        max_subagents_per_session=max(agents, 1),
+        max_subagents_per_session=agents,
         subagent_limits=ResourceLimits(memory_mb=1024, idle_timeout_s=120),
     )
     cpu_before = _cpu_seconds(resource.RUSAGE_SELF)
