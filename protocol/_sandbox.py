@@ -30,8 +30,8 @@ S-SEC-4), and installs a seccomp filter: no ``prlimit`` or scheduling change
 on another process, no user namespace (S-SEC-2, S-SEC-7).
 
 ``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4) and, by
-the seccomp filter, sockets of other protocols that reach the network
-(MPTCP, SCTP, ``AF_VSOCK`` and the like); the worker's own pipes to the
+the seccomp filter, every other socket that reaches the network (UDP, ICMP,
+MPTCP, SCTP, ``AF_VSOCK`` and the like); the worker's own pipes to the
 supervisor are inherited and stay open.
 
 Invariant: a report is ``enforced`` only when every part the policy asked for

@@ -36,13 +36,15 @@ size at 0, so ``fallocate -n -l 200G f`` would fill the disk under any cap.
 Under network deny (S-SBX-1) it refuses ``socket`` with ``EACCES`` (what
 Landlock answers a denied TCP connect) for every address family but
 ``AF_UNIX``, ``AF_NETLINK``, ``AF_ALG`` and ``AF_INET``/``AF_INET6``, and
-for those two every type but stream, datagram and raw, and every protocol
-but 0, TCP, UDP, UDP-Lite, ICMP and ICMPv6. Landlock's TCP rules match only
-``IPPROTO_TCP`` sockets: MPTCP (``socket(AF_INET, SOCK_STREAM,
-IPPROTO_MPTCP)``) connected out while TCP was denied, and SCTP, DCCP, SMC or
-``AF_VSOCK`` would too. ``SOCK_STREAM`` with protocol 0 is always TCP (the
+for those two every socket but TCP: type ``SOCK_STREAM`` with protocol 0 or
+``IPPROTO_TCP``, which Landlock then refuses at connect and bind. Landlock's
+network rules match only TCP: MPTCP (``socket(AF_INET, SOCK_STREAM,
+IPPROTO_MPTCP)``) connected out while TCP was denied, and SCTP, DCCP, SMC
+or ``AF_VSOCK`` would too; UDP (a datagram to any host, or a DNS query that
+carries data out through the resolver) and ICMP echo sockets (where
+``net.ipv4.ping_group_range`` admits the worker's group) reach the network
+with no rule at all. ``SOCK_STREAM`` with protocol 0 is always TCP (the
 kernel's permanent entry comes first); ``SOCK_SEQPACKET`` with 0 is SCTP.
-UDP is not denied (Landlock has no UDP rules; the policy denies TCP).
 
 The compat ABIs (i386 on x86_64, arm on aarch64) get the same rules under
 their own numbers. i386 may also reach sockets through ``socketcall(2)``,
@@ -112,9 +114,9 @@ _SOCK_TYPE_MASK = 0xF
 _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_ALG = 1, 2, 10, 16, 38
 #: Families a socket may have under network deny; AF_INET/6 are checked further.
 _LOCAL_FAMILIES = (_AF_UNIX, _AF_NETLINK, _AF_ALG)
-_INET_TYPES = (1, 2, 3)  # SOCK_STREAM, SOCK_DGRAM, SOCK_RAW
-# IPPROTO_IP (the type's default), ICMP, TCP, UDP, ICMPV6, UDPLITE.
-_INET_PROTOCOLS = (0, 1, 6, 17, 58, 136)
+_SOCK_STREAM = 1
+#: With ``SOCK_STREAM``: IPPROTO_IP (the type's default, TCP) and IPPROTO_TCP.
+_TCP_PROTOCOLS = (0, 6)
 #: Unified across ABIs since Linux 5.1 (the 4xx block).
 _IO_URING_SETUP = 425
 _CLONE3 = 435
@@ -212,14 +214,12 @@ def _checks() -> list[tuple[object, ...]]:
         *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
         ("jeq", _AF_INET, "inet", None),
         ("jeq", _AF_INET6, "inet", "eacces"),
-        ("label", "inet"),
+        ("label", "inet"),  # TCP only: Landlock refuses it at connect and bind
         ("ld", _arg(1)),
         ("and", _SOCK_TYPE_MASK),
-        *(("jeq", kind, "inet_protocol", None) for kind in _INET_TYPES),
-        ("ret", _RET_ERRNO | errno.EACCES),
-        ("label", "inet_protocol"),
+        ("jeq", _SOCK_STREAM, None, "eacces"),
         ("ld", _arg(2)),
-        *(("jeq", protocol, "allow", None) for protocol in _INET_PROTOCOLS),
+        *(("jeq", protocol, "allow", None) for protocol in _TCP_PROTOCOLS),
         ("label", "eacces"),
         ("ret", _RET_ERRNO | errno.EACCES),
         ("label", "eperm"),

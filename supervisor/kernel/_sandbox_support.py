@@ -77,7 +77,7 @@ def mode_enforcement(abi: int) -> list[tuple[str, bool, str]]:
     )
     ws_what = "write only the project dir and temp dir" if fs_ok else "needs Landlock ABI >= 1"
     net_what = (
-        "TCP bind/connect denied (UDP and UNIX sockets are not covered)"
+        "TCP bind/connect denied, no UDP or ICMP socket (UNIX sockets are not covered)"
         if net_ok
         else f"needs Landlock ABI >= {NETWORK_ABI}"
     )

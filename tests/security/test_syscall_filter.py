@@ -3,7 +3,8 @@
 Each attack runs in a real worker's Bash. ``prlimit(2)`` on another process
 asks only for a matching uid, so it reached the supervisor (RLIMIT_CPU=1 got
 it SIGKILLed); a user namespace made the worker-tree check read the host's
-init; MPTCP sockets escaped Landlock's TCP-only network rules.
+init; MPTCP sockets escaped Landlock's TCP-only network rules, and UDP and ICMP
+sockets, which those rules do not name at all, sent datagrams to any host.
 """
 
 from __future__ import annotations
@@ -101,6 +102,28 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
         srv.close()
 
 
+@pytest.fixture
+def datagram_listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A UDP socket on loopback (IPv4 and IPv6): its port, and every datagram it got."""
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    srv.bind(("::", 0))
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                got.append(srv.recv(100))
+            except OSError:
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], got
+    finally:
+        srv.close()
+
+
 CLIENT = """
 import socket, sys
 for name, family, kind, proto in (
@@ -146,3 +169,55 @@ async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
     for name in ("mptcp", "mptcp6", "sctp", "seqpacket", "vsock"):
         assert f"{name} no socket 13" in out, out  # the filter, at socket()
     assert "unix ok" in out, out
+
+
+DATAGRAMS = """
+import socket, sys, time
+for name, family, proto in (("udp", 2, 0), ("udp6", 10, 17), ("udplite", 2, 136)):
+    try:
+        s = socket.socket(family, socket.SOCK_DGRAM, proto)
+    except OSError as e:
+        print(name, "no socket", e.errno)
+        continue
+    host = "127.0.0.1" if family == 2 else "::ffff:127.0.0.1"
+    s.sendto(b"exfil-" + name.encode(), (host, int(sys.argv[1])))
+    print(name, "SENT")
+for name, family, kind, proto in (("ping", 2, 2, 1), ("ping6", 10, 2, 58), ("raw", 2, 3, 1)):
+    try:
+        socket.socket(family, kind, proto).close()
+        print(name, "MADE")
+    except OSError as e:
+        print(name, "no socket", e.errno)
+time.sleep(0.2)  # the datagrams, where they went out, reach the listener first
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "network"),
+    [("read-only", "deny"), ("workspace-write", "deny"), ("read-only", "allow")],
+)
+async def test_s_sbx_1_network_deny_sends_no_datagram(
+    tmp_path: Path, mode: str, network: str, datagram_listener: tuple[int, list[bytes]]
+) -> None:
+    """S-SBX-1: Landlock has no UDP rules, so under network deny the filter refuses UDP,
+    UDP-Lite, ICMP echo and raw sockets at socket() (EACCES): no datagram reaches a listener
+    on loopback, where it could as well have gone to any host or carried a DNS query out.
+    With `network: allow` (the control) the same datagrams arrive."""
+    port, got = datagram_listener
+    (tmp_path / "datagrams.py").write_text(DATAGRAMS)
+    attack = await bash_attack(
+        tmp_path,
+        [f"{PY} {tmp_path}/datagrams.py {port}"],
+        subagent_type="general-purpose",
+        mode=mode,
+        network=network,
+    )
+    out = attack.output()
+    if network == "allow":
+        assert "udp SENT" in out and "udp6 SENT" in out, out
+        assert b"exfil-udp" in got and b"exfil-udp6" in got, (out, got)
+        return
+    assert attack.record.sandbox is not None and attack.record.sandbox.network_denied
+    assert got == [] and "SENT" not in out and "MADE" not in out, (out, got)
+    for name in ("udp", "udp6", "udplite", "ping", "ping6", "raw"):
+        assert f"{name} no socket 13" in out, out

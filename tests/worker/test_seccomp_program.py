@@ -77,12 +77,16 @@ def test_s_sec_2_and_s_sec_7_decisions(abi: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize("abi", ABIS, ids=["x86_64", "i386", "aarch64", "arm"])
 def test_s_sbx_1_socket_decisions_under_network_deny(abi: tuple[int, ...]) -> None:
-    """S-SBX-1: under deny, TCP (protocol 0 or 6), UDP and UNIX sockets are made; MPTCP, SCTP,
-    SOCK_SEQPACKET and vsock are refused with EACCES; with network allowed nothing is."""
+    """S-SBX-1: under deny, TCP (protocol 0 or 6), UNIX, netlink and AF_ALG sockets are made;
+    MPTCP, SCTP, SOCK_SEQPACKET, vsock, UDP, UDP-Lite, ICMP echo and raw sockets are refused with
+    EACCES (Landlock's rules see TCP only); with network allowed nothing is."""
     arch, socket = abi[0], abi[-1]
-    for args in ((2, 1, 0), (10, 1, 6), (2, 2, 0), (1, 1, 0), (2, 1 | 0x80000 | 0x800, 0)):
+    tcp = ((2, 1, 0), (10, 1, 6), (2, 1 | 0x80000 | 0x800, 0), (10, 1 | 0x80000, 0))
+    for args in (*tcp, (1, 1, 0), (1, 2, 0), (16, 3, 0), (38, 5, 0)):
         assert _decide(arch, socket, *args, deny=True) == ALLOW, args
-    for args in ((2, 1, 262), (10, 1, 262), (2, 1, 132), (2, 5, 0), (40, 1, 0)):
+    not_tcp = ((2, 1, 262), (10, 1, 262), (2, 1, 132), (2, 5, 0), (40, 1, 0))
+    datagram = ((2, 2, 0), (10, 2, 17), (2, 2 | 0x80000, 0), (2, 2, 136), (2, 2, 1), (10, 2, 58))
+    for args in (*not_tcp, *datagram, (2, 3, 1), (10, 3, 58), (2, 3, 6), (2, 1, 17)):
         assert _decide(arch, socket, *args, deny=True) == errno.EACCES, args
         assert _decide(arch, socket, *args) == ALLOW, args
 
