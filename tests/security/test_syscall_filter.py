@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.attack import bash_attack
+from tests.support.attack import Attack, bash_attack
 
 PY = sys.executable
 # Bash's parent is the worker; above it the zygote, then the supervisor (this process).
@@ -146,6 +146,19 @@ u = socket.socket(socket.AF_UNIX); u.close(); print("unix ok")
 """
 
 
+async def _run_client(tmp_path: Path, script: str, port: int, *, mode: str, network: str) -> Attack:
+    """Run the Python ``script`` with ``port`` in a general-purpose worker's Bash."""
+    client = tmp_path / "client.py"
+    client.write_text(script)
+    return await bash_attack(
+        tmp_path,
+        [f"{PY} {client} {port}"],
+        subagent_type="general-purpose",
+        mode=mode,
+        network=network,
+    )
+
+
 @pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
 async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
     tmp_path: Path, mode: str, listener: tuple[int, list[bytes]]
@@ -154,14 +167,7 @@ async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
     cannot be made, nor SCTP or vsock; plain TCP is still refused at connect and a UNIX
     socket is still fine. Nothing reaches the listener."""
     port, got = listener
-    (tmp_path / "client.py").write_text(CLIENT)
-    attack = await bash_attack(
-        tmp_path,
-        [f"{PY} {tmp_path}/client.py {port}"],
-        subagent_type="general-purpose",
-        mode=mode,
-        network="deny",
-    )
+    attack = await _run_client(tmp_path, CLIENT, port, mode=mode, network="deny")
     out = attack.output()
     assert attack.record.sandbox is not None and attack.record.sandbox.network_denied
     assert "CONNECTED" not in out and got == [], (out, got)
@@ -204,14 +210,7 @@ async def test_s_sbx_1_network_deny_sends_no_datagram(
     on loopback, where it could as well have gone to any host or carried a DNS query out.
     With `network: allow` (the control) the same datagrams arrive."""
     port, got = datagram_listener
-    (tmp_path / "datagrams.py").write_text(DATAGRAMS)
-    attack = await bash_attack(
-        tmp_path,
-        [f"{PY} {tmp_path}/datagrams.py {port}"],
-        subagent_type="general-purpose",
-        mode=mode,
-        network=network,
-    )
+    attack = await _run_client(tmp_path, DATAGRAMS, port, mode=mode, network=network)
     out = attack.output()
     if network == "allow":
         assert "udp SENT" in out and "udp6 SENT" in out, out
