@@ -21,6 +21,11 @@ Per N:
 - ``chunk_lag_*_ms``: each chunk's server write to its arrival in the
   supervisor, where a live transcript takes it (the server stamps
   ``time.monotonic()``, the machine's one clock, into it).
+- ``loop_delay_p50_ms``/``loop_delay_p99_ms``: how late the supervisor's
+  event loop woke a task that sleeps ``_TICK_S`` over and over during the
+  run (``twin_loop_delay_p99_ms`` the twin's): the part of the chunk lag,
+  and of any launch, approval or notification, that waits for the
+  supervisor's own loop rather than in front of it.
 - ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
 - ``gateway_nice_ahead``: how many nice levels the gateway processes ran
   ahead of the supervisor (5 where they may, 0 where not; absent without them).
@@ -155,12 +160,26 @@ def _probing(probe: _Probe) -> Iterator[None]:
         ModelGateway.stream = original  # type: ignore[method-assign]
 
 
+#: The loop-delay probe's period; its 200 wake-ups a second cost the supervisor
+#: about 2 ms of CPU a second.
+_TICK_S = 0.005
+
+
+async def _probe_loop_delay(delays: list[float]) -> None:
+    """Sleep ``_TICK_S`` again and again, noting how late each wake-up came."""
+    while True:
+        due = trio.current_time() + _TICK_S
+        await trio.sleep_until(due)
+        delays.append(trio.current_time() - due)
+
+
 @dataclass
 class _Run:
     wall_s: float
     cpu_s: float
     completed: int
     launch_spread_s: float
+    loop_delays: list[float]
     gateway_cpu_s: float = 0.0
     gateway_start_cpu_s: float = 0.0
     #: How many nice levels its gateway processes ran ahead of the supervisor (None: no pool).
@@ -213,10 +232,14 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         ),
     )
     cpu_before = _cpu_seconds()
+    delays: list[float] = []
     async with Subvisor(settings) as host:
         root = RootSession(host, model=f"scripted:{work / 'scenario.json'}", cwd=work / "tree")
         started = time.perf_counter()
-        await root.run("delegate")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_probe_loop_delay, delays)
+            await root.run("delegate")
+            nursery.cancel_scope.cancel()
         wall = time.perf_counter() - started
         records = host.registry.list(root.session_id)
         completed = sum(r.status == "completed" for r in records)
@@ -226,7 +249,7 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         gateway_start = host.gateway.process_cpu_seconds() - gateway_cpu
         ahead = _nice_steps_ahead(host.gateway.pool.pids if host.gateway.pool else [])
     cpu = _cpu_seconds() - cpu_before
-    return _Run(wall, cpu, completed, spread, gateway_cpu, gateway_start, ahead)
+    return _Run(wall, cpu, completed, spread, delays or [0.0], gateway_cpu, gateway_start, ahead)
 
 
 def _nice_steps_ahead(pids: list[int]) -> int | None:
@@ -270,6 +293,8 @@ def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -
     report[f"n{agents}_cpu_us_per_chunk"] = rounded(
         (relay.cpu_s + relay.gateway_cpu_s) / relayed * 1e6, 1
     )
+    report[f"n{agents}_loop_delay_p50_ms"] = rounded(percentile(relay.loop_delays, 50) * 1000)
+    report[f"n{agents}_loop_delay_p99_ms"] = rounded(percentile(relay.loop_delays, 99) * 1000)
     report[f"n{agents}_launch_spread_s"] = rounded(relay.launch_spread_s)
     if relay.gateway_ahead_by is not None:
         report[f"n{agents}_gateway_nice_ahead"] = relay.gateway_ahead_by
@@ -283,6 +308,9 @@ def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -
         report[f"n{agents}_twin_wall_s"] = rounded(scripted_run.wall_s)
         report[f"n{agents}_twin_cpu_s"] = rounded(scripted_run.cpu_s)
         report[f"n{agents}_twin_launch_spread_s"] = rounded(scripted_run.launch_spread_s)
+        report[f"n{agents}_twin_loop_delay_p99_ms"] = rounded(
+            percentile(scripted_run.loop_delays, 99) * 1000
+        )
         net = max(0.0, relay.cpu_s + relay.gateway_cpu_s - scripted_run.cpu_s)
         report[f"n{agents}_relay_cpu_us_per_chunk"] = rounded(net / relayed * 1e6, 1)
     return report
