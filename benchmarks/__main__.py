@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from supervisor.kernel import freeze_startup_objects
+from supervisor.kernel import tune_collector
 
 from . import BENCHMARKS, Report
 
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], Report] = module.run
     targets: Mapping[str, Target] = module.TARGETS
     # As the subvisor commands do before their event loop: the figures are theirs.
-    freeze_startup_objects()
+    tune_collector()
     report = run(args)
     if args.json:
         print(json.dumps(report))

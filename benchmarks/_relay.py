@@ -26,6 +26,10 @@ Per N:
   run (``twin_loop_delay_p99_ms`` the twin's): the part of the chunk lag,
   and of any launch, approval or notification, that waits for the
   supervisor's own loop rather than in front of it.
+- ``full_collections``, ``collector_cpu_s`` and ``collector_longest_ms``:
+  the supervisor's cyclic garbage collections during the root's turn (each stops
+  its event loop): how many were full, their CPU in all, and the longest
+  one's CPU.
 - ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
 - ``gateway_nice_ahead``: how many nice levels the gateway processes ran
   ahead of the supervisor (5 where they may, 0 where not; absent without them).
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import re
@@ -173,6 +178,33 @@ async def _probe_loop_delay(delays: list[float]) -> None:
         delays.append(trio.current_time() - due)
 
 
+class _CollectorProbe:
+    """The supervisor's garbage collections while it is installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.cpu_s = 0.0
+        self.longest_s = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+            return
+        spent = time.thread_time() - self._started
+        self.cpu_s += spent
+        self.longest_s = max(self.longest_s, spent)
+        self.full += info["generation"] == 2
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_CollectorProbe]:
+        gc.callbacks.append(self)
+        try:
+            yield self
+        finally:
+            gc.callbacks.remove(self)
+
+
 @dataclass
 class _Run:
     wall_s: float
@@ -180,6 +212,7 @@ class _Run:
     completed: int
     launch_spread_s: float
     loop_delays: list[float]
+    collector: _CollectorProbe
     gateway_cpu_s: float = 0.0
     gateway_start_cpu_s: float = 0.0
     #: How many nice levels its gateway processes ran ahead of the supervisor (None: no pool).
@@ -236,10 +269,11 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
     async with Subvisor(settings) as host:
         root = RootSession(host, model=f"scripted:{work / 'scenario.json'}", cwd=work / "tree")
         started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_probe_loop_delay, delays)
-            await root.run("delegate")
-            nursery.cancel_scope.cancel()
+        with _CollectorProbe().installed() as collector:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_probe_loop_delay, delays)
+                await root.run("delegate")
+                nursery.cancel_scope.cancel()
         wall = time.perf_counter() - started
         records = host.registry.list(root.session_id)
         completed = sum(r.status == "completed" for r in records)
@@ -249,7 +283,17 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         gateway_start = host.gateway.process_cpu_seconds() - gateway_cpu
         ahead = _nice_steps_ahead(host.gateway.pool.pids if host.gateway.pool else [])
     cpu = _cpu_seconds() - cpu_before
-    return _Run(wall, cpu, completed, spread, delays or [0.0], gateway_cpu, gateway_start, ahead)
+    return _Run(
+        wall,
+        cpu,
+        completed,
+        spread,
+        delays or [0.0],
+        collector,
+        gateway_cpu,
+        gateway_start,
+        ahead,
+    )
 
 
 def _nice_steps_ahead(pids: list[int]) -> int | None:
@@ -295,6 +339,9 @@ def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -
     )
     report[f"n{agents}_loop_delay_p50_ms"] = rounded(percentile(relay.loop_delays, 50) * 1000)
     report[f"n{agents}_loop_delay_p99_ms"] = rounded(percentile(relay.loop_delays, 99) * 1000)
+    report[f"n{agents}_full_collections"] = relay.collector.full
+    report[f"n{agents}_collector_cpu_s"] = rounded(relay.collector.cpu_s)
+    report[f"n{agents}_collector_longest_ms"] = rounded(relay.collector.longest_s * 1000)
     report[f"n{agents}_launch_spread_s"] = rounded(relay.launch_spread_s)
     if relay.gateway_ahead_by is not None:
         report[f"n{agents}_gateway_nice_ahead"] = relay.gateway_ahead_by

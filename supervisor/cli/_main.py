@@ -40,7 +40,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, *, demo: bool) -> int:
     from ..config._config_files import load_settings
     from ..config._project_trust import TrustGate
-    from ..kernel import freeze_startup_objects
+    from ..kernel import tune_collector
     from ._input import working_directory
     from ._run import RunRequest, demo_scenario_path, run_command
     from ._trust import trust_gate
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
                 "set SUBVISOR_MODEL, or put `model = ...` in subvisor.toml"
             )
             return 2
-    freeze_startup_objects()
+    tune_collector()
     return run_command(
         RunRequest(
             prompt=prompt,
@@ -371,7 +371,7 @@ def _add_mcp(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _mcp(args: argparse.Namespace) -> int:
     from ..config._config_files import load_settings
-    from ..kernel import freeze_startup_objects
+    from ..kernel import tune_collector
     from ._input import BadInputError, working_directory
     from ._mcp_command import McpServeRequest, mcp_command
     from ._mcp_http import is_loopback, parse_endpoint
@@ -419,7 +419,7 @@ def _mcp(args: argparse.Namespace) -> int:
             "or scripted:scenario.yaml), set SUBVISOR_MODEL, or put `model = ...` in "
             "subvisor.toml"
         )
-    freeze_startup_objects()
+    tune_collector()
     return mcp_command(
         McpServeRequest(
             model=model,
@@ -450,7 +450,7 @@ def _trust(args: argparse.Namespace) -> int:
 
 def _workflow_run(args: argparse.Namespace) -> int:
     from ..config._config_files import load_settings
-    from ..kernel import freeze_startup_objects
+    from ..kernel import tune_collector
     from ..workflow import WorkflowError
     from ._input import working_directory
     from ._trust import trust_gate
@@ -463,7 +463,7 @@ def _workflow_run(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
         return 2
     settings = load_settings(cwd, trust=trust_gate(args.trust_project), **_placement(args))
-    freeze_startup_objects()
+    tune_collector()
     return workflow_run_command(
         WorkflowRunRequest(
             script=Path(args.script),
@@ -491,7 +491,7 @@ def _stress(args: argparse.Namespace) -> int:
     import contextlib
     import json
 
-    from ..kernel import find_exception, freeze_startup_objects
+    from ..kernel import find_exception, tune_collector
     from ._interrupt import RunInterruptedError
     from ._run import wide_console
     from ._stress import FAULTS, StressOptions, progress_bar, run_stress
@@ -524,7 +524,7 @@ def _stress(args: argparse.Namespace) -> int:
         # Said now, so nobody waits for a report that will not come; the run goes on.
         errors.print(f"[yellow]{escape(missing)}; running anyway, without the report[/]")
     live = not args.json and errors.is_terminal
-    freeze_startup_objects()
+    tune_collector()
     try:
         with progress_bar(errors) if live else contextlib.nullcontext() as on_progress:
             result = run_stress(options, on_progress)

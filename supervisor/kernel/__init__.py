@@ -13,7 +13,7 @@ process and to fork the zygote) and ``supervisor.files``, nothing above.
 """
 
 from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits, text_size
-from ._collector import freeze_startup_objects
+from ._collector import tune_collector
 from ._errors import (
     FleetCapacityError,
     FleetExhaustedError,
@@ -61,7 +61,6 @@ __all__ = [
     "WorkerRequestError",
     "default_request_handler",
     "find_exception",
-    "freeze_startup_objects",
     "in_worker_tree",
     "landlock_abi_max_from_env",
     "launch_python",
@@ -69,6 +68,7 @@ __all__ = [
     "reap_child",
     "refuse_inside_worker_tree",
     "text_size",
+    "tune_collector",
     "validation_problems",
     "worker_tree_ancestor",
 ]

@@ -28,7 +28,7 @@ from worker import PipeStream
 from worker._privileges import set_dumpable
 from worker._process import die_with_parent, set_process_name
 
-from ..kernel import freeze_startup_objects
+from ..kernel import tune_collector
 from ._config import GatewayConfig
 from ._errors import ModelProviderError, ModelResponseError
 from ._gateway import ModelGateway
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent(args.parent_pid)
     set_process_name(GATEWAY_PROCESS_NAME)
     step_ahead(GATEWAY_NICE_STEP)
-    freeze_startup_objects()
+    tune_collector()
     trio.run(_serve, args.fd)
     return 0
 

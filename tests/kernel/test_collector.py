@@ -1,4 +1,5 @@
-"""``freeze_startup_objects``: start-up leaves the collector's walks; later garbage still goes.
+"""``tune_collector``: start-up leaves the collector's walks, full collections come
+further apart, and later garbage still goes.
 
 Each test runs in a fresh interpreter: the collector's state is the
 process's, and the test process must keep its own.
@@ -14,10 +15,10 @@ def test_objects_alive_at_start_up_are_walked_by_no_later_collection() -> None:
         """
         import gc
         import supervisor.delegation  # the supervisor's stack, as a command imports it
-        from supervisor.kernel import freeze_startup_objects
+        from supervisor.kernel import tune_collector
 
         walked_before = len(gc.get_objects())
-        freeze_startup_objects()
+        tune_collector()
         assert gc.get_freeze_count() >= walked_before * 0.9, (gc.get_freeze_count(), walked_before)
         assert len(gc.get_objects()) < walked_before * 0.01, len(gc.get_objects())
         """
@@ -28,9 +29,9 @@ def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
     run_fresh_python(
         """
         import gc, weakref
-        from supervisor.kernel import freeze_startup_objects
+        from supervisor.kernel import tune_collector
 
-        freeze_startup_objects()
+        tune_collector()
 
         class Node:
             pass
@@ -46,8 +47,39 @@ def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
     )
 
 
-def test_a_command_that_starts_a_supervisor_freezes_its_start_up_first() -> None:
-    """``subvisor stress`` (as run, demo, workflow run and mcp) freezes before its event loop."""
+def test_cyclic_garbage_in_the_oldest_generation_is_still_collected_unasked() -> None:
+    """Spaced, not stopped: allocation alone still brings a full collection."""
+    run_fresh_python(
+        """
+        import gc, weakref
+        from supervisor.kernel import tune_collector
+
+        tune_collector()
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        gc.collect(1)  # it survives, still referenced, into the oldest generation
+        full = []
+        gc.callbacks.append(lambda phase, info: full.append(info["generation"] == 2))
+        del a, b
+        # A growing heap, as a fleet fanning out: only objects that stay count.
+        kept = []
+        for _ in range(2_000_000):
+            if gone() is None:
+                break
+            kept.append([])
+        assert gone() is None, "old cyclic garbage outlived 2 million new objects"
+        assert any(full), "freed without a full collection?"
+        """
+    )
+
+
+def test_a_command_that_starts_a_supervisor_tunes_the_collector_first() -> None:
+    """``subvisor stress`` (as run, demo, workflow run and mcp) tunes before its event loop."""
     run_fresh_python(
         """
         import contextlib, gc, io
@@ -57,5 +89,6 @@ def test_a_command_that_starts_a_supervisor_freezes_its_start_up_first() -> None
         with contextlib.redirect_stdout(io.StringIO()):
             assert main(["stress", "--agents", "2", "--concurrency", "2", "--json"]) == 0
         assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
+        assert gc.get_threshold()[2] > 10, gc.get_threshold()
         """
     )

@@ -73,6 +73,7 @@ BENCHMARK_CASES: dict[str, tuple[list[str], list[str]]] = {
             "n2_chunk_lag_p99_ms",
             "n2_launch_spread_s",
             "n2_loop_delay_p99_ms",
+            "n2_collector_longest_ms",
             "n2_twin_completed",
             "n2_twin_wall_s",
         ],
