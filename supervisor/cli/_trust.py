@@ -14,7 +14,7 @@ from ..config._config_files import (
 from ..config._errors import ConfigError
 from ..config._project_trust import TrustGate, TrustRequest, printable
 from ..config._trust_store import TrustStore, content_digest, trust_path
-from ..kernel import worker_tree_ancestor
+from ..kernel import inside_worker_tree_reason
 from ..state._paths import subvisor_home
 
 __all__ = ["ask_at_terminal", "trust_command", "trust_gate"]
@@ -64,11 +64,12 @@ def _files_at(path: Path) -> list[Path]:
 
 
 def _refuse_inside_worker_tree() -> None:
-    ancestor = worker_tree_ancestor()
-    if ancestor is not None:
+    # As the supervisor itself does (S-SEC-7): a process /proc does not name counts as
+    # inside, since nothing shows it is not.
+    reason = inside_worker_tree_reason()
+    if reason is not None:
         raise ConfigError(
-            f"this process runs inside a subvisor worker tree (process {ancestor}): trusting"
-            " a project is the user's decision, never a subagent's"
+            f"{reason}: trusting a project is the user's decision, never a subagent's"
         )
 
 

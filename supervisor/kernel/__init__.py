@@ -33,7 +33,7 @@ from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, m
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
 from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
-from ._worker_tree import in_worker_tree, refuse_inside_worker_tree, worker_tree_ancestor
+from ._worker_tree import in_worker_tree, inside_worker_tree_reason, refuse_inside_worker_tree
 
 __all__ = [
     "LANDLOCK_ABI_MAX_ENV",
@@ -62,6 +62,7 @@ __all__ = [
     "default_request_handler",
     "find_exception",
     "in_worker_tree",
+    "inside_worker_tree_reason",
     "landlock_abi_max_from_env",
     "launch_python",
     "mode_enforcement",
@@ -70,5 +71,4 @@ __all__ = [
     "text_size",
     "tune_collector",
     "validation_problems",
-    "worker_tree_ancestor",
 ]

@@ -12,6 +12,7 @@ as the control, and the same server starts or the same request arrives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -20,6 +21,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -446,3 +448,51 @@ def test_s_sec_3_a_trusted_mcp_json_loaded_with_cwd_elsewhere_asks_again(
     result = run_cli(home, *run, cwd=good)
     assert result.returncode == 0, result.stderr
     assert marker.read_text() == "good"
+
+
+def test_s_sec_3_a_process_proc_does_not_name_cannot_trust(project: Project) -> None:
+    """A process that ``/proc`` does not name (it sees the ``/proc`` of a PID namespace
+    it is not in) cannot be shown to be outside a worker tree: `subvisor trust` refuses
+    it, as the supervisor refuses to start there. Nothing is recorded."""
+    project.write_mcp_json()
+    namespaces = ["--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc"]
+    holder = subprocess.Popen(["unshare", *namespaces, "sleep", "60"])
+    try:
+        sleeper = _child_named(holder.pid, "sleep")
+        env = {**os.environ, "SUBVISOR_HOME": str(project.home), "PYTHONPATH": str(CHECKOUT)}
+        env.pop("SUBVISOR_TREE", None)
+        check = "import os; print('named', os.path.exists('/proc/self'))"
+        enter = ["nsenter", "-t", str(sleeper), "--user", "--mount", "--preserve-credentials"]
+        named = subprocess.run(
+            [*enter, sys.executable, "-c", check], env=env, capture_output=True, text=True
+        )
+        assert named.stdout.strip() == "named False", named.stdout + named.stderr
+        result = subprocess.run(
+            [*enter, sys.executable, "-m", "supervisor.cli", "trust", str(project.dir)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "cannot be shown to be outside a subvisor worker tree" in line, line
+    assert "trusting a project is the user's decision" in line, line
+    assert not (project.home / "trusted.json").exists()
+
+
+def _child_named(parent: int, name: str, timeout_s: float = 10.0) -> int:
+    """The pid of ``parent``'s descendant called ``name``, once it exists."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(parent).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if child.name() == name:
+                    return int(child.pid)
+        time.sleep(0.02)
+    raise AssertionError(f"no {name} below process {parent}")
