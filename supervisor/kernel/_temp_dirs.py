@@ -43,9 +43,10 @@ class WorkerTempDirs:
         if self._root is None:
             _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
             root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
-            # Marked as a top dir, the root puts its one subdir in a fresh
-            # ext4 block group, and the workers' dirs follow it there: cheap
-            # to create even when $TMPDIR's group saw many deletions.
+            # Marked as a top dir, the root puts its one subdir in a lightly
+            # used ext4 block group, and the workers' dirs follow it there:
+            # usually cheap to create even when $TMPDIR's group saw many
+            # deletions (see files._ext4_topdir).
             mark_top_directory(Path(root))
             os.mkdir(os.path.join(root, self._WORKERS), 0o700)
             self._root = root

@@ -99,8 +99,8 @@ class TaskRegistry:
         self._home = home
         self._entries: dict[str, _Entry] = {}
         self._launched: collections.Counter[tuple[str, TaskKind]] = collections.Counter()
-        # Each session's dir then starts in a fresh ext4 block group, where
-        # creating its tasks' files is cheap (see files._ext4_topdir).
+        # Each session's dir then starts in a lightly used ext4 block group, where
+        # creating its tasks' files is usually cheap (see files._ext4_topdir).
         agents = agents_dir(home)
         agents.mkdir(parents=True, exist_ok=True)
         mark_top_directory(agents)
