@@ -219,8 +219,7 @@ def run(args: argparse.Namespace) -> Report:
         # which is the fixture's cost, not subvisor's.
         (work / "scenario.json").write_text(json.dumps(_scenario(agents, latency_ms)))
         own_before = resource.getrusage(resource.RUSAGE_SELF)
-        children_before = _cpu_seconds(resource.RUSAGE_CHILDREN)
-        faults_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         run = trio.run(_delegate, work, agents, concurrency)
         wall, completed, worker_cpu = run.wall_s, run.completed, run.worker_cpu_s
         own = resource.getrusage(resource.RUSAGE_SELF)
@@ -228,8 +227,11 @@ def run(args: argparse.Namespace) -> Report:
         supervisor_sys = own.ru_stime - own_before.ru_stime
         supervisor_cpu = supervisor_user + supervisor_sys
         # The zygote is reaped when the host closes, and with it every worker it reaped.
-        children_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
-        children_faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults_before
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children_user = children.ru_utime - children_before.ru_utime
+        children_sys = children.ru_stime - children_before.ru_stime
+        children_cpu = children_user + children_sys
+        children_faults = children.ru_minflt - children_before.ru_minflt
         workflow = (
             _workflow_case(work, args.workflow_asks, latency_ms) if args.workflow_asks > 0 else {}
         )
@@ -255,6 +257,11 @@ def run(args: argparse.Namespace) -> Report:
         "worker_cpu_per_agent_ms": rounded(worker_cpu / agents * 1000),
         # The zygote's forks and reaping, and the standby workers it kept.
         "zygote_cpu_per_agent_ms": rounded(max(0.0, children_cpu - worker_cpu) / agents * 1000),
+        # The zygote's and its workers' CPU split: the kernel's part is mostly
+        # copying the zygote's pages a worker writes to (its page faults) and
+        # tearing down a worker's memory when it exits.
+        "children_user_cpu_per_agent_ms": rounded(children_user / agents * 1000),
+        "children_sys_cpu_per_agent_ms": rounded(children_sys / agents * 1000),
         # On 2 cores the wall time cannot go below half of this per agent.
         "total_cpu_per_agent_ms": rounded((supervisor_cpu + children_cpu) / agents * 1000),
         # The zygote's and its workers' minor page faults: mostly copies of the

@@ -89,6 +89,8 @@ BENCHMARK_CASES: dict[str, tuple[list[str], list[str]]] = {
             "supervisor_cpu_per_agent_ms",
             "supervisor_user_cpu_per_agent_ms",
             "supervisor_sys_cpu_per_agent_ms",
+            "children_user_cpu_per_agent_ms",
+            "children_sys_cpu_per_agent_ms",
             "supervisor_start_cpu_ms",
             "supervisor_stop_cpu_ms",
             "child_page_faults_per_agent",
