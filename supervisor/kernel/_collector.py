@@ -14,12 +14,13 @@ Two settings, both measured in the relay benchmark at 500 agents:
 - **Space the full collections** (``OLDEST_THRESHOLD``, not CPython's 10).
   While a fleet fans out, the heap grows by a quarter again and again, and
   CPython collects everything each time it has (after every 10 collections
-  of the middle generation): three full collections in a 10 s run, 0.25-0.33
-  s of CPU, the longest 154-211 ms, each a stall of the loop. Spaced ten
-  times further apart, the run had none, and the collector's CPU in all went
-  from 0.49-0.59 s to 0.2-0.3 s. Cyclic garbage that reached the oldest
-  generation waits longer for its collection, so the memory may hold more
-  of it meanwhile: the supervisor's peak RSS stayed 111 MiB.
+  of the middle generation): one to three full collections in the root's
+  turn, the longest 65-211 ms of CPU, each a stall of the loop. Spaced ten
+  times further apart, none came in six runs (the longest collection 10-25
+  ms), and the collector's CPU in all went from 0.28-0.40 s to 0.14-0.22 s.
+  Cyclic garbage that reached the oldest generation waits longer for its
+  collection, so the memory may hold more of it meanwhile: the supervisor's
+  peak RSS was 111-113 MiB either way.
 
 A larger youngest generation (20000 allocations, not 700) saved another 0.1
 s but made each young collection up to 24 ms of CPU instead of 8, a pause
