@@ -25,25 +25,31 @@ def test_objects_alive_at_start_up_are_walked_by_no_later_collection() -> None:
     )
 
 
+#: Tuned, then a cycle of two objects, ``a`` and ``b``, and ``gone``: a weak reference to ``a``.
+A_CYCLE = """
+import gc, weakref
+from supervisor.kernel import tune_collector
+
+tune_collector()
+
+class Node:
+    pass
+
+a, b = Node(), Node()
+a.other, b.other = b, a
+gone = weakref.ref(a)
+"""
+
+
 def test_cyclic_garbage_made_after_freezing_is_still_collected() -> None:
     run_fresh_python(
         """
-        import gc, weakref
-        from supervisor.kernel import tune_collector
-
-        tune_collector()
-
-        class Node:
-            pass
-
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        gone = weakref.ref(a)
         del a, b
         assert gone() is not None  # a cycle: its reference counts never reach zero
         gc.collect()
         assert gone() is None
-        """
+        """,
+        prelude=A_CYCLE,
     )
 
 
@@ -51,17 +57,6 @@ def test_cyclic_garbage_in_the_oldest_generation_is_still_collected_unasked() ->
     """Spaced, not stopped: allocation alone still brings a full collection."""
     run_fresh_python(
         """
-        import gc, weakref
-        from supervisor.kernel import tune_collector
-
-        tune_collector()
-
-        class Node:
-            pass
-
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        gone = weakref.ref(a)
         gc.collect(1)  # it survives, still referenced, into the oldest generation
         full = []
         gc.callbacks.append(lambda phase, info: full.append(info["generation"] == 2))
@@ -74,7 +69,8 @@ def test_cyclic_garbage_in_the_oldest_generation_is_still_collected_unasked() ->
             kept.append([])
         assert gone() is None, "old cyclic garbage outlived 2 million new objects"
         assert any(full), "freed without a full collection?"
-        """
+        """,
+        prelude=A_CYCLE,
     )
 
 
