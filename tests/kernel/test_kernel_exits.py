@@ -361,3 +361,18 @@ async def test_an_answer_too_large_for_a_frame_is_an_error_and_the_worker_lives(
             await handle.request(KERNEL_ECHO, EchoParams(value="still here"))
         ).value == "still here"
         assert handle.alive
+
+
+async def test_s_sec_4_the_watchdog_judges_every_worker_of_a_large_fleet() -> None:
+    """S-SEC-4: a round over more workers than one step of the watchdog judges (64)
+    still reaches the last one: the worker spawned last, past its wall deadline, is
+    stopped for it, and the others run on."""
+    async with Supervisor(SupervisorConfig(max_workers=80)) as sup:
+        fleet = [await sup.spawn(ResourceLimits(wall_timeout_s=600)) for _ in range(70)]
+        last = await sup.spawn(ResourceLimits(wall_timeout_s=0.5))
+        with trio.fail_after(30):
+            exit = await last.wait()
+        assert exit.kind is ExitKind.WALL_TIMEOUT, exit
+        assert all(handle.alive for handle in fleet)
+        for handle in fleet:
+            await handle.kill("test done")
