@@ -44,6 +44,9 @@ class SpawnWorker(_Frozen):
     ``cgroups`` more fds may follow them: ``cgroup.procs`` files the worker
     writes itself into first, before anything else (S-SEC-4), then closes.
     The worker applies ``sandbox`` to itself before its ``hello`` (S-SBX-1).
+    The zygote makes ``sandbox.temp_dir`` (mode 0700) before it forks, unless
+    it is there already as a directory of this user's; otherwise it answers
+    ``SpawnFailed``.
     """
 
     type: Literal["spawn"] = "spawn"

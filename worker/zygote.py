@@ -35,6 +35,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import sys
 import traceback
 
@@ -182,6 +183,11 @@ class Zygote:
 
     def fork_worker(self, request: SpawnWorker, fds: list[int]) -> None:
         """Fork (or assign a standby) for ``request``; ``fds``: its pipe ends, then cgroups."""
+        refused = _make_temp_dir(request.sandbox.temp_dir)
+        if refused:
+            _close_all(fds)
+            self.report(SpawnFailed(worker_id=request.worker_id, error=refused))
+            return
         pid = self.assign_standby(request, fds)
         if pid is not None:
             _close_all(fds)
@@ -287,6 +293,29 @@ class Zygote:
         # Every worker, standby and whatever lives below them, adopted
         # orphans included, until no child is left.
         kill_descendants()
+
+
+def _make_temp_dir(path: str | None) -> str:
+    """Make a worker's temp dir (mode 0700) unless it is there already; why not, or ``""``.
+
+    One there already must be a directory of ours, not a symlink: the
+    worker's ``TMPDIR`` and its one writable place in ``read-only``. The
+    supervisor names it (``SpawnWorker``) under its own 0700 dir, where no
+    worker can write.
+    """
+    if path is None:
+        return ""
+    try:
+        os.mkdir(path, 0o700)
+        return ""
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot make its temp dir {path}: {exc.strerror or exc}"
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return f"its temp dir {path} exists and is not a directory of this user's: refused"
+    return ""
 
 
 def _close_all(fds: list[int]) -> None:

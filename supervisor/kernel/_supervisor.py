@@ -337,9 +337,13 @@ class Supervisor:
         try:
             # Only now: a launch waiting for a slot holds no temp dir.
             spawner = self._spawners[mode]
-            # A worker on another node gets its temp dir there, from its node host.
+            # A worker on another node gets its temp dir there, from its node host;
+            # a zygote's worker, from its zygote.
             policy = self._sandbox_policy(
-                sandbox or SandboxPolicy(), worker_id, temp_dir=not spawner.remote
+                sandbox or SandboxPolicy(),
+                worker_id,
+                temp_dir=not spawner.remote,
+                make_temp_dir=not isinstance(spawner, ZygoteSpawner),
             )
             # A worker on another node gets its cgroups there. A local one
             # writes itself into its own first, before anything else: every
@@ -411,7 +415,12 @@ class Supervisor:
         return cgroup.try_remove()
 
     def _sandbox_policy(
-        self, policy: SandboxPolicy, worker_id: str, *, temp_dir: bool = True
+        self,
+        policy: SandboxPolicy,
+        worker_id: str,
+        *,
+        temp_dir: bool = True,
+        make_temp_dir: bool = True,
     ) -> SandboxPolicy:
         update: dict[str, object] = {}
         hidden = tuple(dict.fromkeys((*policy.hidden_paths, *self._hidden_paths)))
@@ -422,7 +431,7 @@ class Supervisor:
         if policy.protect_vcs and policy.mode != "full":
             self._vcs_placeholders.update(missing_vcs_dirs(policy.writable_roots))
         if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
-            update["temp_dir"] = self._temp_dirs.make(worker_id)
+            update["temp_dir"] = self._temp_dirs.make(worker_id, create=make_temp_dir)
         return policy.model_copy(update=update) if update else policy
 
     async def _check_sandbox(self, handle: WorkerHandle, policy: SandboxPolicy) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,8 +39,15 @@ class WorkerTempDirs:
         self._dirs: dict[str, str] = {}
         self._kept_empty: list[str] = []
 
-    def make(self, worker_id: str) -> str:
-        """A fresh temp dir for ``worker_id``."""
+    def make(self, worker_id: str, *, create: bool = True) -> str:
+        """A fresh temp dir for ``worker_id``; with ``create`` False only its path.
+
+        The zygote makes the dir of a worker it forks (``SpawnWorker``), off the
+        supervisor's loop: on ext4 without a journal a new inode can take a
+        millisecond (see ``supervisor.files._atomic_write``). The name is as
+        unguessable as ``mkdtemp``'s, and the zygote refuses one that exists as
+        anything but its own directory.
+        """
         if self._root is None:
             _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
             root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
@@ -51,7 +59,11 @@ class WorkerTempDirs:
             os.mkdir(os.path.join(root, self._WORKERS), 0o700)
             self._root = root
         parent = os.path.join(self._root, self._WORKERS)
-        path = self._dirs[worker_id] = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=parent)
+        if create:
+            path = tempfile.mkdtemp(prefix=f"{worker_id}-", dir=parent)
+        else:
+            path = os.path.join(parent, f"{worker_id}-{secrets.token_hex(6)}")
+        self._dirs[worker_id] = path
         return path
 
     def release(self, worker_id: str) -> list[str]:

@@ -8,9 +8,14 @@ for the reader, which tries to read it and to list the parent.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from supervisor import RootSession
+import pytest
+
+from protocol import SandboxPolicy
+from supervisor import RootSession, SpawnError, Supervisor, SupervisorConfig
 from supervisor.policy._sandbox import SandboxSettings
 from tests.support.attack import bash
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
@@ -70,3 +75,25 @@ async def test_s_sec_2_a_sibling_cannot_read_another_workers_temp_dir(tmp_path: 
     assert "read=0" not in said["reader"]
     assert Path(sibling).name not in said["reader"].split("read=")[1], said["reader"]
     assert "mine" in said["reader"]
+
+
+async def test_s_sec_2_a_temp_dir_path_planted_as_a_symlink_is_refused(tmp_path: Path) -> None:
+    """S-SEC-2: the zygote makes a worker's temp dir (0700) at the path it is given; one
+    that is already there as a symlink is refused, with the reason, and nothing is made
+    where the link points. The made one is the worker's own, private (control)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = tmp_path / "planted"
+    planted.symlink_to(elsewhere)
+    fresh = tmp_path / "fresh"
+    read_only = SandboxPolicy(mode="read-only", on_unsupported="warn")
+    async with Supervisor(SupervisorConfig(max_workers=2)) as sup:
+        with pytest.raises(SpawnError) as refused:
+            await sup.spawn(sandbox=read_only.model_copy(update={"temp_dir": str(planted)}))
+        handle = await sup.spawn(sandbox=read_only.model_copy(update={"temp_dir": str(fresh)}))
+        await handle.kill("test done")
+    (line,) = str(refused.value).splitlines()
+    assert f"its temp dir {planted} exists and is not a directory" in line, line
+    assert list(elsewhere.iterdir()) == []
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    assert fresh.stat().st_uid == os.geteuid()
