@@ -312,7 +312,10 @@ def _make_temp_dir(path: str | None) -> str:
         pass
     except OSError as exc:
         return f"cannot make its temp dir {path}: {exc.strerror or exc}"
-    st = os.lstat(path)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:  # removed since: the zygote's loop must not die of it
+        return f"cannot check its temp dir {path}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         return f"its temp dir {path} exists and is not a directory of this user's: refused"
     return ""
