@@ -245,10 +245,11 @@ def run(args: argparse.Namespace) -> Report:
         "per_agent_overhead_ms": rounded(max(0.0, wall - scripted_s) / agents * 1000),
         "supervisor_cpu_s": rounded(supervisor_cpu),
         "supervisor_cpu_per_agent_ms": rounded(supervisor_cpu / agents * 1000),
-        # Its two parts. The kernel's includes creating each task's files and
-        # temp dir (six inodes): on ext4 without a journal up to about 1 ms
-        # each while their block group holds inodes freed in the last few
-        # minutes (an earlier run's cleanup), tens of us in a fresh group.
+        # Its two parts. The kernel's includes creating each task's dir and
+        # files (five inodes; the zygote makes the worker's temp dir): on ext4
+        # without a journal up to about 1 ms each while their block group
+        # holds inodes freed in the last few minutes (an earlier run's
+        # cleanup), tens of us in a fresh group.
         "supervisor_user_cpu_per_agent_ms": rounded(supervisor_user / agents * 1000),
         "supervisor_sys_cpu_per_agent_ms": rounded(supervisor_sys / agents * 1000),
         # Both are inside supervisor_cpu_s as well: paid once per run, not per agent.

@@ -522,7 +522,7 @@ class Supervisor:
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
-            handles = list(self.workers.values())
+            handles = [h for h in self.workers.values() if not h.stopping]
             if any(h.cgroup is None and h.node is None for h in handles):
                 self._sampler.refresh()
             for index, handle in enumerate(handles):
