@@ -18,9 +18,10 @@ or "the project but not its ``.git``" out of a grant. A mount namespace can:
   bound read-only over itself (``block_creation``), so that no repository
   can be planted at the root for the user's git to find first.
 
-Not covered: a ``.git`` deeper than ``VCS_WALK_DEPTH`` or past the walk's
-``VCS_WALK_ENTRIES``, and one a worker creates below its root (``git init
-sub``): the user runs git there only by going there.
+Not covered here: a ``.git`` deeper than ``VCS_WALK_DEPTH`` or past the
+walk's ``VCS_WALK_ENTRIES``, and a repository a worker makes below its root
+(``git init sub``). The supervisor disarms those once the worker's tree has
+ended (``supervisor.kernel._planted_repos``).
 
 Whoever holds ``CAP_SYS_ADMIN`` (root, also in most containers) unshares the
 mount namespace alone; anyone else first enters a new user namespace that

@@ -639,6 +639,14 @@ class SubagentRun:
             cpu_seconds=exit.cpu_seconds if exit is not None else 0.0,
             peak_rss_bytes=exit.peak_rss_bytes if exit is not None else 0,
         )
+        disarmed = list(exit.disarmed) if exit is not None else []
+        if disarmed:
+            # The parent must know: its next git command there would have run them.
+            notice = _disarmed_notice(disarmed)
+            if result is not None or error is None:
+                result = f"{result or ''}\n\n{notice}".lstrip()
+            else:
+                error = f"{error}\n\n{notice}"
         store, launch = self._store, self.launch
         with store.batch():
             self.record = self._registry.finish(
@@ -654,7 +662,8 @@ class SubagentRun:
             store.append_event(
                 launch.parent_session_id,
                 "SubagentStopped",
-                {"agentId": self.task_id, "status": status, "error": error},
+                {"agentId": self.task_id, "status": status, "error": error}
+                | ({"disarmed": disarmed} if disarmed else {}),
             )
         self._publish("task.ended", status=status)
         if self.record.background and self._registry.mark_notified(self.task_id):
@@ -666,6 +675,15 @@ class SubagentRun:
                     task_id=self.task_id,
                 )
             )
+
+
+def _disarmed_notice(lines: list[str]) -> str:
+    """What the parent is told when repositories the subagent planted were disarmed (S-SEC-3)."""
+    return (
+        "[subvisor] This subagent wrote git hooks or config that git would run outside "
+        "the sandbox; they were disarmed (originals kept with a .subvisor-disarmed "
+        "suffix for review):\n" + "\n".join(f"- {line}" for line in lines)
+    )
 
 
 def _brief(value: Any, limit: int = 200) -> str:

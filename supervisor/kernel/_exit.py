@@ -53,6 +53,9 @@ class WorkerExit:
     peak_rss_bytes: int
     cpu_seconds: float
     wall_seconds: float
+    #: What was disarmed in its writable roots once its tree was gone: hooks
+    #: and config of repositories it planted (S-SEC-3), one line each.
+    disarmed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -48,6 +48,7 @@ the fleet's log.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -389,12 +390,14 @@ class WorkerHandle:
 
     # -- supervision (driven by the Supervisor) -------------------------------------
 
-    async def supervise(self, release: Callable[[], Awaitable[None]]) -> None:
+    async def supervise(self, release: Callable[[], Awaitable[tuple[str, ...]]]) -> None:
         """Run until the worker has ended; build its single ``WorkerExit``.
 
-        ``release`` frees what the worker held (its fleet slot, its temp dir).
-        It runs before the end is published, so whoever ``wait``s sees them
-        already freed: a spawn right after finds the slot, a check the dir gone.
+        ``release`` frees what the worker held (its fleet slot, its temp dir)
+        and returns what it disarmed in the worker's writable roots
+        (``WorkerExit.disarmed``). It runs before the end is published, so
+        whoever ``wait``s sees them already freed and disarmed: a spawn right
+        after finds the slot, a check the dir gone.
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -680,7 +683,7 @@ class WorkerHandle:
         if self.exit is not None:
             raise WorkerExitedError(self.exit)
 
-    async def _finish(self, release: Callable[[], Awaitable[None]]) -> None:
+    async def _finish(self, release: Callable[[], Awaitable[tuple[str, ...]]]) -> None:
         status = self._process.status or ProcessStatus(None, None, 0.0, 0)
         kind, reason = self._classify(status)
         self.exit = WorkerExit(
@@ -695,7 +698,9 @@ class WorkerHandle:
             wall_seconds=trio.current_time() - self.started_at,
         )
         try:
-            await release()
+            disarmed = await release()
+            if disarmed:
+                self.exit = dataclasses.replace(self.exit, disarmed=disarmed)
         finally:
             self._publish_end()
 

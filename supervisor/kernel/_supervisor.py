@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import resource
+import time
 import uuid
 from collections.abc import Callable
 from types import TracebackType
@@ -36,6 +37,7 @@ from ._errors import (
     UnplaceableError,
 )
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
+from ._planted_repos import RepositorySweeps
 from ._sandbox_support import (
     SandboxUnsupportedError,
     landlock_abi_max_from_env,
@@ -56,6 +58,9 @@ log = logging.getLogger("subvisor")
 
 #: How long after SIGKILL a worker's exit report may take before shutdown stops waiting.
 _REAP_WAIT_S = 2.0
+#: How much earlier than its spawn a worker's writes may carry a ctime: the
+#: kernel stamps inodes from a clock that lags ``time.time()`` by up to a tick.
+_CTIME_SLACK_S = 1.0
 #: Workers the watchdog judges per task step (see ``Supervisor._watch``).
 _WATCH_SLICE = 64
 
@@ -115,6 +120,10 @@ class Supervisor:
         #: ``ROOT/.git`` of writable roots that had none when a worker got them:
         #: the worker makes each an empty read-only placeholder (S-SEC-3).
         self._vcs_placeholders: set[str] = set()
+        #: Each local worker that may write somewhere: those roots, and when
+        #: it started. Walked for planted repositories once its tree is gone.
+        self._writable: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._sweeps = RepositorySweeps()
         self._hidden_paths = tuple(os.path.realpath(p) for p in self.config.hidden_paths)
         self._cgroups: CgroupTree | None = None
         # One thread each: the kernel serializes cgroup changes anyway, and a
@@ -281,7 +290,16 @@ class Supervisor:
         self._admit(limits, mode)
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
         await self._acquire_slot(on_queue)
+        started = time.time() - _CTIME_SLACK_S
         process, policy, cgroup = await self._start_process(worker_id, limits, mode, sandbox)
+        roots = (*policy.writable_roots, *filter(None, [policy.memory_dir]))
+        if (
+            policy.protect_vcs
+            and policy.restricts_filesystem
+            and roots
+            and not self._spawners[mode].remote
+        ):
+            self._writable[worker_id] = (roots, started)
         handle = WorkerHandle(
             process,
             mode=mode,
@@ -483,10 +501,10 @@ class Supervisor:
     async def _supervise(self, handle: WorkerHandle) -> None:
         released = False
 
-        async def release() -> None:
+        async def release() -> tuple[str, ...]:
             nonlocal released
             if released:
-                return
+                return ()
             released = True
             self.workers.pop(handle.worker_id, None)
             self._slots.release()
@@ -500,6 +518,9 @@ class Supervisor:
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
+            writable = self._writable.pop(handle.worker_id, None)
+            # Its tree is gone (its cgroup removed): nothing of it races the walk.
+            return await self._sweeps.after(*writable) if writable else ()
 
         try:
             await handle.supervise(release)

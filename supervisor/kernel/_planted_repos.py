@@ -1,0 +1,365 @@
+"""Repositories a worker planted in its writable roots, disarmed once its tree is gone (S-SEC-3).
+
+While a workspace-write worker runs, its project's ``.git`` is read-only
+(``worker._mounts``), but nothing keeps it from making a repository
+elsewhere below a writable root: ``git init sub``, a bare repository, a
+``.git`` file or symlink that points at a directory it can write, or a
+change to a ``.git`` deeper than the protected walk reaches. Git runs what
+such a repository's config names (``core.fsmonitor``, ``core.hooksPath``,
+filter drivers, ``credential.helper``, ...) and its hooks, outside any
+sandbox, the next time the user runs git there. Landlock grants by path,
+not by name, so making them cannot be refused. Instead, once the worker's
+whole tree has ended (nothing of it is left to race with), the supervisor
+walks each of its writable roots and disarms every repository whose
+metadata changed since the worker started:
+
+- a config that holds any entry outside ``SAFE_KEYS`` is replaced by one
+  that holds only its safe entries (remotes, branches, the repository
+  format); the original is kept beside it, as ``config.subvisor-disarmed``;
+- a hook (any file in ``hooks/`` but a ``*.sample``) is renamed to
+  ``NAME.subvisor-disarmed``, a name git never runs; so is a ``hooks`` that
+  is a symlink.
+
+"Changed since" is an inode's ctime, which no process can set back (that
+takes the system clock, ``CAP_SYS_TIME``, which workers drop). A config the
+user changed while the worker ran is treated alike: nothing is lost, the
+original is kept, and the finding is reported.
+
+Walks are shared (``RepositorySweeps``): a worker that ends while a walk of
+its root runs waits for the next walk, which starts after its tree is gone
+and covers every worker waiting for it (from the earliest start), so a
+fan-out pays one walk per batch, not one per worker.
+
+Not covered: the time while the worker still runs (a git command the user
+runs meanwhile in a repository it planted), a supervisor killed before the
+walk, a directory the walk cannot read, and anything past ``WALK_ENTRIES``
+(said in the findings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import trio
+
+__all__ = ["DISARMED_SUFFIX", "SAFE_KEYS", "WALK_ENTRIES", "RepositorySweeps", "disarm_planted"]
+
+log = logging.getLogger(__name__)
+
+#: What a disarmed config or hook is renamed to end with.
+DISARMED_SUFFIX = ".subvisor-disarmed"
+#: Entries read in one walk of one root, at most.
+WALK_ENTRIES = 2_000_000
+#: Config entries that make git run nothing: ``(section, has a subsection)`` to
+#: names. Everything else (``core.fsmonitor``, ``core.hooksPath``,
+#: ``core.sshCommand``, ``filter.*``, ``diff.*.textconv``, ``include.*``,
+#: ``remote.*.uploadpack``, ``submodule.*.update``, ``protocol.*``, ...) goes.
+SAFE_KEYS: dict[tuple[str, bool], frozenset[str]] = {
+    ("core", False): frozenset(
+        {
+            "repositoryformatversion",
+            "filemode",
+            "bare",
+            "logallrefupdates",
+            "ignorecase",
+            "precomposeunicode",
+            "symlinks",
+            "autocrlf",
+            "eol",
+            "safecrlf",
+            "abbrev",
+            "compression",
+            "quotepath",
+            "checkstat",
+            "trustctime",
+            "sharedrepository",
+        }
+    ),
+    ("extensions", False): frozenset({"objectformat", "refstorage", "worktreeconfig"}),
+    ("remote", True): frozenset(
+        {"url", "pushurl", "fetch", "push", "tagopt", "prune", "mirror", "skipfetchall"}
+    ),
+    ("branch", True): frozenset({"remote", "merge", "rebase", "pushremote", "description"}),
+    ("submodule", True): frozenset({"url", "active", "branch"}),
+    ("user", False): frozenset({"name", "email"}),
+    ("init", False): frozenset({"defaultbranch"}),
+    ("pull", False): frozenset({"rebase", "ff"}),
+    ("push", False): frozenset({"default", "autosetupremote"}),
+    ("fetch", False): frozenset({"prune"}),
+    ("index", False): frozenset({"version"}),
+}
+_CONFIG_NAMES = ("config", "config.worktree")
+_MAX_CONFIG_BYTES = 1 << 20
+_GIT_TIMEOUT_S = 10.0
+
+
+def disarm_planted(roots: Iterable[str], since: float) -> list[str]:
+    """Disarm every repository below ``roots`` whose config or hooks changed after ``since``.
+
+    ``since`` is a ``time.time()``. Returns one line per thing done (or not
+    checked), naming the path. Symlinks are never followed in the walk.
+    """
+    findings: list[str] = []
+    for root in roots:
+        _Walk(since, findings).run(root)
+    return findings
+
+
+@dataclass
+class _Walk:
+    since: float
+    findings: list[str]
+    budget: int = WALK_ENTRIES
+    seen: set[str] = field(default_factory=set)
+
+    def run(self, root: str) -> None:
+        visited: set[tuple[int, int]] = set()
+        stack = [root]
+        while stack:
+            directory = stack.pop()
+            try:
+                info = os.stat(directory, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in visited:
+                    continue
+                visited.add((info.st_dev, info.st_ino))
+                with os.scandir(directory) as listing:
+                    entries = list(listing)
+            except OSError:
+                continue
+            self.budget -= len(entries)
+            if self.budget < 0:
+                self.findings.append(
+                    f"{root}: not checked past {WALK_ENTRIES} entries; "
+                    "repositories below it may hold hooks or config a subagent wrote"
+                )
+                return
+            names = {entry.name for entry in entries}
+            if {"HEAD", "objects", "refs"} <= names:
+                self.gitdir(directory)  # a bare repository (or a .git itself)
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.name == ".git" and not entry.is_dir(follow_symlinks=False):
+                        self.pointer(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        if entry.name == ".git":
+                            self.gitdir(entry.path)
+                        stack.append(entry.path)
+
+    def changed(self, info: os.stat_result) -> bool:
+        return info.st_ctime >= self.since
+
+    def pointer(self, path: str) -> None:
+        """A ``.git`` file (``gitdir: PATH``) or symlink: check the directory it names."""
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            target = os.path.realpath(path)
+        elif stat.S_ISREG(info.st_mode):
+            with open(path, "rb") as f:
+                line = f.read(4096).split(b"\n", 1)[0].strip()
+            if not line.startswith(b"gitdir:"):
+                return
+            named = os.fsdecode(line[7:].strip())
+            target = os.path.join(os.path.dirname(path), named)
+        else:
+            return
+        if os.path.isdir(target):
+            self.gitdir(os.path.realpath(target))
+
+    def gitdir(self, gitdir: str) -> None:
+        if gitdir in self.seen:
+            return
+        self.seen.add(gitdir)
+        dirs = [gitdir]
+        with contextlib.suppress(OSError), open(os.path.join(gitdir, "commondir"), "rb") as f:
+            # A worktree's gitdir: its config and hooks are those of the common dir.
+            common = os.path.join(gitdir, os.fsdecode(f.read(4096).strip()))
+            if os.path.isdir(common):
+                dirs.append(os.path.realpath(common))
+        for directory in dirs:
+            for name in _CONFIG_NAMES:
+                with contextlib.suppress(OSError):
+                    self.config(os.path.join(directory, name))
+            with contextlib.suppress(OSError):
+                self.hooks(os.path.join(directory, "hooks"))
+
+    def config(self, path: str) -> None:
+        info = os.lstat(path)
+        if not self.changed(info):
+            return
+        entries = _read_config(path, info)
+        if entries is None:
+            _set_aside(path)
+            self.findings.append(f"{path}: set aside (a link, too large, or unreadable by git)")
+            return
+        unsafe = sorted({key for key, _ in entries if not _safe(key)})
+        if not unsafe:
+            return
+        kept = [(key, value) for key, value in entries if _safe(key)]
+        replacement = f"{path}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(replacement, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(render_config(kept))
+        aside = _set_aside(path)
+        os.rename(replacement, path)
+        shown = ", ".join(unsafe[:6]) + (f" and {len(unsafe) - 6} more" if len(unsafe) > 6 else "")
+        self.findings.append(f"{path}: removed {shown} (the original is {aside})")
+
+    def hooks(self, path: str) -> None:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            if self.changed(info):
+                aside = _set_aside(path)
+                self.findings.append(f"{path}: a symlink, set aside as {aside}")
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            return
+        with os.scandir(path) as listing:
+            hooks = [e for e in listing if not e.name.endswith((".sample", DISARMED_SUFFIX))]
+        for hook in hooks:
+            with contextlib.suppress(OSError):
+                if self.changed(hook.stat(follow_symlinks=False)):
+                    aside = _set_aside(hook.path)
+                    self.findings.append(f"{hook.path}: a hook, set aside as {aside}")
+
+
+def _safe(key: str) -> bool:
+    section, _, rest = key.partition(".")
+    subsection, _, name = rest.rpartition(".")
+    return name.lower() in SAFE_KEYS.get((section.lower(), bool(subsection)), frozenset())
+
+
+def _set_aside(path: str) -> str:
+    """Rename ``path`` to a free ``PATH.subvisor-disarmed[.N]``; that name."""
+    aside, n = path + DISARMED_SUFFIX, 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{path}{DISARMED_SUFFIX}.{n}"
+    os.rename(path, aside)
+    return aside
+
+
+def _read_config(path: str, info: os.stat_result) -> list[tuple[str, str | None]] | None:
+    """The entries of the config file at ``path`` as git reads them; None if it cannot say.
+
+    Git itself parses it (``--file``: no includes followed, nothing run), so
+    the entries are exactly what git would act on. Without git nothing can
+    run the file, but it is still set aside (None).
+    """
+    git = shutil.which("git")
+    if git is None or not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CONFIG_BYTES:
+        return None
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "LC_ALL": "C",
+    }
+    try:
+        listed = subprocess.run(
+            [git, "config", "--file", path, "--no-includes", "--null", "--list"],
+            cwd="/",
+            env=env,
+            capture_output=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    entries: list[tuple[str, str | None]] = []
+    for item in listed.split(b"\0")[:-1]:
+        key, newline, value = os.fsdecode(item).partition("\n")
+        entries.append((key, value if newline else None))
+    return entries
+
+
+def render_config(entries: Iterable[tuple[str, str | None]]) -> str:
+    """A git config file holding ``entries`` (``section[.subsection].name``, value) in order."""
+    lines: list[str] = []
+    current: tuple[str, str] | None = None
+    for key, value in entries:
+        section, _, rest = key.partition(".")
+        subsection, _, name = rest.rpartition(".")
+        if (section, subsection) != current:
+            current = (section, subsection)
+            quoted = subsection.replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'[{section} "{quoted}"]' if subsection else f"[{section}]")
+        if value is None:
+            lines.append(f"\t{name}")
+        else:
+            escaped = (
+                value.replace("\\", "\\\\")
+                .replace('"', '\\"')
+                .replace("\n", "\\n")
+                .replace("\t", "\\t")
+                .replace("\b", "\\b")
+            )
+            lines.append(f'\t{name} = "{escaped}"')
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+@dataclass
+class _Sweep:
+    since: float
+    done: trio.Event = field(default_factory=trio.Event)
+    findings: list[str] = field(default_factory=list)
+
+
+class RepositorySweeps:
+    """One walk at a time per root, shared by every worker that ended before it began."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, _Sweep] = {}
+        self._running: set[str] = set()
+
+    async def after(self, roots: Iterable[str], since: float) -> tuple[str, ...]:
+        """Disarm what a worker that started at ``since`` may have planted in ``roots``.
+
+        Call once its whole tree has ended. Returns the findings of the walks
+        that covered it (they may name what other workers planted too).
+        """
+        sweeps = []
+        for root in dict.fromkeys(roots):
+            sweep = self._next.get(root)
+            if sweep is None:
+                sweep = self._next[root] = _Sweep(since)
+            else:
+                sweep.since = min(sweep.since, since)
+            sweeps.append(sweep)
+            if root not in self._running:
+                self._running.add(root)
+                trio.lowlevel.spawn_system_task(self._run, root, name=f"sweep {root}")
+        findings: list[str] = []
+        for sweep in sweeps:
+            await sweep.done.wait()
+            findings.extend(sweep.findings)
+        return tuple(dict.fromkeys(findings))
+
+    async def _run(self, root: str) -> None:
+        # A system task: it must not raise, and every waiter must be woken,
+        # even when the run ends under it.
+        sweep: _Sweep | None = None
+        try:
+            while (sweep := self._next.pop(root, None)) is not None:
+                try:
+                    sweep.findings = await trio.to_thread.run_sync(
+                        disarm_planted, [root], sweep.since
+                    )
+                except Exception as exc:
+                    sweep.findings = [f"{root}: not checked for planted repositories: {exc}"]
+                for line in sweep.findings:
+                    log.warning("planted repository disarmed (S-SEC-3): %s", line)
+                sweep.done.set()
+        finally:
+            self._running.discard(root)
+            for left in (sweep, self._next.pop(root, None)):
+                if left is not None and not left.done.is_set():
+                    left.findings = [f"{root}: not checked for planted repositories (shut down)"]
+                    left.done.set()

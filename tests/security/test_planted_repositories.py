@@ -1,0 +1,148 @@
+"""S-SEC-3: a repository a subagent plants below its project runs nothing at the user's next git.
+
+A workspace-write worker can still make a repository where no ``.git``
+was (``git init a/b/sub``), a bare one, or a ``.git`` file that points at
+a directory it can write. Git would run their ``core.fsmonitor``,
+``credential.helper`` and hooks outside any sandbox. Once the worker's tree
+is gone the supervisor disarms them: these tests then run the real git
+commands that would have run them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from supervisor.kernel._planted_repos import DISARMED_SUFFIX, disarm_planted, render_config
+from supervisor.kernel._supervisor import _CTIME_SLACK_S
+from tests.support.attack import bash_attack
+
+
+def _git(*args: str, cwd: Path, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, input=input, env=env, check=False
+    )
+
+
+async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: after the run, `git status`, `git commit` and `git credential fill` in the
+    repositories the subagent made (nested, bare, behind a `.git` file) run none of the
+    programs it named; their remotes are kept, the originals are kept aside, the parent is
+    told, and a repository of the user's that the subagent left alone is untouched."""
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "PWNED"
+    _git("init", "-q", "user-repo", cwd=project)
+    _git("config", "core.fsmonitor", "false", cwd=project / "user-repo")
+    user_config = (project / "user-repo" / ".git" / "config").read_text()
+    # Only what changed after the worker started is disarmed, give or take the
+    # supervisor's slack for the kernel's coarse clock: be older than that.
+    changed = os.stat(project / "user-repo" / ".git" / "config").st_ctime
+    await trio.sleep(max(0.0, changed + _CTIME_SLACK_S + 0.5 - time.time()))
+    hook = f"printf '#!/bin/sh\\ntouch {marker}\\n'"
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "git init -q a/b/sub && cd a/b/sub"
+            f" && git config core.fsmonitor 'touch {marker}; false'"
+            " && git remote add origin https://example.com/sub.git"
+            f" && {hook} > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit; echo rc=$?",
+            "git init -q --bare bare.git"
+            f" && git -C bare.git config credential.helper '!touch {marker}'; echo rc=$?",
+            "mkdir stash && git init -q --separate-git-dir=stash/g ptr"
+            f" && git -C ptr config core.fsmonitor 'touch {marker}; false'; echo rc=$?",
+        ],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="workspace-write",
+    )
+    for result in attack.results:
+        assert "rc=0" in result.content, result.content  # planting itself is not refused
+
+    sub = project / "a" / "b" / "sub"
+    (sub / "f").write_text("x\n")
+    _git("add", "f", cwd=sub)
+    commit = _git("-c", "user.email=u@x", "-c", "user.name=u", "commit", "-qm", "x", cwd=sub)
+    assert commit.returncode == 0, commit.stderr
+    _git("status", cwd=sub)
+    _git("status", cwd=project / "ptr")
+    _git("credential", "fill", cwd=project / "bare.git", input="protocol=https\nhost=x\n\n")
+    assert not marker.exists()
+
+    assert _git("remote", "get-url", "origin", cwd=sub).stdout.strip() == (
+        "https://example.com/sub.git"
+    )
+    assert "fsmonitor" in (sub / ".git" / f"config{DISARMED_SUFFIX}").read_text()
+    assert (sub / ".git" / "hooks" / f"pre-commit{DISARMED_SUFFIX}").exists()
+    assert (project / "user-repo" / ".git" / "config").read_text() == user_config
+    answer = attack.record.result or ""
+    assert "disarmed" in answer and str(sub / ".git" / "config") in answer, answer
+    assert str(project / "bare.git" / "config") in answer and "credential.helper" in answer
+    assert str(project / "stash" / "g" / "config") in answer
+
+
+def test_s_sec_3_a_walk_disarms_only_what_changed_since(tmp_path: Path) -> None:
+    """S-SEC-3: a repository whose config and hooks predate the worker is left as it is;
+    the same repository, changed later, is disarmed, and a second walk finds nothing left."""
+    repo = tmp_path / "r"
+    _git("init", "-q", str(repo), cwd=tmp_path)
+    _git("config", "core.pager", "less", cwd=repo)
+    hooks = repo / ".git" / "hooks"
+    (hooks / "post-checkout").write_text("#!/bin/sh\n")
+    later = os.stat(repo / ".git" / "config").st_ctime + 3600
+    assert disarm_planted([str(tmp_path)], later) == []
+    found = disarm_planted([str(tmp_path)], 0)
+    assert any("core.pager" in line for line in found), found
+    assert (hooks / f"post-checkout{DISARMED_SUFFIX}").exists()
+    assert not (hooks / "post-checkout").exists() and (hooks / "pre-commit.sample").exists()
+    assert disarm_planted([str(tmp_path)], 0) == []
+
+
+_NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
+_VALUES = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\0")
+    | st.sampled_from(['"', "\\", "\t", "\n", " ", ";", "#"]),
+    max_size=20,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["remote", "branch", "submodule"]),
+            st.text(
+                alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\0")
+                | st.sampled_from(['"', "\\", ".", " "]),
+                min_size=1,
+                max_size=10,
+            ),
+            _NAMES,
+            _VALUES,
+        ),
+        max_size=6,
+    )
+)
+def test_s_sec_3_a_rewritten_config_reads_back_as_the_entries_kept(
+    entries: list[tuple[str, str, str, str]],
+) -> None:
+    """S-SEC-3: git reads the config written for the kept entries back exactly: quotes,
+    backslashes, tabs, newlines and dots in subsections included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config"
+        kept = [(f"{section}.{sub}.{name}", value) for section, sub, name, value in entries]
+        path.write_text(render_config(kept), encoding="utf-8")
+        listed = _git("config", "--file", str(path), "--null", "--list", cwd=Path(tmp))
+        assert listed.returncode == 0, (listed.stderr, path.read_text())
+        read = [item.partition("\n") for item in listed.stdout.split("\0")[:-1]]
+        assert [(key, value) for key, _, value in read] == kept
