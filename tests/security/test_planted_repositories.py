@@ -35,14 +35,18 @@ def _git(*args: str, cwd: Path, input: str | None = None) -> subprocess.Complete
 async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
     tmp_path: Path,
 ) -> None:
-    """S-SEC-3: after the run, `git status`, `git commit` and `git credential fill` in the
-    repositories the subagent made (nested, bare, behind a `.git` file) run none of the
-    programs it named; their remotes are kept, the originals are kept aside, the parent is
-    told, and a repository of the user's that the subagent left alone is untouched."""
+    """S-SEC-3: after the run, `git status`, `git commit` and `git credential fill` run
+    none of the programs the subagent named in repositories it made (nested, bare, behind
+    a `.git` file or symlink) or changed (deeper than the read-only walk); their remotes
+    are kept, the originals are kept aside, the parent is told, and a repository of the
+    user's that the subagent left alone is untouched."""
     project = tmp_path / "project"
     project.mkdir()
     marker = tmp_path / "PWNED"
     _git("init", "-q", "user-repo", cwd=project)
+    # Deeper than the walk that makes each .git read-only while the worker runs.
+    deep = project / "v" / "w" / "x" / "y" / "z" / "deep"
+    _git("init", "-q", str(deep), cwd=project)
     _git("config", "core.fsmonitor", "false", cwd=project / "user-repo")
     user_config = (project / "user-repo" / ".git" / "config").read_text()
     # Only what changed after the worker started is disarmed, give or take the
@@ -61,6 +65,9 @@ async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
             f" && git -C bare.git config credential.helper '!touch {marker}'; echo rc=$?",
             "mkdir stash && git init -q --separate-git-dir=stash/g ptr"
             f" && git -C ptr config core.fsmonitor 'touch {marker}; false'; echo rc=$?",
+            "git init -q stash/l && mkdir link && ln -s ../stash/l/.git link/.git"
+            f" && git -C stash/l config core.fsmonitor 'touch {marker}; false'; echo rc=$?",
+            f"git -C {deep} config core.fsmonitor 'touch {marker}; false'; echo rc=$?",
         ],
         cwd=project,
         subagent_type="general-purpose",
@@ -76,6 +83,8 @@ async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
     assert commit.returncode == 0, commit.stderr
     _git("status", cwd=sub)
     _git("status", cwd=project / "ptr")
+    _git("status", cwd=project / "link")
+    _git("status", cwd=deep)
     _git("credential", "fill", cwd=project / "bare.git", input="protocol=https\nhost=x\n\n")
     assert not marker.exists()
 
@@ -89,6 +98,8 @@ async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
     assert "disarmed" in answer and str(sub / ".git" / "config") in answer, answer
     assert str(project / "bare.git" / "config") in answer and "credential.helper" in answer
     assert str(project / "stash" / "g" / "config") in answer
+    assert str(project / "stash" / "l" / ".git" / "config") in answer
+    assert str(deep / ".git" / "config") in answer
 
 
 def test_s_sec_3_a_walk_disarms_only_what_changed_since(tmp_path: Path) -> None:
