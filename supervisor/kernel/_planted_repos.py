@@ -39,25 +39,38 @@ walk, a directory the walk cannot read, and anything past ``WALK_ENTRIES``
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import trio
 
-__all__ = ["DISARMED_SUFFIX", "SAFE_KEYS", "WALK_ENTRIES", "RepositorySweeps", "disarm_planted"]
+__all__ = [
+    "DISARMED_SUFFIX",
+    "GIT_PARSES",
+    "SAFE_KEYS",
+    "WALK_ENTRIES",
+    "RepositorySweeps",
+    "disarm_planted",
+    "render_config",
+]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: What a disarmed config or hook is renamed to end with.
 DISARMED_SUFFIX = ".subvisor-disarmed"
 #: Entries read in one walk of one root, at most.
 WALK_ENTRIES = 2_000_000
+#: Configs one walk has git read; past that, a changed config is set aside whole.
+GIT_PARSES = 1000
 #: Config entries that make git run nothing: ``(section, has a subsection)`` to
 #: names. Everything else (``core.fsmonitor``, ``core.hooksPath``,
 #: ``core.sshCommand``, ``filter.*``, ``diff.*.textconv``, ``include.*``,
@@ -118,6 +131,7 @@ class _Walk:
     since: float
     findings: list[str]
     budget: int = WALK_ENTRIES
+    parses: int = GIT_PARSES
     seen: set[str] = field(default_factory=set)
 
     def run(self, root: str) -> None:
@@ -127,12 +141,13 @@ class _Walk:
             directory = stack.pop()
             try:
                 info = os.stat(directory, follow_symlinks=False)
-                if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in visited:
-                    continue
-                visited.add((info.st_dev, info.st_ino))
-                with os.scandir(directory) as listing:
-                    entries = list(listing)
             except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in visited:
+                continue
+            visited.add((info.st_dev, info.st_ino))
+            entries = self.listing(directory, info)
+            if entries is None:
                 continue
             self.budget -= len(entries)
             if self.budget < 0:
@@ -156,14 +171,37 @@ class _Walk:
     def changed(self, info: os.stat_result) -> bool:
         return info.st_ctime >= self.since
 
+    def listing(self, directory: str, info: os.stat_result) -> list[os.DirEntry[str]] | None:
+        """The entries of ``directory``; None where it cannot be read.
+
+        A worker may hide a repository in a directory it makes unreadable but
+        still traversable (mode 0111: the user can ``cd`` through it by name).
+        One of ours that changed since the worker started is made readable
+        again, and that is said; one that did not is as the user left it.
+        """
+        try:
+            return _entries(directory)
+        except PermissionError as exc:
+            if not self.changed(info):
+                return None
+            if info.st_uid != os.geteuid():
+                self.findings.append(f"{directory}: not checked for planted repositories: {exc}")
+                return None
+            os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IRUSR | stat.S_IXUSR)
+            self.findings.append(f"{directory}: made readable to check it for planted repositories")
+            return _entries(directory)
+        except OSError as exc:
+            if self.changed(info) or exc.errno == errno.ENAMETOOLONG:
+                self.findings.append(f"{directory}: not checked for planted repositories: {exc}")
+            return None
+
     def pointer(self, path: str) -> None:
         """A ``.git`` file (``gitdir: PATH``) or symlink: check the directory it names."""
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
             target = os.path.realpath(path)
         elif stat.S_ISREG(info.st_mode):
-            with open(path, "rb") as f:
-                line = f.read(4096).split(b"\n", 1)[0].strip()
+            line = _read_small(path).split(b"\n", 1)[0].strip()
             if not line.startswith(b"gitdir:"):
                 return
             named = os.fsdecode(line[7:].strip())
@@ -178,10 +216,11 @@ class _Walk:
             return
         self.seen.add(gitdir)
         dirs = [gitdir]
-        with contextlib.suppress(OSError), open(os.path.join(gitdir, "commondir"), "rb") as f:
+        with contextlib.suppress(OSError):
             # A worktree's gitdir: its config and hooks are those of the common dir.
-            common = os.path.join(gitdir, os.fsdecode(f.read(4096).strip()))
-            if os.path.isdir(common):
+            named = _read_small(os.path.join(gitdir, "commondir")).strip()
+            common = os.path.join(gitdir, os.fsdecode(named))
+            if named and os.path.isdir(common):
                 dirs.append(os.path.realpath(common))
         for directory in dirs:
             for name in _CONFIG_NAMES:
@@ -194,7 +233,8 @@ class _Walk:
         info = os.lstat(path)
         if not self.changed(info):
             return
-        entries = _read_config(path, info)
+        self.parses -= 1
+        entries = _read_config(path, info) if self.parses >= 0 else None
         if entries is None:
             _set_aside(path)
             self.findings.append(f"{path}: set aside (a link, too large, or unreadable by git)")
@@ -204,7 +244,8 @@ class _Walk:
             return
         kept = [(key, value) for key, value in entries if _safe(key)]
         replacement = f"{path}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(replacement, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = _in_own_dir(path, lambda: os.open(replacement, flags, 0o644))
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(render_config(kept))
         aside = _set_aside(path)
@@ -221,8 +262,15 @@ class _Walk:
             return
         if not stat.S_ISDIR(info.st_mode):
             return
-        with os.scandir(path) as listing:
-            hooks = [e for e in listing if not e.name.endswith((".sample", DISARMED_SUFFIX))]
+        try:
+            listing = _entries(path)
+        except PermissionError:
+            # Git runs a hook in a directory it may only traverse (mode 0111).
+            if info.st_uid != os.geteuid():
+                raise
+            os.chmod(path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+            listing = _entries(path)
+        hooks = [e for e in listing if not e.name.endswith((".sample", DISARMED_SUFFIX))]
         for hook in hooks:
             with contextlib.suppress(OSError):
                 if self.changed(hook.stat(follow_symlinks=False)):
@@ -242,8 +290,42 @@ def _set_aside(path: str) -> str:
     while os.path.lexists(aside):
         n += 1
         aside = f"{path}{DISARMED_SUFFIX}.{n}"
-    os.rename(path, aside)
+    _in_own_dir(path, lambda: os.rename(path, aside))
     return aside
+
+
+def _in_own_dir(path: str, change: Callable[[], _T]) -> _T:
+    """``change()`` to an entry of ``path``'s directory, first made writable if it is ours.
+
+    A worker can leave a ``hooks/`` it made (or a directory of ours it
+    could write) read-only: git still runs the hooks in it.
+    """
+    try:
+        return change()
+    except PermissionError:
+        directory = os.path.dirname(path)
+        info = os.lstat(directory)
+        if info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
+            raise
+        os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+        return change()
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    with os.scandir(directory) as listing:
+        return list(listing)
+
+
+def _read_small(path: str) -> bytes:
+    """The first 4 KiB of the regular file at ``path`` (b"" if it is anything else).
+
+    Never blocks: a worker may leave a FIFO where a file is looked for.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
 
 
 def _read_config(path: str, info: os.stat_result) -> list[tuple[str, str | None]] | None:

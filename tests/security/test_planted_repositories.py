@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from supervisor.kernel._planted_repos import DISARMED_SUFFIX, disarm_planted, render_config
 from supervisor.kernel._supervisor import _CTIME_SLACK_S
 from tests.support.attack import bash_attack
+from tests.support.unprivileged import unprivileged
 
 
 def _git(*args: str, cwd: Path, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -157,3 +159,64 @@ def test_s_sec_3_a_rewritten_config_reads_back_as_the_entries_kept(
         assert listed.returncode == 0, (listed.stderr, path.read_text())
         read = [item.partition("\n") for item in listed.stdout.split("\0")[:-1]]
         assert [(key, value) for key, _, value in read] == kept
+
+
+def test_s_sec_3_a_fifo_where_git_metadata_belongs_does_not_stall_the_walk(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: a FIFO as a worktree's `commondir`, as a `.git` file and as a config does
+    not block the supervisor's walk (it would hold the subagent's end forever); the
+    repository beside them is still disarmed."""
+    repo = tmp_path / "r"
+    _git("init", "-q", str(repo), cwd=tmp_path)
+    _git("config", "core.fsmonitor", "true", cwd=repo)
+    os.mkfifo(repo / ".git" / "commondir")
+    (tmp_path / "p").mkdir()
+    os.mkfifo(tmp_path / "p" / ".git")
+    bare = tmp_path / "b"
+    for part in ("objects", "refs"):
+        (bare / part).mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    os.mkfifo(bare / "config")
+    walk = (
+        "import sys; from supervisor.kernel._planted_repos import disarm_planted; "
+        "print('\\n'.join(disarm_planted([sys.argv[1]], 0)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", walk, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert str(repo / ".git" / "config") in done.stdout and "core.fsmonitor" in done.stdout
+    assert str(bare / "config") in done.stdout  # a FIFO config is set aside
+    assert not (bare / "config").exists()
+
+
+def test_s_sec_3_as_a_user_a_repository_hidden_behind_modes_is_disarmed() -> None:
+    """S-SEC-3, as uid 65534: a repository planted in a directory made traverse-only (the
+    user can still `cd` through it by name), with its hooks in a traverse-only `hooks/`,
+    is found and disarmed; the directories are made readable and writable again, and the
+    findings say so."""
+    script = (
+        "import os, subprocess, sys\n"
+        "from supervisor.kernel._planted_repos import disarm_planted\n"
+        "root = os.path.join(os.getcwd(), 'proj')\n"
+        "sub = os.path.join(root, 'hidden', 'sub')\n"
+        "subprocess.run(['git', 'init', '-q', sub], check=True)\n"
+        "subprocess.run(['git', '-C', sub, 'config', 'core.fsmonitor', 'touch x'], check=True)\n"
+        "hooks = os.path.join(sub, '.git', 'hooks')\n"
+        "with open(os.path.join(hooks, 'pre-commit'), 'w') as f: f.write('#!/bin/sh\\n')\n"
+        "os.chmod(hooks, 0o111)\n"
+        "os.chmod(os.path.join(root, 'hidden'), 0o111)\n"
+        "print('\\n'.join(disarm_planted([root], 0)))\n"
+        "print('hooks:', sorted(os.listdir(hooks)))\n"
+    )
+    with unprivileged() as user:
+        done = user.run(["python", "-c", script])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "hidden: made readable" in out, out
+    assert "sub/.git/config: removed core.fsmonitor" in out, out
+    assert "pre-commit.subvisor-disarmed" in out and "'pre-commit'" not in out, out
