@@ -21,7 +21,13 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.kernel._planted_repos import DISARMED_SUFFIX, disarm_planted, render_config
+from supervisor.kernel._planted_repos import (
+    _CTIME_TICK_S,
+    DISARMED_SUFFIX,
+    RepositorySweeps,
+    disarm_planted,
+    render_config,
+)
 from supervisor.kernel._supervisor import _CTIME_SLACK_S
 from tests.support.attack import bash_attack
 from tests.support.unprivileged import unprivileged
@@ -220,3 +226,28 @@ def test_s_sec_3_as_a_user_a_repository_hidden_behind_modes_is_disarmed() -> Non
     assert "hidden: made readable" in out, out
     assert "sub/.git/config: removed core.fsmonitor" in out, out
     assert "pre-commit.subvisor-disarmed" in out and "'pre-commit'" not in out, out
+
+
+async def test_s_sec_3_a_later_walk_finds_what_was_planted_where_an_earlier_one_read(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: the supervisor's walks of a root reuse what the last one read of each
+    directory whose entries did not change; a repository planted afterwards in a directory
+    read before, in a new one below it, or a config changed in a repository seen before,
+    is found all the same."""
+    root = tmp_path / "proj"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "c").mkdir()
+    _git("init", "-q", str(root / "old"), cwd=tmp_path)
+    # Listings of directories changed within a clock tick of a walk are not kept.
+    await trio.sleep(_CTIME_TICK_S + 0.5)
+    sweeps = RepositorySweeps()
+    assert await sweeps.after([str(root)], time.time()) == ()
+    started = time.time() - _CTIME_SLACK_S
+    _git("init", "-q", str(root / "a" / "b" / "new"), cwd=tmp_path)
+    _git("init", "-q", str(root / "c" / "x" / "y" / "deep"), cwd=tmp_path)
+    for repo in ("a/b/new", "c/x/y/deep", "old"):
+        _git("config", "core.fsmonitor", "true", cwd=root / repo)
+    found = "\n".join(await sweeps.after([str(root)], started))
+    for repo in ("a/b/new", "c/x/y/deep", "old"):
+        assert f"{root / repo / '.git' / 'config'}: removed core.fsmonitor" in found, found
