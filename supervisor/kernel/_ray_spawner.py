@@ -390,6 +390,7 @@ class RaySpawner:
     """
 
     remote = True
+    makes_temp_dirs = True
 
     def __init__(
         self,

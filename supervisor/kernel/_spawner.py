@@ -111,6 +111,10 @@ class Spawner(Protocol):
     pid: int | None
     #: True when its workers run on other machines (their pids are not ours).
     remote: bool
+    #: True when it makes each worker's temp dir itself (the supervisor only
+    #: names it): the zygote, refusing a path that is anything but its own
+    #: new or existing directory. Remote workers get theirs on their node.
+    makes_temp_dirs: bool
 
     async def spawn(
         self,
@@ -190,6 +194,7 @@ class ExecSpawner:
     """One fresh ``python -m worker`` per worker; the supervisor reaps it."""
 
     remote = False
+    makes_temp_dirs = False
 
     def __init__(self, env: dict[str, str], nursery: trio.Nursery, *, nice: int = 0) -> None:
         self.pid: int | None = os.getpid()
@@ -270,6 +275,7 @@ class ZygoteSpawner:
     """
 
     remote = False
+    makes_temp_dirs = True
 
     def __init__(
         self,

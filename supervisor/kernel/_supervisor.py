@@ -361,7 +361,7 @@ class Supervisor:
                 sandbox or SandboxPolicy(),
                 worker_id,
                 temp_dir=not spawner.remote,
-                make_temp_dir=not isinstance(spawner, ZygoteSpawner),
+                make_temp_dir=not spawner.makes_temp_dirs,
             )
             # A worker on another node gets its cgroups there. A local one
             # writes itself into its own first, before anything else: every
