@@ -152,13 +152,18 @@ def launch_python(module: str, args: list[str], env: dict[str, str], inherit: li
     Ctrl-C reaches only the supervisor, which then shuts the tree down in
     order. Only the ``inherit`` fds cross: everything else Python opens is
     close-on-exec.
+
+    ``-P``: ``python -m`` would first look for ``module`` in the current
+    directory, the project a workspace-write subagent may write; a
+    ``supervisor/`` it planted there would then run in place of ours, in a
+    gateway process with the keys (S-SEC-1).
     """
     for fd in inherit:
         os.set_inheritable(fd, True)
     try:
         return os.posix_spawn(
             sys.executable,
-            [sys.executable, "-m", module, *args],
+            [sys.executable, "-P", "-m", module, *args],
             env,
             # No stdin, and stdout goes to stderr: whatever a worker prints
             # must not mix into the supervisor's output (``run --json``).

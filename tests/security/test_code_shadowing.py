@@ -1,0 +1,97 @@
+"""S-SEC-1 / S-SEC-3: the supervisor's own processes load no code from the directory it runs in.
+
+``subvisor run`` runs in the project, which a workspace-write subagent may
+write. The supervisor starts processes of its own while the run goes on:
+gateway processes (they receive the keys), the zygote again if it dies,
+exec'd workers. Started as ``python -m PACKAGE.MODULE``, Python would look
+for ``PACKAGE`` in the current directory first, so a ``supervisor/`` or
+``worker/`` package a subagent wrote there would run, unsandboxed, in place
+of subvisor's own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocol import KERNEL_ECHO, EchoParams
+from protocol._chat import ChatMessage, ModelRequest
+from supervisor import Supervisor, SupervisorConfig
+from supervisor.providers import GatewayConfig, ModelGateway
+from tests.support.provider_server import CannedResponse, ProviderServer
+
+_MODULES = (
+    "supervisor/__init__.py",
+    "supervisor/providers/__init__.py",
+    "supervisor/providers/_gateway_process.py",
+    "worker/__init__.py",
+    "worker/__main__.py",
+    "worker/zygote.py",
+)
+
+
+def _plant(project: Path, marker: Path) -> None:
+    for module in _MODULES:
+        path = project / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"import os\nopen({str(marker)!r} + '-' + str(os.getpid()), 'w').write({module!r})\n"
+        )
+
+
+async def test_s_sec_1_a_gateway_process_runs_subvisors_code_not_the_projects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-1: started from a project holding a look-alike `supervisor` package, a gateway
+    process (which holds the keys) runs subvisor's own module: the call streams through it
+    and nothing of the project's package ran."""
+    project, marker = tmp_path / "project", tmp_path / "RAN"
+    _plant(project, marker)
+    monkeypatch.chdir(project)
+    with ProviderServer() as server:
+        server.enqueue(
+            CannedResponse.sse(
+                [
+                    (None, {"choices": [{"index": 0, "delta": {"content": "own code"}}]}),
+                    (None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+                    (None, "[DONE]"),
+                ]
+            )
+        )
+        config = GatewayConfig.model_validate(
+            {
+                "processes": 1,
+                "pool_after": 1,
+                "providers": {"openai": {"base_url": server.base_url + "/v1", "api_key": "sk-x"}},
+            }
+        )
+        async with ModelGateway(config, rng=random.Random(1)) as gateway:
+            assert gateway.pool is not None
+            gateway.pool.start_soon()
+            with trio.fail_after(60):
+                await gateway.pool.wait_started()
+            assert gateway.pool.ready
+            hello = (ChatMessage(role="user", content="hi"),)
+            result = await gateway.call(ModelRequest(model="openai:m", messages=hello))
+    assert result.text == "own code"
+    assert not [path.name for path in os.scandir(tmp_path) if path.name.startswith("RAN-")]
+
+
+@pytest.mark.parametrize("mode", ["zygote", "exec"])
+async def test_s_sec_3_workers_and_the_zygote_run_subvisors_code_not_the_projects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """S-SEC-3: started from a project holding a look-alike `worker` package, the zygote and
+    an exec'd worker run subvisor's own: a worker answers, and nothing of the project's ran."""
+    project, marker = tmp_path / "project", tmp_path / "RAN"
+    _plant(project, marker)
+    monkeypatch.chdir(project)
+    async with Supervisor(SupervisorConfig(max_workers=2)) as sup:
+        handle = await sup.spawn(mode=mode)  # type: ignore[arg-type]
+        echoed = await handle.request(KERNEL_ECHO, EchoParams(value="own code"))
+    assert echoed.value == "own code"
+    assert not [path.name for path in os.scandir(tmp_path) if path.name.startswith("RAN-")]
