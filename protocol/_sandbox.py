@@ -88,6 +88,10 @@ class SandboxPolicy(_Frozen):
     hidden_paths: tuple[str, ...] = ()
     #: Keep each ``.git`` of a writable root read-only, and ``ROOT/.git`` uncreatable.
     protect_vcs: bool = True
+    #: Directories below the writable roots to keep read-only (absolute,
+    #: resolved): where subvisor's own code lives (a project's virtualenv, a
+    #: source checkout), which the supervisor's later processes load.
+    read_only_paths: tuple[str, ...] = ()
     on_unsupported: OnUnsupported = "error"
     landlock_abi_max: int | None = Field(default=None, ge=0)
 

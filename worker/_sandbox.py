@@ -203,6 +203,8 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
         memory = [policy.memory_dir] if policy.memory_dir else []
         vcs = _mounts.vcs_dirs((*policy.writable_roots, *memory))
         absent = _mounts.missing_vcs_dirs(policy.writable_roots)
+    if policy.mode != "full":
+        vcs = [*(p for p in policy.read_only_paths if os.path.isdir(p)), *vcs]
     isolate_mounts(policy.hidden_paths, vcs, absent)
     namespace = _mounts.CURRENT
     hidden = [p for p in policy.hidden_paths if p in namespace.hidden]

@@ -37,6 +37,7 @@ from ._errors import (
     UnplaceableError,
 )
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
+from ._own_code import own_code_below
 from ._planted_repos import RepositorySweeps
 from ._sandbox_support import (
     SandboxUnsupportedError,
@@ -448,6 +449,19 @@ class Supervisor:
             update["landlock_abi_max"] = self._landlock_abi_max
         if policy.protect_vcs and policy.mode != "full":
             self._vcs_placeholders.update(missing_vcs_dirs(policy.writable_roots))
+        if policy.mode != "full":
+            memory = [policy.memory_dir] if policy.memory_dir else []
+            below, holder = own_code_below((*policy.writable_roots, *memory))
+            if holder is not None:
+                raise SpawnError(
+                    f"{policy.mode} refused: a writable root holds or is inside subvisor's own "
+                    f"code ({holder}), which a worker could rewrite for a gateway process (which "
+                    "holds the keys) or a zygote started later to run; install subvisor outside "
+                    "the project (`pipx install`, or a virtualenv elsewhere), or run with "
+                    "`--sandbox read-only`"
+                )
+            if below:
+                update["read_only_paths"] = tuple(dict.fromkeys((*policy.read_only_paths, *below)))
         if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
             update["temp_dir"] = self._temp_dirs.make(worker_id, create=make_temp_dir)
         return policy.model_copy(update=update) if update else policy

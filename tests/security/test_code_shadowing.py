@@ -1,4 +1,4 @@
-"""S-SEC-1 / S-SEC-3: the supervisor's own processes load no code from the directory it runs in.
+"""S-SEC-1 / S-SEC-3: the supervisor's own processes load no code a subagent could write.
 
 ``subvisor run`` runs in the project, which a workspace-write subagent may
 write. The supervisor starts processes of its own while the run goes on:
@@ -6,13 +6,17 @@ gateway processes (they receive the keys), the zygote again if it dies,
 exec'd workers. Started as ``python -m PACKAGE.MODULE``, Python would look
 for ``PACKAGE`` in the current directory first, so a ``supervisor/`` or
 ``worker/`` package a subagent wrote there would run, unsandboxed, in place
-of subvisor's own.
+of subvisor's own. Where subvisor itself is installed inside the project (a
+project's virtualenv), a ``.pth`` file would too: the worker gets that code
+read-only, and workspace-write is refused where the project is inside it.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +24,9 @@ import trio
 
 from protocol import KERNEL_ECHO, EchoParams
 from protocol._chat import ChatMessage, ModelRequest
-from supervisor import Supervisor, SupervisorConfig
+from supervisor import RootSession, Supervisor, SupervisorConfig
 from supervisor.providers import GatewayConfig, ModelGateway
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
 
 _MODULES = (
@@ -95,3 +100,61 @@ async def test_s_sec_3_workers_and_the_zygote_run_subvisors_code_not_the_project
         echoed = await handle.request(KERNEL_ECHO, EchoParams(value="own code"))
     assert echoed.value == "own code"
     assert not [path.name for path in os.scandir(tmp_path) if path.name.startswith("RAN-")]
+
+
+def test_s_sec_3_subvisors_code_below_a_writable_root_is_read_only_for_the_worker(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: a worker whose writable root holds subvisor's environment (its virtualenv,
+    here this test run's) gets that environment read-only, as the worker itself reports.
+    (Run as the `subvisor` script runs: the test runner puts the checkout on the path.)"""
+    environment = str(Path(sys.prefix).resolve())
+    script = f"""
+import trio
+from protocol import SandboxPolicy
+from supervisor import Supervisor, SupervisorConfig
+
+async def main():
+    root = {os.path.dirname(environment)!r}
+    policy = SandboxPolicy(mode="workspace-write", writable_roots=(root,))
+    async with Supervisor(SupervisorConfig(max_workers=1)) as sup:
+        handle = await sup.spawn(sandbox=policy)
+        print("\\n".join(handle.sandbox.read_only))
+        await handle.shutdown()
+
+trio.run(main)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert environment in done.stdout.splitlines(), done.stdout
+
+
+async def test_s_sec_3_workspace_write_is_refused_where_the_project_is_subvisors_code(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: run from inside subvisor's own environment (its virtualenv, here this test
+    run's), which cannot be kept read-only while the project is writable, a workspace-write
+    launch fails saying why and what to do, and runs nothing; a read-only one there runs."""
+    project = Path(sys.prefix)
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("w", "w", subagent_type="general-purpose")]},
+                {"tool_calls": [agent_call("r", "r", subagent_type="Explore")]},
+                {"text": "{{tool_result}}"},
+            ],
+            "w": [{"text": "should not run"}],
+            "r": [{"text": "read-only ran"}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        refused, ran = (m.content for m in host.store.messages(root.session_id) if m.role == "tool")
+    assert "workspace-write refused" in refused and "subvisor's own code" in refused, refused
+    assert "install subvisor outside the project" in refused
+    assert "should not run" not in refused
+    assert "read-only ran" in ran, ran
