@@ -40,6 +40,7 @@ is in force. A part that is not is named in ``reason``, never left out.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -185,8 +186,10 @@ class SandboxReport(BaseModel):
         parts.append("seccomp" if self.syscall_filter else "NO SECCOMP FILTER")
         if self.hidden:
             parts.append("subvisor home hidden")
-        if self.read_only:
+        if any(os.path.basename(path) == ".git" for path in self.read_only):
             parts.append(".git read-only")
+        if any(os.path.basename(path) != ".git" for path in self.read_only):
+            parts.append("subvisor's own code read-only")
         if self.isolation:
             parts.append(f"by {self.isolation}")
         return ", ".join(parts)
