@@ -27,8 +27,15 @@ __all__ = ["own_code", "own_code_below"]
 
 @functools.cache
 def own_code() -> tuple[str, ...]:
-    """The directories of this interpreter's environment and of subvisor's packages, resolved."""
-    places = {sys.prefix, *(p for p in sys.path if os.path.isabs(p))}
+    """The directories of this interpreter's environment and of subvisor's packages, resolved.
+
+    A virtualenv whole (its ``pyvenv.cfg`` and ``bin/python`` decide what
+    starts); a system interpreter's prefix (``/usr``) not: only its library
+    directories, else every project under ``/usr/src`` would count.
+    """
+    places = {p for p in sys.path if os.path.isabs(p)}
+    if sys.prefix != sys.base_prefix:
+        places.add(sys.prefix)
     paths = sysconfig.get_paths()
     places.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))
     for package in ("protocol", "supervisor", "worker"):
