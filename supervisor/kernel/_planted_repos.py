@@ -46,7 +46,6 @@ import errno
 import logging
 import os
 import secrets
-import shutil
 import stat
 import subprocess
 import time
@@ -64,6 +63,7 @@ __all__ = [
     "RepositorySweeps",
     "disarm_planted",
     "render_config",
+    "trusted_git",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,8 @@ _BARE_MARKS = frozenset({"HEAD", "objects", "refs"})
 #: How much older than now a directory's ctime must be for its listing to be reused.
 _CTIME_TICK_S = 1.0
 _MAX_CONFIG_BYTES = 1 << 20
+#: Where ``trusted_git`` looks, and the ``PATH`` it runs with.
+_SYSTEM_PATH = "/usr/bin:/bin:/usr/local/bin"
 _GIT_TIMEOUT_S = 10.0
 
 
@@ -391,14 +393,14 @@ def _read_config(path: str, info: os.stat_result) -> list[tuple[str, str | None]
     """The entries of the config file at ``path`` as git reads them; None if it cannot say.
 
     Git itself parses it (``--file``: no includes followed, nothing run), so
-    the entries are exactly what git would act on. Without git nothing can
-    run the file, but it is still set aside (None).
+    the entries are exactly what git would act on. Without a trusted git
+    (``trusted_git``) the file is set aside whole (None).
     """
-    git = shutil.which("git")
+    git = trusted_git()
     if git is None or not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CONFIG_BYTES:
         return None
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PATH": _SYSTEM_PATH,
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "LC_ALL": "C",
@@ -419,6 +421,26 @@ def _read_config(path: str, info: os.stat_result) -> list[tuple[str, str | None]
         key, newline, value = os.fsdecode(item).partition("\n")
         entries.append((key, value if newline else None))
     return entries
+
+
+def trusted_git() -> str | None:
+    """The system's ``git``: owned by root and writable by nobody else; None if there is none.
+
+    Never one found on ``PATH``: a ``PATH`` can name a directory in a project
+    (an activated virtualenv's ``bin``, ``node_modules/.bin``) where a
+    subagent could have put a ``git`` of its own for the supervisor to run.
+    """
+    for directory in _SYSTEM_PATH.split(":"):
+        with contextlib.suppress(OSError):
+            path = os.path.realpath(os.path.join(directory, "git"))
+            info = os.stat(path)
+            if (
+                stat.S_ISREG(info.st_mode)
+                and info.st_uid == 0
+                and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            ):
+                return path
+    return None
 
 
 def render_config(entries: Iterable[tuple[str, str | None]]) -> str:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -251,3 +252,23 @@ async def test_s_sec_3_a_later_walk_finds_what_was_planted_where_an_earlier_one_
     found = "\n".join(await sweeps.after([str(root)], started))
     for repo in ("a/b/new", "c/x/y/deep", "old"):
         assert f"{root / repo / '.git' / 'config'}: removed core.fsmonitor" in found, found
+
+
+def test_s_sec_3_the_walk_runs_the_systems_git_not_one_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-3: with a `git` of a subagent's first on PATH (an activated virtualenv's `bin`
+    in the project), the walk still reads a planted config with the system's git: the
+    planted one never runs, and the config is disarmed all the same."""
+    marker = tmp_path / "RAN"
+    fake = tmp_path / "project" / ".venv" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "git").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (fake / "git").chmod(0o755)
+    repo = tmp_path / "project" / "sub"
+    _git("init", "-q", str(repo), cwd=tmp_path)
+    _git("config", "core.fsmonitor", "true", cwd=repo)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    found = disarm_planted([str(tmp_path / "project")], 0)
+    assert not marker.exists()
+    assert any("core.fsmonitor" in line for line in found), found
