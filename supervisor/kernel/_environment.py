@@ -7,12 +7,20 @@ deleting known secrets, everything not on the allowlist is dropped.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ENV_ALLOWLIST", "IMPORT_ROOT", "TREE_ENV", "new_tree_id", "worker_environment"]
+__all__ = [
+    "CHILD_IMPORT_ROOTS",
+    "ENV_ALLOWLIST",
+    "IMPORT_ROOT",
+    "TREE_ENV",
+    "new_tree_id",
+    "worker_environment",
+]
 
 TREE_ENV = "SUBVISOR_TREE"
 
@@ -43,6 +51,22 @@ ENV_ALLOWLIST = frozenset(
 IMPORT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+def _installed() -> bool:
+    try:
+        importlib.metadata.distribution("subvisor")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+#: What the supervisor's own processes get first on ``PYTHONPATH``. Nothing
+#: where subvisor is installed (its ``site-packages``, or an editable
+#: install's finder, serves the packages): a source checkout on the path
+#: would put every top-level module a subagent writes there (``trio.py``)
+#: ahead of the real one, in a gateway process with the keys.
+CHILD_IMPORT_ROOTS: tuple[str, ...] = () if _installed() else (IMPORT_ROOT,)
+
+
 def new_tree_id() -> str:
     """A fresh id tagging every process of one supervisor's tree."""
     return f"tree_{uuid.uuid4().hex[:16]}"
@@ -57,5 +81,5 @@ def worker_environment(tree_id: str, source: Mapping[str, str] | None = None) ->
     # The zygote imports what the supervisor imports: our packages first,
     # then wherever the supervisor was told to find the rest.
     inherited = env.get("PYTHONPATH", "")
-    scrubbed["PYTHONPATH"] = os.pathsep.join(p for p in (IMPORT_ROOT, inherited) if p)
+    scrubbed["PYTHONPATH"] = os.pathsep.join(p for p in (*CHILD_IMPORT_ROOTS, inherited) if p)
     return scrubbed

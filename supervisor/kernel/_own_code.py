@@ -22,6 +22,8 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 
+from ._environment import CHILD_IMPORT_ROOTS
+
 __all__ = ["own_code", "own_code_below"]
 
 
@@ -33,7 +35,9 @@ def own_code() -> tuple[str, ...]:
     starts); a system interpreter's prefix (``/usr``) not: only its library
     directories, else every project under ``/usr/src`` would count.
     """
-    places = {p for p in sys.path if os.path.isabs(p)}
+    # What this process imports from, and what its children are told to.
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    places = {p for p in (*sys.path, *CHILD_IMPORT_ROOTS, *inherited) if os.path.isabs(p)}
     if sys.prefix != sys.base_prefix:
         places.add(sys.prefix)
     paths = sysconfig.get_paths()

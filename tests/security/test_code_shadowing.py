@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import supervisor
 from protocol import KERNEL_ECHO, EchoParams
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor import RootSession, Supervisor, SupervisorConfig
@@ -29,6 +30,8 @@ from supervisor.providers import GatewayConfig, ModelGateway
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
 
+#: The directory holding the ``supervisor`` package this test imports.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.realpath(supervisor.__file__)))
 _MODULES = (
     "supervisor/__init__.py",
     "supervisor/providers/__init__.py",
@@ -158,3 +161,18 @@ async def test_s_sec_3_workspace_write_is_refused_where_the_project_is_subvisors
     assert "install subvisor outside the project" in refused
     assert "should not run" not in refused
     assert "read-only ran" in ran, ran
+
+
+async def test_s_sec_1_an_installed_subvisors_processes_do_not_import_from_its_checkout() -> None:
+    """S-SEC-1: with subvisor installed (here editable, from this checkout), the zygote is
+    not told to import from the checkout, where a top-level module a subagent wrote (say
+    `trio.py`, in a project that is the checkout) would come first."""
+    checkout = _CHECKOUT
+    async with Supervisor(SupervisorConfig(max_workers=1)) as sup:
+        handle = await sup.spawn()
+        pid = sup.zygote_pid
+        assert pid is not None
+        environ = await trio.Path(f"/proc/{pid}/environ").read_bytes()
+        await handle.shutdown()
+    variables = dict(item.partition(b"=")[::2] for item in environ.split(b"\0") if item)
+    assert checkout.encode() not in variables.get(b"PYTHONPATH", b"").split(b":"), variables
