@@ -97,6 +97,11 @@ class SandboxPolicy(_Frozen):
     landlock_abi_max: int | None = Field(default=None, ge=0)
 
     @property
+    def writable_dirs(self) -> tuple[str, ...]:
+        """``writable_roots``, then ``memory_dir`` where there is one (not the temp dir)."""
+        return (*self.writable_roots, *([self.memory_dir] if self.memory_dir else []))
+
+    @property
     def restricts_filesystem(self) -> bool:
         """Whether the policy asks for filesystem rules."""
         return self.mode != "full"

@@ -200,8 +200,7 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     absent: list[str] = []
     # Nothing is read-only in full; it is the user's explicit choice.
     if policy.protect_vcs and policy.mode != "full":
-        memory = [policy.memory_dir] if policy.memory_dir else []
-        vcs = _mounts.vcs_dirs((*policy.writable_roots, *memory))
+        vcs = _mounts.vcs_dirs(policy.writable_dirs)
         absent = _mounts.missing_vcs_dirs(policy.writable_roots)
     if policy.mode != "full":
         vcs = [*(p for p in policy.read_only_paths if os.path.isdir(p)), *vcs]

@@ -170,6 +170,10 @@ class _Walk:
 
     def run(self, root: str) -> None:
         visited: set[_DirKey] = set()
+        # A directory changed within a clock tick of the walk may change again
+        # with the same ctime (the kernel stamps from a coarse clock): its
+        # listing is not kept for the next walk.
+        settled = time.time() - _CTIME_TICK_S
         stack = [root]
         while stack:
             directory = stack.pop()
@@ -192,9 +196,7 @@ class _Walk:
                         "repositories below it may hold hooks or config a subagent wrote"
                     )
                     return
-            # A directory changed within a clock tick of now may change again
-            # with the same ctime (the kernel stamps from a coarse clock).
-            if info.st_ctime < time.time() - _CTIME_TICK_S:
+            if info.st_ctime < settled:
                 self.listings[key] = listing
             if listing.bare:
                 with contextlib.suppress(OSError):
@@ -306,7 +308,7 @@ class _Walk:
         kept = [(key, value) for key, value in entries if _safe(key)]
         replacement = f"{path}.{secrets.token_hex(4)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = _in_own_dir(path, lambda: os.open(replacement, flags, 0o644))
+        fd = _in_own_dir(os.path.dirname(path), lambda: os.open(replacement, flags, 0o644))
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(render_config(kept))
         aside = _set_aside(path)
@@ -323,14 +325,8 @@ class _Walk:
             return
         if not stat.S_ISDIR(info.st_mode):
             return
-        try:
-            listing = _entries(path)
-        except PermissionError:
-            # Git runs a hook in a directory it may only traverse (mode 0111).
-            if info.st_uid != os.geteuid():
-                raise
-            os.chmod(path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
-            listing = _entries(path)
+        # Git runs a hook in a directory it may only traverse (mode 0111).
+        listing = _in_own_dir(path, lambda: _entries(path))
         hooks = [e for e in listing if not e.name.endswith((".sample", DISARMED_SUFFIX))]
         for hook in hooks:
             with contextlib.suppress(OSError):
@@ -351,20 +347,19 @@ def _set_aside(path: str) -> str:
     while os.path.lexists(aside):
         n += 1
         aside = f"{path}{DISARMED_SUFFIX}.{n}"
-    _in_own_dir(path, lambda: os.rename(path, aside))
+    _in_own_dir(os.path.dirname(path), lambda: os.rename(path, aside))
     return aside
 
 
-def _in_own_dir(path: str, change: Callable[[], _T]) -> _T:
-    """``change()`` to an entry of ``path``'s directory, first made writable if it is ours.
+def _in_own_dir(directory: str, change: Callable[[], _T]) -> _T:
+    """``change()`` in ``directory``, first made ours to read and write if it is ours.
 
     A worker can leave a ``hooks/`` it made (or a directory of ours it
-    could write) read-only: git still runs the hooks in it.
+    could write) read-only or traverse-only: git still runs the hooks in it.
     """
     try:
         return change()
     except PermissionError:
-        directory = os.path.dirname(path)
         info = os.lstat(directory)
         if info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
             raise

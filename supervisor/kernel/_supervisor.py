@@ -293,7 +293,7 @@ class Supervisor:
         await self._acquire_slot(on_queue)
         started = time.time() - _CTIME_SLACK_S
         process, policy, cgroup = await self._start_process(worker_id, limits, mode, sandbox)
-        roots = (*policy.writable_roots, *filter(None, [policy.memory_dir]))
+        roots = policy.writable_dirs
         if (
             policy.protect_vcs
             and policy.restricts_filesystem
@@ -450,8 +450,7 @@ class Supervisor:
         if policy.protect_vcs and policy.mode != "full":
             self._vcs_placeholders.update(missing_vcs_dirs(policy.writable_roots))
         if policy.mode != "full":
-            memory = [policy.memory_dir] if policy.memory_dir else []
-            below, holder = own_code_below((*policy.writable_roots, *memory))
+            below, holder = own_code_below(policy.writable_dirs)
             if holder is not None:
                 raise SpawnError(
                     f"{policy.mode} refused: a writable root holds or is inside subvisor's own "
