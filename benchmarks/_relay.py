@@ -31,8 +31,10 @@ Per N:
   its event loop): how many were full, their CPU in all, and the longest
   one's CPU.
 - ``launch_spread_s``: first worker ready to last worker ready, and the twin's.
-- ``gateway_nice_ahead``: how many nice levels the gateway processes ran
-  ahead of the supervisor (5 where they may, 0 where not; absent without them).
+- ``gateway_cgroup``: whether the gateway processes had a cpu cgroup of their
+  own, weighing four times the fleet (``HelperCgroup``); ``gateway_nice_ahead``:
+  how many nice levels they ran ahead of the supervisor (5 where they may, 0
+  where not). Both absent without them.
 - ``wall_s`` and ``twin_wall_s``: the root's whole turn.
 
 The chunk lag and stream times are read where the supervisor's gateway
@@ -217,6 +219,8 @@ class _Run:
     gateway_start_cpu_s: float = 0.0
     #: How many nice levels its gateway processes ran ahead of the supervisor (None: no pool).
     gateway_ahead_by: int | None = None
+    #: Whether they had a cpu cgroup of their own (None: no pool).
+    gateway_cgroup: bool | None = None
 
 
 def _write_fixture(work: Path, agents: int, model: str, latency_ms: float) -> None:
@@ -281,7 +285,9 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         spread = max(ready) - min(ready) if ready else 0.0
         gateway_cpu = host.gateway.process_cpu_seconds(starting=False)
         gateway_start = host.gateway.process_cpu_seconds() - gateway_cpu
-        ahead = _nice_steps_ahead(host.gateway.pool.pids if host.gateway.pool else [])
+        pool = host.gateway.pool
+        ahead = _nice_steps_ahead(pool.pids if pool else [])
+        weighted = pool.cpu_weight_error == "" if pool and pool.pids else None
     cpu = _cpu_seconds() - cpu_before
     return _Run(
         wall,
@@ -293,6 +299,7 @@ async def _fan_out(work: Path, agents: int, base_url: str) -> _Run:
         gateway_cpu,
         gateway_start,
         ahead,
+        weighted,
     )
 
 
@@ -345,6 +352,8 @@ def _measure(agents: int, args: argparse.Namespace, base_url: str, twin: bool) -
     report[f"n{agents}_launch_spread_s"] = rounded(relay.launch_spread_s)
     if relay.gateway_ahead_by is not None:
         report[f"n{agents}_gateway_nice_ahead"] = relay.gateway_ahead_by
+    if relay.gateway_cgroup is not None:
+        report[f"n{agents}_gateway_cgroup"] = relay.gateway_cgroup
     if twin:
         with tempfile.TemporaryDirectory(prefix="subvisor-relay-twin-") as tmp:
             work = Path(tmp)

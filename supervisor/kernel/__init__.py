@@ -29,6 +29,7 @@ from ._errors import (
 )
 from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
+from ._helper_cgroup import HelperCgroup
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
@@ -43,6 +44,7 @@ __all__ = [
     "ExitKind",
     "FleetCapacityError",
     "FleetExhaustedError",
+    "HelperCgroup",
     "NestedSupervisorError",
     "Placement",
     "PlacementError",

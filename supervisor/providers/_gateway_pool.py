@@ -12,7 +12,9 @@ read round, ``TEXT_BATCH_S``, for all their calls). Until the pool is ready, cal
 made here, as they are when ``processes`` is 0.
 
 The gateway keeps everything that decides: the model slots, the retries,
-the accounting. A process makes one attempt per call.
+the accounting. A process makes one attempt per call. The processes run in
+a cpu cgroup of their own that weighs more than the fleet, where one can be
+made (``HelperCgroup``): streamed text goes before a launch storm.
 
 Races handled here:
 - A gateway process that exits (killed, crashed) fails each of its calls
@@ -47,7 +49,7 @@ import trio
 from protocol import ModelRequest, ModelResult, ModelStreamDelta
 from worker import Outcome, PipeStream
 
-from ..kernel import launch_python, reap_child
+from ..kernel import HelperCgroup, launch_python, reap_child
 from ._base import ModelEvent, ModelProvider, TextSink
 from ._config import GatewayConfig
 from ._errors import ModelConnectionError, ModelProviderError
@@ -137,6 +139,9 @@ class GatewayPool:
         self._deaths = 0
         self._closed = False
         self._reaped: list[_GatewayProcess] = []
+        self._cgroup: HelperCgroup | None = None
+        #: Why its processes do not weigh more than the fleet for the CPU ("" when they do).
+        self.cpu_weight_error = "not started"
 
     @property
     def ready(self) -> bool:
@@ -229,6 +234,9 @@ class GatewayPool:
                 os.kill(process.pid, signal.SIGKILL)
         # Reaped before we return: none is left behind as a dying child.
         await self._reaped_within(2)
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            await trio.to_thread.run_sync(cgroup.remove)
 
     async def _reaped_within(self, seconds: float) -> None:
         with trio.move_on_after(seconds):
@@ -240,6 +248,20 @@ class GatewayPool:
     async def _start(self, run: object) -> None:
         # A system task: nothing may escape it.
         try:
+            if self._cgroup is None:
+                cgroup, self.cpu_weight_error = await trio.to_thread.run_sync(
+                    HelperCgroup.create, "gateway"
+                )
+                if cgroup is not None and self._closed:
+                    # ``aclose`` ran meanwhile, and found no cgroup to remove.
+                    await trio.to_thread.run_sync(cgroup.remove)
+                    return
+                self._cgroup = cgroup
+                if self.cpu_weight_error:
+                    log.info(
+                        "gateway processes keep the supervisor's CPU weight: %s",
+                        self.cpu_weight_error,
+                    )
             for _ in range(self._size - len(self._processes)):
                 if self._closed or not await self._launch():
                     break
@@ -263,6 +285,9 @@ class GatewayPool:
             )
         finally:
             theirs.close()
+        if self._cgroup is not None:
+            # Trusted, and no worker's kin: ahead of a launch storm (see ``HelperCgroup``).
+            self.cpu_weight_error = self._cgroup.add(pid)
         fd = ours.detach()
         link = PipeStream(fd, os.dup(fd))
         process = _GatewayProcess(pid, link)

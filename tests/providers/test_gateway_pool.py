@@ -23,6 +23,8 @@ import trio
 import trustme
 
 from protocol._chat import ChatMessage, ModelRequest
+from supervisor import Supervisor, SupervisorConfig
+from supervisor.kernel import HelperCgroup
 from supervisor.providers import GatewayConfig, ModelAuthError, ModelGateway
 from supervisor.providers._gateway_process import GATEWAY_PROCESS_NAME
 from tests.support.provider_server import CannedResponse, ProviderServer, localhost_tls
@@ -308,6 +310,103 @@ def test_a_gateway_process_without_the_right_to_step_ahead_stays_as_it_is() -> N
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert before == after
+
+
+def _weight(cgroup: Path) -> int:
+    """A cpu cgroup's weight, in v1 shares (v2's ``cpu.weight`` 100 is 1024 shares)."""
+    if (cgroup / "cpu.shares").exists():
+        return int((cgroup / "cpu.shares").read_text())
+    return int((cgroup / "cpu.weight").read_text()) * 1024 // 100
+
+
+def _cpu_cgroup(pid: int) -> Path:
+    """The cgroup that weighs ``pid`` for the CPU."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+        if controllers == "":
+            v2 = Path("/sys/fs/cgroup") / path.lstrip("/")
+            if (v2 / "cpu.weight").exists():
+                return v2
+    raise LookupError(f"process {pid} has no cpu cgroup")
+
+
+@pytest.mark.machine_may_lack("a writable cpu cgroup (cgroup v1 here; cpu delegated in v2)")
+async def test_a_gateway_process_weighs_more_than_the_fleet_for_the_cpu(
+    server: ProviderServer,
+) -> None:
+    """S-PROF-6: a gateway process is in a cpu cgroup of its own that weighs four times the
+    whole fleet (its streamed text goes before a launch storm), outside the fleet's tree
+    (no worker can join it); the cgroup is gone once the gateway is closed."""
+    server.enqueue(_words("weighed and streamed"))
+    async with Supervisor(SupervisorConfig()) as sup:
+        tree = sup._cgroups
+        if tree is None or tree.cpu_weight_error:
+            pytest.skip(
+                f"no CPU weight for the fleet here: {tree.cpu_weight_error if tree else ''}"
+            )
+        handle = await sup.spawn()
+        # A worker's cgroup weighs a part of the fleet's, its parent.
+        fleet = _cpu_cgroup(handle.pid).parent
+        async with _pooled(server.base_url) as gateway:
+            await _ready(gateway)
+            assert gateway.pool is not None and gateway.pool.cpu_weight_error == ""
+            [process] = _gateway_processes()
+            helpers = _cpu_cgroup(process.pid)
+            assert _weight(helpers) >= 4 * _weight(fleet)
+            result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        await handle.kill("test over")
+    assert result.text == "weighedandstreamed"
+    assert fleet not in (helpers, *helpers.parents)
+    assert not helpers.exists()
+
+
+async def test_closing_one_gateway_leaves_another_gateways_processes_running(
+    server: ProviderServer,
+) -> None:
+    """S-PROF-6: two gateways in one process each weigh their processes in a cgroup of their
+    own: closing one (which removes its cgroup, killing what is left in it) leaves the
+    other's processes running, mid-answer or not."""
+    server.enqueue(_words("still here"))
+    async with _pooled(server.base_url) as second:
+        await _ready(second)
+        assert second.pool is not None
+        [pid] = second.pool.pids
+        async with _pooled(server.base_url) as first:
+            await _ready(first)
+        assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        assert second.pool.ready
+        result = await second.call(ModelRequest(model="openai:m", messages=HELLO))
+        assert second.pool.pids == [pid]
+    assert result.text == "stillhere"
+
+
+def test_without_a_cpu_cgroup_a_gateway_process_keeps_the_supervisors_weight() -> None:
+    """S-PROF-6: where no cpu cgroup can be made (a user's process, no delegation), the
+    helper cgroup is not made and says why in one line; the pool then serves as before."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child reports through the pipe)
+        code = 1
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)  # no capability left
+            cgroup, why = HelperCgroup.create("gateway")
+            os.write(write, f"{cgroup is None}\n{why}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as report:
+        made, why = report.read().split("\n", 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert made == "True"
+    assert why and "\n" not in why
 
 
 def test_processes_auto_is_sized_to_the_machine() -> None:
