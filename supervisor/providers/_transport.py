@@ -404,7 +404,9 @@ class _Reader:
     Its epoll set holds those bodies' sockets, level-triggered; trio waits on
     the set's own fd, so one wake-up serves every socket that became readable.
     After a busy round it sleeps ``_BATCH_S`` before it polls again: under
-    load a round then reads dozens of sockets; a quiet one costs no extra wake-up.
+    load a round then reads dozens of sockets; a quiet one costs no extra
+    wake-up. With ``rounds_s`` a round starts at most that often, whatever
+    it found, a period after the last one started.
     """
 
     def __init__(self, rounds_s: float | None = None) -> None:
@@ -450,7 +452,9 @@ class _Reader:
                     if body is not None:
                         body._readable(now)
                 if self._rounds_s is not None:
-                    await trio.sleep(self._rounds_s)
+                    # Rounds start a period apart: a long round (hundreds of
+                    # sockets) does not push the next one back by its length.
+                    await trio.sleep_until(now + self._rounds_s)
                 elif len(ready) >= _BUSY_ROUND:
                     # Under load, what arrives meanwhile is read in the next round,
                     # all in one wake-up: a few ms of lag for far fewer of them.

@@ -9,6 +9,7 @@ server that stalls or breaks mid-body (its TLS written by hand through an
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
 import shutil
@@ -446,3 +447,50 @@ async def test_a_tls_key_update_mid_answer_neither_cuts_nor_stalls_it(
             again = await gateway.call(request)
     assert first.text == "onetwothree"
     assert again.text == "again"
+
+
+async def test_fed_bodies_are_read_in_rounds_a_period_apart(server: ProviderServer) -> None:
+    """S-PROF-6: with ``read_rounds_s`` (a gateway process's ``TEXT_BATCH_S``), a stream whose
+    chunks come every 20 ms is read in rounds at least that period apart, each taking what
+    came since the last; every piece arrives, in order."""
+    import threading
+
+    words = [f"w{i}" for i in range(12)]
+    gates = [threading.Event() for _ in words]
+    paced = _streamed(" ".join(words))
+    server.enqueue(
+        CannedResponse(
+            headers=paced.headers,
+            chunks=paced.chunks,
+            holds=tuple((i, gate) for i, gate in enumerate(gates) if i),
+        )
+    )
+
+    def release() -> None:
+        for gate in gates[1:]:
+            time.sleep(0.02)
+            gate.set()
+
+    pieces: list[tuple[float, str]] = []
+    config = GatewayConfig.model_validate(
+        {"max_retries": 0, "providers": {"openai": {"base_url": server.base_url + "/v1"}}}
+    )
+    async with ModelGateway(config, env={}, read_rounds_s=0.1) as gateway:
+        pacer = threading.Thread(target=release)
+        pacer.start()
+        try:
+            result = await gateway.call(
+                ModelRequest(model="openai:m", messages=HELLO),
+                lambda text: pieces.append((time.monotonic(), text)),
+            )
+        finally:
+            for gate in gates:
+                gate.set()
+            pacer.join()
+    assert "".join(text for _, text in pieces) == result.text == "".join(words)
+    # A piece per round, each round a period after the last (the first piece may come
+    # with the response's head, before any round): not a read per chunk.
+    rounds = [came for came, _ in pieces[1:]]
+    assert len(rounds) >= 2
+    gaps = [later - earlier for earlier, later in itertools.pairwise(rounds)]
+    assert all(gap >= 0.09 for gap in gaps), gaps
