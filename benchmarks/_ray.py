@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -67,8 +68,9 @@ def _cluster(address: str | None, nodes: int) -> Iterator[str]:
         return
     from ray.cluster_utils import Cluster
 
-    args = {"num_cpus": 1, "object_store_memory": _OBJECT_STORE_BYTES}
-    cluster = Cluster(initialize_head=True, head_node_args=args)
+    args: dict[str, Any] = {"num_cpus": 1, "object_store_memory": _OBJECT_STORE_BYTES}
+    # Ray's own annotations are partial: its objects are used as Any here.
+    cluster: Any = Cluster(initialize_head=True, head_node_args=args)
     try:
         for _ in range(nodes - 1):
             cluster.add_node(**args)
@@ -88,9 +90,9 @@ class _Echo:
 def _ray_actor_samples(address: str, samples: int, cold: int) -> dict[str, list[float]]:
     import ray
 
-    ray.init(address=address, logging_level="warning", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     try:
-        actor_class = ray.remote(num_cpus=0)(_Echo)
+        actor_class: Any = ray.remote(num_cpus=0)(_Echo)
         out: dict[str, list[float]] = {"cold": [], "warm": [], "call": []}
         for index in range(cold):
             started = time.perf_counter()
