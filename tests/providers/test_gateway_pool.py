@@ -14,7 +14,7 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -282,33 +282,41 @@ async def test_a_gateway_process_runs_ahead_of_the_supervisor_where_it_may(
     assert theirs == (wanted if may else ours)
 
 
-def test_a_gateway_process_without_the_right_to_step_ahead_stays_as_it_is() -> None:
-    """S-PROF-6: where neither CAP_SYS_NICE nor RLIMIT_NICE allows it (a user's process),
-    stepping ahead changes nothing and fails nothing: the call still works."""
-    from supervisor.providers._gateway_process import step_ahead
-
+def _as_a_user(report: Callable[[], str]) -> str:
+    """What ``report`` returns, run in a forked child as uid 65534 with no capability left."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover (the child reports through the pipe)
         code = 1
         try:
             os.close(read)
-            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
             if os.geteuid() == 0:
                 os.setgroups([])
                 os.setgid(65534)
-                os.setuid(65534)  # no capability left
-            before = os.getpriority(os.PRIO_PROCESS, 0)
-            after = step_ahead(5)
-            os.write(write, f"{before} {after}".encode())
+                os.setuid(65534)
+            os.write(write, report().encode())
             code = 0
         finally:
             os._exit(code)
     os.close(write)
-    with os.fdopen(read) as report:
-        before, after = report.read().split()
+    with os.fdopen(read) as reported:
+        text = reported.read()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    return text
+
+
+def test_a_gateway_process_without_the_right_to_step_ahead_stays_as_it_is() -> None:
+    """S-PROF-6: where neither CAP_SYS_NICE nor RLIMIT_NICE allows it (a user's process),
+    stepping ahead changes nothing and fails nothing: the call still works."""
+    from supervisor.providers._gateway_process import step_ahead
+
+    def step() -> str:
+        resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        return f"{before} {step_ahead(5)}"
+
+    before, after = _as_a_user(step).split()
     assert before == after
 
 
@@ -385,26 +393,12 @@ async def test_closing_one_gateway_leaves_another_gateways_processes_running(
 def test_without_a_cpu_cgroup_a_gateway_process_keeps_the_supervisors_weight() -> None:
     """S-PROF-6: where no cpu cgroup can be made (a user's process, no delegation), the
     helper cgroup is not made and says why in one line; the pool then serves as before."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover (the child reports through the pipe)
-        code = 1
-        try:
-            os.close(read)
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)  # no capability left
-            cgroup, why = HelperCgroup.create("gateway")
-            os.write(write, f"{cgroup is None}\n{why}".encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as report:
-        made, why = report.read().split("\n", 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def create() -> str:
+        cgroup, why = HelperCgroup.create("gateway")
+        return f"{cgroup is None}\n{why}"
+
+    made, why = _as_a_user(create).split("\n", 1)
     assert made == "True"
     assert why and "\n" not in why
 
