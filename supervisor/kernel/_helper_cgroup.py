@@ -43,10 +43,9 @@ HELPER_WEIGHT_V2 = 400
 class HelperCgroup:
     """A ``cpu`` cgroup weighing ``HELPER_SHARES_V1`` for processes the supervisor started."""
 
-    def __init__(self, path: Path, v2: bool) -> None:
+    def __init__(self, path: Path) -> None:
         #: Its directory.
         self.path = path
-        self.v2 = v2
 
     @classmethod
     def create(cls, role: str) -> tuple[HelperCgroup | None, str]:
@@ -58,10 +57,10 @@ class HelperCgroup:
         own = _own_paths()
         name = f"subvisor-{os.getpid()}-{role}-{secrets.token_hex(4)}"
         if "cpu" in own:
-            base, v2 = _ROOT / "cpu" / own["cpu"].lstrip("/"), False
+            base = _ROOT / "cpu" / own["cpu"].lstrip("/")
             weight = ("cpu.shares", str(HELPER_SHARES_V1))
         elif "" in own:
-            base, v2 = _ROOT / own[""].lstrip("/"), True
+            base = _ROOT / own[""].lstrip("/")
             weight = ("cpu.weight", str(HELPER_WEIGHT_V2))
             if "cpu" not in _read_text(base / "cgroup.subtree_control").split():
                 return None, f"the cgroup v2 cpu controller is not delegated to {base}"
@@ -79,7 +78,7 @@ class HelperCgroup:
             with contextlib.suppress(OSError):
                 path.rmdir()
             return None, f"cannot weigh {path}: {exc.strerror or exc}"
-        return cls(path, v2), ""
+        return cls(path), ""
 
     def add(self, pid: int) -> str:
         """Move ``pid`` in; "" when it is in, else why not (it keeps its weight then)."""
