@@ -307,6 +307,7 @@ class SubagentRun:
                     status="running",
                     sandbox=self.handle.sandbox,
                     caps=self.handle.caps_summary,
+                    swept_roots=self.handle.swept_roots,
                 )
                 self._publish("task.started", status="running", pid=self.handle.pid)
                 self.ready_at = time.monotonic()

@@ -30,6 +30,7 @@ from ._errors import (
 from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._helper_cgroup import HelperCgroup
+from ._planted_repos import disarm_planted
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
@@ -62,6 +63,7 @@ __all__ = [
     "WorkerHandle",
     "WorkerRequestError",
     "default_request_handler",
+    "disarm_planted",
     "find_exception",
     "in_worker_tree",
     "inside_worker_tree_reason",

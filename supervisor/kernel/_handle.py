@@ -184,6 +184,9 @@ class WorkerHandle:
         self.limits = limits
         self.hello: Hello | None = None
         self.exit: WorkerExit | None = None
+        #: The directories walked for repositories it planted once it ends (S-SEC-3):
+        #: the supervisor's policy, never the worker's claim.
+        self.swept_roots: tuple[str, ...] = ()
         self.peak_rss_bytes = 0
         self.started_at = trio.current_time()
         self.ready_at: float | None = None

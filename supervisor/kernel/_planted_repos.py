@@ -34,9 +34,10 @@ on this repository's tree (3,500 directories, 33,000 entries) the first
 walk takes about 100 ms of CPU, the next ones about 20.
 
 Not covered: the time while the worker still runs (a git command the user
-runs meanwhile in a repository it planted), a supervisor killed before the
-walk, a directory the walk cannot read, and anything past ``WALK_ENTRIES``
-(said in the findings).
+runs meanwhile in a repository it planted), a directory the walk cannot
+read, and anything past ``WALK_ENTRIES`` (said in the findings). A
+supervisor killed before the walk leaves it to whatever opens its store
+next (``state._recovery``), from the roots recorded with each task.
 """
 
 from __future__ import annotations

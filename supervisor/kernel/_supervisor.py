@@ -294,12 +294,13 @@ class Supervisor:
         started = time.time() - _CTIME_SLACK_S
         process, policy, cgroup = await self._start_process(worker_id, limits, mode, sandbox)
         roots = policy.writable_dirs
-        if (
+        swept = (
             policy.protect_vcs
             and policy.restricts_filesystem
-            and roots
+            and bool(roots)
             and not self._spawners[mode].remote
-        ):
+        )
+        if swept:
             self._writable[worker_id] = (roots, started)
         handle = WorkerHandle(
             process,
@@ -315,6 +316,8 @@ class Supervisor:
             wire_tap=self._wire_tap,
             event_budget=self.config.event_budget,
         )
+        if swept:
+            handle.swept_roots = roots
         self.workers[worker_id] = handle
         # From here on the slot belongs to the worker: released when it ends.
         assert self._nursery is not None

@@ -11,7 +11,11 @@ shows a dead run as running:
   pid 1234 is gone (killed or crashed)"); a task's ``metadata.json`` and
   ``output.txt`` say the same;
 - every ``home/run/<session>.*`` file of a session the store knows and that
-  no longer runs is removed, whatever its suffix (socket, address file).
+  no longer runs is removed, whatever its suffix (socket, address file);
+- every repository a task's worker planted below the directories it could
+  write (``TaskRecord.swept_roots``) is disarmed, as the walk that follows
+  every worker would have done had its supervisor lived (S-SEC-3); the
+  task's error says what was done.
 
 Invariants:
 
@@ -19,7 +23,8 @@ Invariants:
   judged gone on certain grounds (see ``ProcessIdentity.gone_reason``), and
   a run file is only removed once its session's row has ended.
 - Cheap when there is nothing to do: one indexed read of the unended rows'
-  owners, no write lock, so a read-only ``ps`` stays read-only.
+  owners, no write lock, so a read-only ``ps`` stays read-only. Only the
+  process whose update ended a dead run's rows walks its roots, once.
 - A run file of a session this store does not know is left alone: it may
   belong to a supervisor whose state lives elsewhere (``subvisor stress``).
 """
@@ -27,8 +32,10 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
+from ..kernel import disarm_planted
 from ._paths import database_path, run_dir
 from ._process_identity import ProcessIdentity
 from ._store import SessionStore
@@ -40,6 +47,12 @@ __all__ = [
     "recover_dead_runs",
     "remove_stale_run_files",
 ]
+
+log = logging.getLogger(__name__)
+
+#: A task is made before its worker starts; a second more covers a clock tick,
+#: as the live walk allows.
+_CTIME_SLACK_S = 1.0
 
 #: The reason given for rows written before owners were recorded (schema 2).
 UNRECORDED_OWNER = "its supervisor was not recorded (an older subvisor) and is presumed gone"
@@ -55,7 +68,8 @@ def recover_dead_runs(store: SessionStore, home: Path) -> list[TaskRecord]:
         reason = _gone_reason(owner)
         if reason is None:
             continue
-        for record in store.interrupt_owned(owner, reason):
+        for interrupted in store.interrupt_owned(owner, reason):
+            record = _disarm_planted(store, interrupted)
             _align_output_dir(record)
             ended.append(record)
     remove_stale_run_files(store, home)
@@ -108,6 +122,30 @@ def _gone_reason(owner: str | None) -> str | None:
         return None
     why = identity.gone_reason()
     return None if why is None else f"supervisor pid {identity.pid} is gone ({why})"
+
+
+def _disarm_planted(store: SessionStore, record: TaskRecord) -> TaskRecord:
+    """Walk what the task's worker could write, which its dead supervisor never did.
+
+    Its workers died with it (each by its parent-death signal): nothing of
+    theirs is left to race the walk but what escaped their tree, as for the
+    walk of a live supervisor.
+    """
+    if not record.swept_roots:
+        return record
+    findings = disarm_planted(record.swept_roots, record.created_at - _CTIME_SLACK_S)
+    if not findings:
+        return record
+    for line in findings:
+        log.warning("planted repository disarmed (S-SEC-3): %s", line)
+    disarmed = record.model_copy(
+        update={
+            "error": f"{record.error}; git hooks or config it planted were disarmed: "
+            + "; ".join(findings)
+        }
+    )
+    store.save_task(disarmed)
+    return disarmed
 
 
 def _align_output_dir(record: TaskRecord) -> None:

@@ -117,6 +117,10 @@ class TaskRecord(BaseModel):
     sandbox: SandboxReport | None = None
     #: Its caps over the worker's whole process tree, and what enforces them (S-SEC-4).
     caps: str = ""
+    #: The directories its worker could write, from the supervisor's own policy (never
+    #: the worker's claim): walked for repositories it planted if its supervisor dies
+    #: before the walk that follows every worker (S-SEC-3).
+    swept_roots: tuple[str, ...] = ()
     #: The task this one runs under: a workflow actor's workflow.
     parent_task_id: str | None = None
 

@@ -240,7 +240,11 @@ class WorkflowTask:
         record = self._registry.get(actor.agent_id)
         if record is not None and not record.is_terminal:
             self._registry.update(
-                actor.agent_id, status="running", sandbox=handle.sandbox, caps=handle.caps_summary
+                actor.agent_id,
+                status="running",
+                sandbox=handle.sandbox,
+                caps=handle.caps_summary,
+                swept_roots=handle.swept_roots,
             )
 
     def ended(

@@ -8,6 +8,7 @@ store opened by another real process) reading what it left.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from supervisor.kernel._planted_repos import DISARMED_SUFFIX
 from supervisor.state._paths import database_path, run_dir
 from supervisor.state._process_identity import ProcessIdentity, this_process
 from supervisor.state._recovery import UNRECORDED_OWNER, recover_dead_runs
@@ -156,6 +158,71 @@ def test_s_sec_6_after_sigkill_the_next_start_marks_session_and_task_interrupted
     logs = run_cli(home_for(tmp_path), "logs", task["task_id"], cwd=project)
     assert logs.returncode == 0, logs.stderr
     assert "(interrupted)" in logs.stdout and reason in logs.stdout
+
+
+def test_s_sec_3_and_6_what_a_subagent_planted_is_disarmed_after_its_supervisor_is_killed(
+    tmp_path: Path, project: Path, leftovers: list[psutil.Process]
+) -> None:
+    """S-SEC-3 / S-SEC-6: a workspace-write subagent plants a repository with a hook and an
+    fsmonitor, then sleeps; its `subvisor run` is killed by SIGKILL, so the walk that
+    follows every worker never comes. The next `subvisor ps` disarms both (the originals
+    kept aside) and the task's error says so; git there then runs neither."""
+    marker = tmp_path / "PWNED"
+    hook = f"printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit"
+    plant = (
+        f"git init -q sub && cd sub && git config core.fsmonitor 'touch {marker}; false'"
+        f" && {hook} && chmod +x .git/hooks/pre-commit && cd .. && {SLEEP}"
+    )
+    model = write_scenario(
+        tmp_path / "planter.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("planter", "plant", subagent_type="general-purpose")]},
+                {"text": "the planter came back"},
+            ],
+            "planter": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": plant}}]},
+                {"text": "planted"},
+            ],
+        },
+    )
+    runner = start_cli(
+        home_for(tmp_path),
+        *("run", "--json", "--sandbox", "workspace-write", "--model", model, "go"),
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sub = project / "sub"
+    try:
+        _wait_for_the_sleep(tmp_path, project, runner)
+        assert (sub / ".git" / "hooks" / "pre-commit").exists()
+        leftovers.extend(_descendants(runner.pid))
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=30)
+    finally:
+        runner.kill()
+        runner.communicate()
+    for process in leftovers:  # what the worker started dies with it (S-SEC-5)
+        psutil.wait_procs([process], timeout=30)
+
+    [task] = _ps(tmp_path, project)["tasks"]  # type: ignore[misc]
+    assert task["status"] == "interrupted"
+    assert "disarmed" in task["error"] and str(sub / ".git" / "config") in task["error"]
+    assert (sub / ".git" / "hooks" / f"pre-commit{DISARMED_SUFFIX}").exists()
+    assert "fsmonitor" in (sub / ".git" / f"config{DISARMED_SUFFIX}").read_text()
+    (sub / "f").write_text("x\n")
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    for args in (
+        ["status"],
+        ["add", "f"],
+        ["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "x"],
+    ):
+        subprocess.run(["git", *args], cwd=sub, env=env, capture_output=True, check=False)
+    assert not marker.exists()
+    # Only the first reader after the death walks: a second `ps` finds it done.
+    assert _ps(tmp_path, project)["tasks"][0]["error"] == task["error"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
