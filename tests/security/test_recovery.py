@@ -38,8 +38,11 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def _start_run(tmp_path: Path, project: Path) -> subprocess.Popen[str]:
-    """A real `subvisor run --json` whose one subagent runs ``SLEEP`` in its Bash."""
+def _start_run(
+    tmp_path: Path, project: Path, *options: str, command: str = SLEEP
+) -> subprocess.Popen[str]:
+    """A real `subvisor run --json OPTIONS` whose one subagent runs ``command`` in its Bash
+    (it must end in ``SLEEP``, which the tests wait for)."""
     model = write_scenario(
         tmp_path / "sleeper.yaml",
         {
@@ -48,14 +51,14 @@ def _start_run(tmp_path: Path, project: Path) -> subprocess.Popen[str]:
                 {"text": "the sleeper came back"},
             ],
             "sleeper": [
-                {"tool_calls": [{"name": "Bash", "input": {"command": SLEEP}}]},
+                {"tool_calls": [{"name": "Bash", "input": {"command": command}}]},
                 {"text": "slept"},
             ],
         },
     )
     return start_cli(
         home_for(tmp_path),
-        *("run", "--json", "--model", model, "go"),
+        *("run", "--json", *options, "--model", model, "go"),
         cwd=project,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,27 +176,7 @@ def test_s_sec_3_and_6_what_a_subagent_planted_is_disarmed_after_its_supervisor_
         f"git init -q sub && cd sub && git config core.fsmonitor 'touch {marker}; false'"
         f" && {hook} && chmod +x .git/hooks/pre-commit && cd .. && {SLEEP}"
     )
-    model = write_scenario(
-        tmp_path / "planter.yaml",
-        {
-            "root": [
-                {"tool_calls": [agent_call("planter", "plant", subagent_type="general-purpose")]},
-                {"text": "the planter came back"},
-            ],
-            "planter": [
-                {"tool_calls": [{"name": "Bash", "input": {"command": plant}}]},
-                {"text": "planted"},
-            ],
-        },
-    )
-    runner = start_cli(
-        home_for(tmp_path),
-        *("run", "--json", "--sandbox", "workspace-write", "--model", model, "go"),
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner = _start_run(tmp_path, project, "--sandbox", "workspace-write", command=plant)
     sub = project / "sub"
     try:
         _wait_for_the_sleep(tmp_path, project, runner)
