@@ -68,8 +68,7 @@ def recover_dead_runs(store: SessionStore, home: Path) -> list[TaskRecord]:
         reason = _gone_reason(owner)
         if reason is None:
             continue
-        for interrupted in store.interrupt_owned(owner, reason):
-            record = _disarm_planted(store, interrupted)
+        for record in _disarm_planted(store, store.interrupt_owned(owner, reason)):
             _align_output_dir(record)
             ended.append(record)
     remove_stale_run_files(store, home)
@@ -124,28 +123,36 @@ def _gone_reason(owner: str | None) -> str | None:
     return None if why is None else f"supervisor pid {identity.pid} is gone ({why})"
 
 
-def _disarm_planted(store: SessionStore, record: TaskRecord) -> TaskRecord:
-    """Walk what the task's worker could write, which its dead supervisor never did.
+def _disarm_planted(store: SessionStore, records: list[TaskRecord]) -> list[TaskRecord]:
+    """Walk what the dead run's workers could write, which their supervisor never did.
 
     Its workers died with it (each by its parent-death signal): nothing of
     theirs is left to race the walk but what escaped their tree, as for the
-    walk of a live supervisor.
+    walk of a live supervisor. Each root is walked once, from the earliest
+    task on it, and every task on it is told what that walk found (which may
+    be a sibling's doing, as in the live walk).
     """
-    if not record.swept_roots:
-        return record
-    findings = disarm_planted(record.swept_roots, record.created_at - _CTIME_SLACK_S)
-    if not findings:
-        return record
-    for line in findings:
-        log.warning("planted repository disarmed (S-SEC-3): %s", line)
-    disarmed = record.model_copy(
-        update={
-            "error": f"{record.error}; git hooks or config it planted were disarmed: "
-            + "; ".join(findings)
-        }
-    )
-    store.save_task(disarmed)
-    return disarmed
+    since: dict[str, float] = {}
+    for record in records:
+        for root in record.swept_roots:
+            since[root] = min(since.get(root, record.created_at), record.created_at)
+    found = {root: disarm_planted([root], start - _CTIME_SLACK_S) for root, start in since.items()}
+    told: list[TaskRecord] = []
+    for record in records:
+        findings = list(dict.fromkeys(line for root in record.swept_roots for line in found[root]))
+        if findings:
+            record = record.model_copy(
+                update={
+                    "error": f"{record.error}; git hooks or config planted below its roots"
+                    " were disarmed: " + "; ".join(findings)
+                }
+            )
+            store.save_task(record)
+        told.append(record)
+    for lines in found.values():
+        for line in lines:
+            log.warning("planted repository disarmed (S-SEC-3): %s", line)
+    return told
 
 
 def _align_output_dir(record: TaskRecord) -> None:
