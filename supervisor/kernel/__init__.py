@@ -30,7 +30,7 @@ from ._errors import (
 from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._helper_cgroup import HelperCgroup
-from ._planted_repos import disarm_planted
+from ._planted_repos import CTIME_SLACK_S, disarm_planted
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
@@ -38,6 +38,7 @@ from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
 from ._worker_tree import in_worker_tree, inside_worker_tree_reason, refuse_inside_worker_tree
 
 __all__ = [
+    "CTIME_SLACK_S",
     "LANDLOCK_ABI_MAX_ENV",
     "EventBudget",
     "EventBudgetExceededError",

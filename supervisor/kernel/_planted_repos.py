@@ -57,6 +57,7 @@ from typing import TypeVar
 import trio
 
 __all__ = [
+    "CTIME_SLACK_S",
     "DISARMED_SUFFIX",
     "GIT_PARSES",
     "SAFE_KEYS",
@@ -70,6 +71,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
+#: How far a ctime may lag ``time.time()``: the kernel stamps inodes from a
+#: coarse clock, a tick behind. A worker's writes may carry a ctime this much
+#: before its start, and a directory's listing is reused only once its ctime
+#: is this much older than the walk.
+CTIME_SLACK_S = 1.0
 #: What a disarmed config or hook is renamed to end with.
 DISARMED_SUFFIX = ".subvisor-disarmed"
 #: Entries read in one walk of one root, at most.
@@ -116,8 +122,6 @@ SAFE_KEYS: dict[tuple[str, bool], frozenset[str]] = {
 }
 _CONFIG_NAMES = ("config", "config.worktree")
 _BARE_MARKS = frozenset({"HEAD", "objects", "refs"})
-#: How much older than now a directory's ctime must be for its listing to be reused.
-_CTIME_TICK_S = 1.0
 _MAX_CONFIG_BYTES = 1 << 20
 #: Where ``trusted_git`` looks, and the ``PATH`` it runs with.
 _SYSTEM_PATH = "/usr/bin:/bin:/usr/local/bin"
@@ -174,7 +178,7 @@ class _Walk:
         # A directory changed within a clock tick of the walk may change again
         # with the same ctime (the kernel stamps from a coarse clock): its
         # listing is not kept for the next walk.
-        settled = time.time() - _CTIME_TICK_S
+        settled = time.time() - CTIME_SLACK_S
         stack = [root]
         while stack:
             directory = stack.pop()

@@ -38,7 +38,7 @@ from ._errors import (
 )
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._own_code import own_code_below
-from ._planted_repos import RepositorySweeps
+from ._planted_repos import CTIME_SLACK_S, RepositorySweeps
 from ._sandbox_support import (
     SandboxUnsupportedError,
     landlock_abi_max_from_env,
@@ -59,9 +59,6 @@ log = logging.getLogger("subvisor")
 
 #: How long after SIGKILL a worker's exit report may take before shutdown stops waiting.
 _REAP_WAIT_S = 2.0
-#: How much earlier than its spawn a worker's writes may carry a ctime: the
-#: kernel stamps inodes from a clock that lags ``time.time()`` by up to a tick.
-_CTIME_SLACK_S = 1.0
 #: Workers the watchdog judges per task step (see ``Supervisor._watch``).
 _WATCH_SLICE = 64
 
@@ -121,9 +118,9 @@ class Supervisor:
         #: ``ROOT/.git`` of writable roots that had none when a worker got them:
         #: the worker makes each an empty read-only placeholder (S-SEC-3).
         self._vcs_placeholders: set[str] = set()
-        #: Each local worker that may write somewhere: those roots, and when
-        #: it started. Walked for planted repositories once its tree is gone.
-        self._writable: dict[str, tuple[tuple[str, ...], float]] = {}
+        #: When each worker with ``swept_roots`` started: they are walked for
+        #: planted repositories, from then, once its tree is gone.
+        self._sweep_since: dict[str, float] = {}
         self._sweeps = RepositorySweeps()
         self._hidden_paths = tuple(os.path.realpath(p) for p in self.config.hidden_paths)
         self._cgroups: CgroupTree | None = None
@@ -291,17 +288,8 @@ class Supervisor:
         self._admit(limits, mode)
         worker_id = worker_id or f"w_{uuid.uuid4().hex[:12]}"
         await self._acquire_slot(on_queue)
-        started = time.time() - _CTIME_SLACK_S
+        started = time.time() - CTIME_SLACK_S
         process, policy, cgroup = await self._start_process(worker_id, limits, mode, sandbox)
-        roots = policy.writable_dirs
-        swept = (
-            policy.protect_vcs
-            and policy.restricts_filesystem
-            and bool(roots)
-            and not self._spawners[mode].remote
-        )
-        if swept:
-            self._writable[worker_id] = (roots, started)
         handle = WorkerHandle(
             process,
             mode=mode,
@@ -316,8 +304,14 @@ class Supervisor:
             wire_tap=self._wire_tap,
             event_budget=self.config.event_budget,
         )
-        if swept:
-            handle.swept_roots = roots
+        if (
+            policy.protect_vcs
+            and policy.restricts_filesystem
+            and policy.writable_dirs
+            and not self._spawners[mode].remote
+        ):
+            handle.swept_roots = policy.writable_dirs
+            self._sweep_since[worker_id] = started
         self.workers[worker_id] = handle
         # From here on the slot belongs to the worker: released when it ends.
         assert self._nursery is not None
@@ -534,9 +528,11 @@ class Supervisor:
             doomed = self._temp_dirs.release(handle.worker_id)
             if doomed:
                 await trio.to_thread.run_sync(self._temp_dirs.remove, doomed)
-            writable = self._writable.pop(handle.worker_id, None)
+            since = self._sweep_since.pop(handle.worker_id, None)
+            if since is None:
+                return ()
             # Its tree is gone (its cgroup removed): nothing of it races the walk.
-            return await self._sweeps.after(*writable) if writable else ()
+            return await self._sweeps.after(handle.swept_roots, since)
 
         try:
             await handle.supervise(release)

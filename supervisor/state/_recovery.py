@@ -35,7 +35,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from ..kernel import disarm_planted
+from ..kernel import CTIME_SLACK_S, disarm_planted
 from ._paths import database_path, run_dir
 from ._process_identity import ProcessIdentity
 from ._store import SessionStore
@@ -49,10 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: A task is made before its worker starts; a second more covers a clock tick,
-#: as the live walk allows.
-_CTIME_SLACK_S = 1.0
 
 #: The reason given for rows written before owners were recorded (schema 2).
 UNRECORDED_OWNER = "its supervisor was not recorded (an older subvisor) and is presumed gone"
@@ -136,7 +132,7 @@ def _disarm_planted(store: SessionStore, records: list[TaskRecord]) -> list[Task
     for record in records:
         for root in record.swept_roots:
             since[root] = min(since.get(root, record.created_at), record.created_at)
-    found = {root: disarm_planted([root], start - _CTIME_SLACK_S) for root, start in since.items()}
+    found = {root: disarm_planted([root], start - CTIME_SLACK_S) for root, start in since.items()}
     told: list[TaskRecord] = []
     for record in records:
         findings = list(dict.fromkeys(line for root in record.swept_roots for line in found[root]))

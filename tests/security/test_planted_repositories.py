@@ -23,13 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.kernel._planted_repos import (
-    _CTIME_TICK_S,
+    CTIME_SLACK_S,
     DISARMED_SUFFIX,
     RepositorySweeps,
     disarm_planted,
     render_config,
 )
-from supervisor.kernel._supervisor import _CTIME_SLACK_S
 from tests.support.attack import bash_attack
 from tests.support.unprivileged import unprivileged
 
@@ -61,7 +60,7 @@ async def test_s_sec_3_repositories_a_subagent_plants_run_nothing_afterwards(
     # Only what changed after the worker started is disarmed, give or take the
     # supervisor's slack for the kernel's coarse clock: be older than that.
     changed = os.stat(project / "user-repo" / ".git" / "config").st_ctime
-    await trio.sleep(max(0.0, changed + _CTIME_SLACK_S + 0.5 - time.time()))
+    await trio.sleep(max(0.0, changed + CTIME_SLACK_S + 0.5 - time.time()))
     hook = f"printf '#!/bin/sh\\ntouch {marker}\\n'"
     attack = await bash_attack(
         tmp_path,
@@ -241,10 +240,10 @@ async def test_s_sec_3_a_later_walk_finds_what_was_planted_where_an_earlier_one_
     (root / "c").mkdir()
     _git("init", "-q", str(root / "old"), cwd=tmp_path)
     # Listings of directories changed within a clock tick of a walk are not kept.
-    await trio.sleep(_CTIME_TICK_S + 0.5)
+    await trio.sleep(CTIME_SLACK_S + 0.5)
     sweeps = RepositorySweeps()
     assert await sweeps.after([str(root)], time.time()) == ()
-    started = time.time() - _CTIME_SLACK_S
+    started = time.time() - CTIME_SLACK_S
     _git("init", "-q", str(root / "a" / "b" / "new"), cwd=tmp_path)
     _git("init", "-q", str(root / "c" / "x" / "y" / "deep"), cwd=tmp_path)
     for repo in ("a/b/new", "c/x/y/deep", "old"):
