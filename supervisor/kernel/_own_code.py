@@ -53,12 +53,22 @@ def own_code_below(roots: Iterable[str]) -> tuple[tuple[str, ...], str | None]:
 
     The second is None when no root is (or lies inside) a place of subvisor's code.
     """
+    # Strings, not ``PurePath.is_relative_to``: this runs once per spawn, and
+    # the pathlib version cost 0.15 ms of the supervisor's CPU per subagent.
+    # The roots are resolved on every call (never cached): a worker may have
+    # turned a root's component into a symlink since the last spawn.
+    places = own_code()
     below: list[str] = []
     for root in roots:
-        resolved = Path(root).resolve()
-        for place in own_code():
-            if resolved.is_relative_to(place):
+        resolved = os.path.realpath(root)
+        for place in places:
+            if _within(resolved, place):
                 return (), place
-            if Path(place).is_relative_to(resolved):
+            if _within(place, resolved):
                 below.append(place)
     return tuple(dict.fromkeys(below)), None
+
+
+def _within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies below it (both absolute and resolved)."""
+    return path == folder or path.startswith(folder if folder.endswith("/") else folder + "/")

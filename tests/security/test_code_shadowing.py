@@ -17,15 +17,19 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
+import sysconfig
+from pathlib import Path, PurePosixPath
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import supervisor
 from protocol import KERNEL_ECHO, EchoParams
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor import RootSession, Supervisor, SupervisorConfig
+from supervisor.kernel._own_code import _within, own_code_below
 from supervisor.providers import GatewayConfig, ModelGateway
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
@@ -176,3 +180,34 @@ async def test_s_sec_1_an_installed_subvisors_processes_do_not_import_from_its_c
         await handle.shutdown()
     variables = dict(item.partition(b"=")[::2] for item in environ.split(b"\0") if item)
     assert checkout.encode() not in variables.get(b"PYTHONPATH", b"").split(b":"), variables
+
+
+_NAMES = st.lists(st.sampled_from(["a", "ab", "b", ".venv", ".venv-x", "lib"]), max_size=4)
+
+
+@given(path=_NAMES, folder=_NAMES)
+def test_s_sec_3_a_root_is_within_a_place_exactly_when_its_path_parts_are(
+    path: list[str], folder: list[str]
+) -> None:
+    """S-SEC-3: the spawn-time check of a writable root against subvisor's own code compares
+    whole path components, as ``PurePath.is_relative_to`` does: ``/x/.venv-x`` is not inside
+    ``/x/.venv``, and ``/`` holds everything."""
+    a, b = "/" + "/".join(path), "/" + "/".join(folder)
+    assert _within(a, b) == PurePosixPath(a).is_relative_to(b)
+
+
+def test_s_sec_3_a_root_is_judged_by_where_it_resolves(tmp_path: Path) -> None:
+    """S-SEC-3: a writable root that is a symlink into subvisor's environment is refused
+    (it names the place that holds it); a sibling whose name only starts like the
+    environment's is not, and a folder holding the standard library gets it read-only."""
+    environment = str(Path(sys.prefix).resolve())
+    link = tmp_path / "innocent"
+    link.symlink_to(environment)
+    below, holder = own_code_below([str(link)])
+    assert below == () and holder is not None and _within(environment, holder), holder
+    sibling = tmp_path / (Path(environment).name + "-sibling")
+    sibling.mkdir()
+    assert own_code_below([str(sibling)]) == ((), None)
+    stdlib = str(Path(sysconfig.get_paths()["stdlib"]).resolve())
+    below, holder = own_code_below([os.path.dirname(stdlib)])
+    assert holder is None and stdlib in below, (below, holder)
