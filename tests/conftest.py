@@ -109,14 +109,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_subvisor_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """No test reads or writes the user's ``~/.subvisor``; a test may set its own home.
+    """No test reads or writes the user's ``~/.subvisor`` (nor ``$HOME``); a test may set its
+    own home.
 
     Session-scoped so that module-scoped fixtures (a shared stress run) see it too.
     """
     home = tmp_path_factory.mktemp("subvisor-home")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SUBVISOR_HOME", str(home))
+        patch.setenv("HOME", str(tmp_path_factory.mktemp("user-home")))
         yield home
+
+
+@pytest.fixture(autouse=True)
+def _private_user_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test has a ``$HOME`` of its own, so ``~/.subvisor`` too: there every run lists
+    its home, and hides every home listed (``state._paths.register_home``). Shared, the
+    list would grow by each test's home, and each later test hide them all."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("user-home")))
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ can later be moved to the background without restarting it.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,7 @@ from ..kernel import Supervisor, SupervisorConfig, WireTap
 from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalHandler, QuestionHandler
 from ..providers import ModelGateway, ModelProvider
-from ..state._paths import agent_output_dir, database_path, known_homes
+from ..state._paths import agent_output_dir, database_path, known_homes, register_home
 from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
 from ..state._tasks import TaskError, TaskRegistry
@@ -39,6 +40,8 @@ from ._settings import SubvisorSettings
 from ._subagents import RunServices, SubagentLaunch, SubagentRun
 
 __all__ = ["Subvisor"]
+
+log = logging.getLogger("subvisor")
 
 
 class Subvisor:
@@ -64,6 +67,16 @@ class Subvisor:
         self.settings = settings or SubvisorSettings()
         self.home = self.settings.home
         self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            # So that every other run hides this home from its workers too (S-SEC-1).
+            register_home(self.home)
+        except OSError as exc:
+            log.warning(
+                "cannot list %s among subvisor's homes in ~/.subvisor (%s): runs that use"
+                " another home will not hide this one from their subagents",
+                self.home,
+                exc.strerror or exc,
+            )
         self.store = SessionStore(database_path(self.home))
         # S-SEC-6: what a dead supervisor left running is ended before anything starts.
         recover_dead_runs(self.store, self.home)

@@ -6,17 +6,30 @@ parents when it needs them.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
 __all__ = [
+    "HOMES_FILE",
     "agent_output_dir",
     "agents_dir",
     "database_path",
     "known_homes",
+    "register_home",
     "run_dir",
     "subvisor_home",
 ]
+
+#: In the default home (``~/.subvisor``): every home a run of this user has
+#: used, one resolved path a line. Each run adds its own and hides every one
+#: listed from its workers (S-SEC-1): a home only another run names (another
+#: project's ``SUBVISOR_HOME``) holds keys and transcripts too.
+HOMES_FILE = "homes"
+
+#: The most bytes of ``HOMES_FILE`` read: a few thousand homes.
+_HOMES_FILE_MAX = 1 << 20
 
 
 def subvisor_home() -> Path:
@@ -32,14 +45,69 @@ def known_homes(home: Path) -> tuple[Path, ...]:
 
     ``$SUBVISOR_HOME`` and ``~/.subvisor`` besides ``home``: a user who
     points one run elsewhere keeps keys and transcripts in the default home
-    too. A home only some other process knows of (another project's
-    ``SUBVISOR_HOME``) cannot be named here.
+    too. Then every home listed in the default home's ``HOMES_FILE``, where
+    each run adds its own (``register_home``), except one that holds the
+    user's home directory or this process's working directory: hiding it
+    would hide the project. A home first used after this process read the
+    list, or only by another user, cannot be named here.
     """
     configured = os.environ.get("SUBVISOR_HOME", "")
     others = [Path(configured).expanduser()] if configured else []
-    others.append(Path.home() / ".subvisor")
+    default = Path.home() / ".subvisor"
+    others.append(default)
     found = [home, *(other for other in others if other.is_dir())]
-    return tuple(dict.fromkeys(Path(os.path.realpath(path)) for path in found))
+    named = [Path(os.path.realpath(path)) for path in found]
+    around = [os.path.realpath(Path.home()), os.path.realpath(os.getcwd())]
+    for listed in _listed_homes(default):
+        resolved = Path(os.path.realpath(listed))
+        if resolved.is_dir() and not any(Path(p).is_relative_to(resolved) for p in around):
+            named.append(resolved)
+    return tuple(dict.fromkeys(named))
+
+
+def register_home(home: Path) -> None:
+    """Add ``home`` to the default home's ``HOMES_FILE``, dropping homes that are gone.
+
+    Creates the default home (0700) if missing: it is where the list lives,
+    and every run hides it from its workers. Raises ``OSError`` where the
+    default home cannot be written.
+    """
+    default = Path.home() / ".subvisor"
+    default.mkdir(mode=0o700, parents=True, exist_ok=True)
+    resolved = os.path.realpath(home)
+    fd = os.open(default / HOMES_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        # Two runs starting at once must not each drop the other's line.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        listed = _parse_homes(os.pread(fd, _HOMES_FILE_MAX, 0))
+        kept = [path for path in dict.fromkeys(listed) if os.path.isdir(path)]
+        if resolved not in kept:
+            kept.append(resolved)
+        if kept != listed:
+            data = "".join(f"{path}\n" for path in kept).encode("utf-8", "surrogateescape")
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def _listed_homes(default: Path) -> list[str]:
+    """The homes in ``default``'s ``HOMES_FILE``; none when it is missing or unreadable."""
+    with contextlib.suppress(OSError):
+        fd = os.open(default / HOMES_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            return _parse_homes(os.pread(fd, _HOMES_FILE_MAX, 0))
+        finally:
+            os.close(fd)
+    return []
+
+
+def _parse_homes(data: bytes) -> list[str]:
+    # Only absolute paths count: anything else in the file (it is the user's,
+    # never a worker's) is skipped rather than resolved against some cwd.
+    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    return [line for line in lines if line.startswith("/")]
 
 
 def database_path(home: Path) -> Path:

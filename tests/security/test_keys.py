@@ -21,7 +21,7 @@ import pytest
 from supervisor.state._store import SessionStore
 from tests.support.attack import cli_bash_attack
 from tests.support.cli import run_cli
-from tests.support.delegation import home_for
+from tests.support.delegation import home_for, write_scenario
 from tests.support.provider_server import CannedResponse, ProviderServer
 
 PY = sys.executable
@@ -140,6 +140,30 @@ def test_s_sec_1_the_default_home_is_out_of_reach_while_another_is_in_use(
     cat, listing = answer.split("status=")[:2]
     assert "No such file" in cat and "config.toml" not in listing, answer
     assert OTHER_KEY in (default / "config.toml").read_text()  # control: it was there
+
+
+@pytest.mark.parametrize(("mode", "network"), MODES)
+def test_s_sec_1_a_home_only_another_run_named_is_out_of_reach(
+    tmp_path: Path, keyed: Path, mode: str, network: str
+) -> None:
+    """S-SEC-1: a home that nothing in this run names, but another run used (a project's
+    own ``SUBVISOR_HOME``, set in another shell), is out of a worker's reach too: each run
+    lists its home in ``~/.subvisor``, and hides every home listed."""
+    other = tmp_path / "other-project" / ".subvisor-home"
+    model = write_scenario(tmp_path / "hello.yaml", {"root": [{"text": "hello"}]})
+    assert run_cli(other, "run", "--model", model, "hi").returncode == 0
+    (other / "config.toml").write_text(f'[gateway.providers.old]\napi_key = "{OTHER_KEY}"\n')
+    answer = cli_bash_attack(
+        tmp_path,
+        [f"cat {other}/config.toml; echo status=$?", f"ls -a {other}; echo status=$?"],
+        home=keyed,
+        mode=mode,
+        network=network,
+    )
+    assert "MARKER" not in answer, answer
+    cat, listing = answer.split("status=")[:2]
+    assert "No such file" in cat and "subvisor.db" not in listing, answer
+    assert OTHER_KEY in (other / "config.toml").read_text()  # control: it was there
 
 
 def test_s_sec_1_control_the_same_reads_work_outside_a_worker(keyed: Path) -> None:

@@ -12,7 +12,14 @@ import trio
 from pydantic import ValidationError
 
 from supervisor.files import _atomic_write
-from supervisor.state._paths import agent_output_dir, database_path, subvisor_home
+from supervisor.state._paths import (
+    HOMES_FILE,
+    agent_output_dir,
+    database_path,
+    known_homes,
+    register_home,
+    subvisor_home,
+)
 from supervisor.state._store import SessionStore
 from supervisor.state._task_record import TaskRecord, TaskUsage, new_task_id
 from supervisor.state._tasks import (
@@ -415,3 +422,47 @@ def test_output_dir_ids_must_be_plain_names_s_run_1(tmp_path: Path, bad: str) ->
         agent_output_dir(tmp_path, bad, "agent_1")
     with pytest.raises(ValueError, match="cannot name a directory"):
         agent_output_dir(tmp_path, "sess_1", bad)
+
+
+def test_s_sec_1_each_home_is_listed_once_in_the_default_home_and_gone_ones_are_dropped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """S-SEC-1: every run lists its home (resolved) in ``~/.subvisor/homes``, made 0700 if
+    missing; a listed home that no longer exists is dropped, as is any line that is not an
+    absolute path; each home listed and still there is one ``known_homes`` names."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("SUBVISOR_HOME", "")
+    first, second, gone = tmp_path / "a", tmp_path / "b", tmp_path / "gone"
+    for home in (first, second, gone):
+        home.mkdir()
+    register_home(first)
+    default = tmp_path / "user" / ".subvisor"
+    assert default.stat().st_mode & 0o777 == 0o700
+    listing = default / HOMES_FILE
+    listing.write_bytes(
+        listing.read_bytes() + b"relative/path\n\xff\xfe junk\n" + f"{gone}\n".encode()
+    )
+    gone.rmdir()
+    link = tmp_path / "link-to-b"
+    link.symlink_to(second)
+    register_home(link)
+    register_home(first)
+    assert listing.read_text().splitlines() == [str(first), str(second)]
+    assert set(known_homes(tmp_path / "mine")) >= {first, second, default}
+
+
+def test_s_sec_1_a_listed_home_that_holds_the_project_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """S-SEC-1: a listed home that holds the working directory (or the user's home dir) is
+    not one to hide: a tmpfs over it would hide the project from every subagent."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("SUBVISOR_HOME", "")
+    around, aside = tmp_path / "around", tmp_path / "aside"
+    (around / "project").mkdir(parents=True)
+    aside.mkdir()
+    register_home(around)
+    register_home(aside)
+    monkeypatch.chdir(around / "project")
+    homes = known_homes(tmp_path / "mine")
+    assert aside in homes and around not in homes

@@ -26,9 +26,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 COLD_ENV = "SUBVISOR_TESTS_COLD_CLI"
 #: The environment this process started with, before any test changed it.
 _STARTING_ENVIRON = dict(os.environ)
-#: What a forked child's environment may differ in: its home, and the name pytest gives
-#: the test that runs.
-_PER_CALL = ("SUBVISOR_HOME", "PYTEST_CURRENT_TEST")
+#: What a forked child's environment may differ in: its home, the user's (each test has
+#: its own), and the name pytest gives the test that runs.
+_PER_CALL = ("SUBVISOR_HOME", "HOME", "PYTEST_CURRENT_TEST")
 
 
 def cli_env(home: Path) -> dict[str, str]:
