@@ -47,9 +47,10 @@ def known_homes(home: Path) -> tuple[Path, ...]:
     points one run elsewhere keeps keys and transcripts in the default home
     too. Then every home listed in the default home's ``HOMES_FILE``, where
     each run adds its own (``register_home``), except one that holds the
-    user's home directory or this process's working directory: hiding it
-    would hide the project. A home first used after this process read the
-    list, or only by another user, cannot be named here.
+    user's home directory or this process's working directory (hiding it
+    would hide the project), or that now resolves elsewhere. A home first
+    used after this process read the list, or only by another user, cannot
+    be named here.
     """
     configured = os.environ.get("SUBVISOR_HOME", "")
     others = [Path(configured).expanduser()] if configured else []
@@ -59,9 +60,12 @@ def known_homes(home: Path) -> tuple[Path, ...]:
     named = [Path(os.path.realpath(path)) for path in found]
     around = [os.path.realpath(Path.home()), os.path.realpath(os.getcwd())]
     for listed in _listed_homes(default):
-        resolved = Path(os.path.realpath(listed))
-        if resolved.is_dir() and not any(Path(p).is_relative_to(resolved) for p in around):
-            named.append(resolved)
+        # Listed resolved: one that resolves elsewhere now had a component
+        # swapped for a symlink since, and what it points at is not a home.
+        if os.path.realpath(listed) != listed or not os.path.isdir(listed):
+            continue
+        if not any(Path(p).is_relative_to(listed) for p in around):
+            named.append(Path(listed))
     return tuple(dict.fromkeys(named))
 
 

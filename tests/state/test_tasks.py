@@ -466,3 +466,19 @@ def test_s_sec_1_a_listed_home_that_holds_the_project_is_not_hidden(
     monkeypatch.chdir(around / "project")
     homes = known_homes(tmp_path / "mine")
     assert aside in homes and around not in homes
+
+
+def test_s_sec_1_a_listed_home_swapped_for_a_symlink_is_not_followed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """S-SEC-1: homes are listed resolved; one whose path resolves elsewhere now (a
+    component swapped for a symlink since) is not hidden, so no run hides what it points at."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("SUBVISOR_HOME", "")
+    home, elsewhere = tmp_path / "project" / "home", tmp_path / "elsewhere"
+    home.mkdir(parents=True)
+    elsewhere.mkdir()
+    register_home(home)
+    home.rmdir()
+    home.symlink_to(elsewhere)
+    assert elsewhere not in known_homes(tmp_path / "mine")
