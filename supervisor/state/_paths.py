@@ -109,9 +109,10 @@ def _listed_homes(default: Path) -> list[str]:
 
 def _parse_homes(data: bytes) -> list[str]:
     # Only absolute paths count: anything else in the file (it is the user's,
-    # never a worker's) is skipped rather than resolved against some cwd.
+    # never a worker's) is skipped rather than resolved against some cwd, and a
+    # NUL, which no path holds, rather than raised from ``realpath``.
     lines = data.decode("utf-8", "surrogateescape").splitlines()
-    return [line for line in lines if line.startswith("/")]
+    return [line for line in lines if line.startswith("/") and "\0" not in line]
 
 
 def database_path(home: Path) -> Path:

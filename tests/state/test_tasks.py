@@ -440,9 +440,12 @@ def test_s_sec_1_each_home_is_listed_once_in_the_default_home_and_gone_ones_are_
     assert default.stat().st_mode & 0o777 == 0o700
     listing = default / HOMES_FILE
     listing.write_bytes(
-        listing.read_bytes() + b"relative/path\n\xff\xfe junk\n" + f"{gone}\n".encode()
+        listing.read_bytes()
+        + b"relative/path\n\xff\xfe junk\n/nul\x00in/it\n"
+        + f"{gone}\n".encode()
     )
     gone.rmdir()
+    assert set(known_homes(tmp_path / "mine")) == {tmp_path / "mine", default, first}
     link = tmp_path / "link-to-b"
     link.symlink_to(second)
     register_home(link)
