@@ -7,6 +7,7 @@ parents when it needs them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -79,6 +80,8 @@ def register_home(home: Path) -> None:
     default = Path.home() / ".subvisor"
     default.mkdir(mode=0o700, parents=True, exist_ok=True)
     resolved = os.path.realpath(home)
+    if "\n" in resolved:
+        raise OSError(errno.EINVAL, "a path holding a newline cannot be listed", resolved)
     fd = os.open(default / HOMES_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         # Two runs starting at once must not each drop the other's line.
@@ -111,7 +114,7 @@ def _parse_homes(data: bytes) -> list[str]:
     # Only absolute paths count: anything else in the file (it is the user's,
     # never a worker's) is skipped rather than resolved against some cwd, and a
     # NUL, which no path holds, rather than raised from ``realpath``.
-    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
     return [line for line in lines if line.startswith("/") and "\0" not in line]
 
 

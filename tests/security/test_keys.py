@@ -127,19 +127,8 @@ def test_s_sec_1_the_default_home_is_out_of_reach_while_another_is_in_use(
     (``~/.subvisor``: its keys, every earlier session) is out of a worker's reach too."""
     default = tmp_path / "user" / ".subvisor"
     default.mkdir(parents=True)
-    (default / "config.toml").write_text(f'[gateway.providers.old]\napi_key = "{OTHER_KEY}"\n')
     monkeypatch.setenv("HOME", str(default.parent))
-    answer = cli_bash_attack(
-        tmp_path,
-        [f"cat {default}/config.toml; echo status=$?", f"ls -a {default}; echo status=$?"],
-        home=keyed,
-        mode=mode,
-        network=network,
-    )
-    assert "MARKER" not in answer, answer
-    cat, listing = answer.split("status=")[:2]
-    assert "No such file" in cat and "config.toml" not in listing, answer
-    assert OTHER_KEY in (default / "config.toml").read_text()  # control: it was there
+    _attack_another_home(tmp_path, default, keyed, mode, network)
 
 
 @pytest.mark.parametrize(("mode", "network"), MODES)
@@ -152,6 +141,12 @@ def test_s_sec_1_a_home_only_another_run_named_is_out_of_reach(
     other = tmp_path / "other-project" / ".subvisor-home"
     model = write_scenario(tmp_path / "hello.yaml", {"root": [{"text": "hello"}]})
     assert run_cli(other, "run", "--model", model, "hi").returncode == 0
+    _attack_another_home(tmp_path, other, keyed, mode, network)
+
+
+def _attack_another_home(tmp_path: Path, other: Path, keyed: Path, mode: str, network: str) -> None:
+    """A key put in ``other``'s config: a subagent of a run on ``keyed`` can neither read
+    that config nor list ``other``."""
     (other / "config.toml").write_text(f'[gateway.providers.old]\napi_key = "{OTHER_KEY}"\n')
     answer = cli_bash_attack(
         tmp_path,
@@ -162,7 +157,7 @@ def test_s_sec_1_a_home_only_another_run_named_is_out_of_reach(
     )
     assert "MARKER" not in answer, answer
     cat, listing = answer.split("status=")[:2]
-    assert "No such file" in cat and "subvisor.db" not in listing, answer
+    assert "No such file" in cat and "config.toml" not in listing, answer
     assert OTHER_KEY in (other / "config.toml").read_text()  # control: it was there
 
 

@@ -485,3 +485,16 @@ def test_s_sec_1_a_listed_home_swapped_for_a_symlink_is_not_followed(
     home.rmdir()
     home.symlink_to(elsewhere)
     assert elsewhere not in known_homes(tmp_path / "mine")
+
+
+def test_s_sec_1_a_home_whose_path_holds_a_newline_is_refused_by_the_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """S-SEC-1: the list holds a path a line, so a home whose path holds a newline is not
+    written into it (two half paths would be listed); the caller is told why."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    odd = tmp_path / "a\nb"
+    odd.mkdir()
+    with pytest.raises(OSError, match="newline"):
+        register_home(odd)
+    assert not (tmp_path / "user" / ".subvisor" / HOMES_FILE).exists()
