@@ -1,7 +1,8 @@
 """Where subvisor keeps its state on disk: the home dir, the database, agent output dirs.
 
-Nothing here creates a directory; the code that writes a file creates its
-parents when it needs them.
+Only ``register_home`` writes (the list of homes, in the default home it
+creates); elsewhere the code that writes a file creates its parents when it
+needs them.
 """
 
 from __future__ import annotations
