@@ -39,7 +39,7 @@ def subvisor_home() -> Path:
     configured = os.environ.get("SUBVISOR_HOME", "")
     if configured:
         return Path(configured).expanduser()
-    return Path.home() / ".subvisor"
+    return _default_home()
 
 
 def known_homes(home: Path) -> tuple[Path, ...]:
@@ -56,7 +56,7 @@ def known_homes(home: Path) -> tuple[Path, ...]:
     """
     configured = os.environ.get("SUBVISOR_HOME", "")
     others = [Path(configured).expanduser()] if configured else []
-    default = Path.home() / ".subvisor"
+    default = _default_home()
     others.append(default)
     found = [home, *(other for other in others if other.is_dir())]
     named = [Path(os.path.realpath(path)) for path in found]
@@ -78,7 +78,7 @@ def register_home(home: Path) -> None:
     and every run hides it from its workers. Raises ``OSError`` where the
     default home cannot be written.
     """
-    default = Path.home() / ".subvisor"
+    default = _default_home()
     default.mkdir(mode=0o700, parents=True, exist_ok=True)
     resolved = os.path.realpath(home)
     if "\n" in resolved:
@@ -97,6 +97,11 @@ def register_home(home: Path) -> None:
             os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
+
+
+def _default_home() -> Path:
+    """``~/.subvisor``: the home of a run without ``SUBVISOR_HOME``, and where the list lives."""
+    return Path.home() / ".subvisor"
 
 
 def _listed_homes(default: Path) -> list[str]:
