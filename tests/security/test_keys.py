@@ -137,11 +137,22 @@ def test_s_sec_1_a_home_only_another_run_named_is_out_of_reach(
 ) -> None:
     """S-SEC-1: a home that nothing in this run names, but another run used (a project's
     own ``SUBVISOR_HOME``, set in another shell), is out of a worker's reach too: each run
-    lists its home in ``~/.subvisor``, and hides every home listed."""
+    lists its home in ``~/.subvisor``, and hides every home listed. Nor can a subagent
+    take a home off that list, for the runs after it."""
     other = tmp_path / "other-project" / ".subvisor-home"
     model = write_scenario(tmp_path / "hello.yaml", {"root": [{"text": "hello"}]})
     assert run_cli(other, "run", "--model", model, "hi").returncode == 0
     _attack_another_home(tmp_path, other, keyed, mode, network)
+    homes = Path.home() / ".subvisor" / "homes"
+    answer = cli_bash_attack(
+        tmp_path,
+        [f": > {homes}; echo status=$?", f"rm {homes}; echo status=$?"],
+        home=keyed,
+        mode=mode,
+        network=network,
+    )
+    assert "status=0" not in answer, answer
+    assert str(other) in homes.read_text().splitlines()
 
 
 def _attack_another_home(tmp_path: Path, other: Path, keyed: Path, mode: str, network: str) -> None:
