@@ -14,9 +14,15 @@ takes a user namespace that the worker's seccomp filter refuses. Where
 ``/proc`` does not name us at all (a PID namespace whose processes it cannot
 see), nothing can be proven and the process counts as inside.
 
-Races: a process may exit while we walk its ancestry; a vanished link ends
-the walk, which is then answered from what was seen. The control channel
-asks about a peer that is still connected to it, so its pid is live.
+Races: a process may exit while we walk its ancestry, and its children are
+re-parented to the nearest child subreaper above it (a worker is one). A
+vanished link (or the process asked about) therefore starts the walk again
+from the start, which then climbs through the new parent; a walk that still
+cannot finish after ``_WALKS`` tries, or that passes ``_MAX_DEPTH``, counts
+as inside: a tree killing its own processes while it is checked must not
+pass for one outside. (Answered from what was seen, a walk that lost its way
+between a process and its worker said "outside", and the control channel
+admitted a subagent.)
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ __all__ = [
 TREE_PROCESS_NAMES = frozenset({WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME})
 # Deeper chains than this are not real process trees: stop rather than loop.
 _MAX_DEPTH = 4096
+#: Walks of one ancestry before it counts as unsettled (each vanished link costs one).
+_WALKS = 8
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -65,31 +73,49 @@ def _proc_pid() -> int | None:
         return None
 
 
+class _UnsettledAncestry(Exception):
+    """A process's ancestry kept changing (or ran too deep) while it was walked."""
+
+
 def worker_tree_ancestor(pid: int | None = None) -> int | None:
     """The pid of the nearest subvisor worker or zygote at or above ``pid`` (default: us).
 
     Pids are those of ``/proc``'s namespace; where ``/proc`` does not name this
     process, None (``inside_worker_tree_reason`` tells that case apart).
+    Raises ``_UnsettledAncestry`` when no walk could finish (see Races): callers
+    here count that as inside.
     """
-    current = _proc_pid() if pid is None else pid
-    if current is None:
+    start = _proc_pid() if pid is None else pid
+    if start is None:
         return None
-    for _ in range(_MAX_DEPTH):
-        if current <= 0:
-            return None
-        stat = _stat(current)
-        if stat is None:
-            return None
-        comm, ppid = stat
-        if comm in TREE_PROCESS_NAMES:
-            return current
-        current = ppid
-    return None
+    for _ in range(_WALKS):
+        current = start
+        for _ in range(_MAX_DEPTH):
+            if current <= 0:
+                return None
+            stat = _stat(current)
+            if stat is None:
+                break  # gone under us: climb again from the start
+            comm, ppid = stat
+            if comm in TREE_PROCESS_NAMES:
+                return current
+            current = ppid
+        else:
+            raise _UnsettledAncestry(f"process {start} has more than {_MAX_DEPTH} ancestors")
+    raise _UnsettledAncestry(
+        f"the ancestry of process {start} changed under each of {_WALKS} walks"
+    )
 
 
 def in_worker_tree(pid: int | None = None) -> bool:
-    """True if ``pid`` (default: this process) runs inside a subvisor worker tree."""
-    return worker_tree_ancestor(pid) is not None
+    """True if ``pid`` (default: this process) runs inside a subvisor worker tree.
+
+    Also true when its ancestry could not be settled, or ``pid`` is gone.
+    """
+    try:
+        return worker_tree_ancestor(pid) is not None
+    except _UnsettledAncestry:
+        return True
 
 
 def inside_worker_tree_reason() -> str | None:
@@ -100,7 +126,10 @@ def inside_worker_tree_reason() -> str | None:
             f"this process (pid {os.getpid()} in its own PID namespace) is not named by /proc, "
             "so it cannot be shown to be outside a subvisor worker tree"
         )
-    ancestor = worker_tree_ancestor(pid)
+    try:
+        ancestor = worker_tree_ancestor(pid)
+    except _UnsettledAncestry as exc:
+        return f"{exc}, so it cannot be shown to be outside a subvisor worker tree"
     if ancestor is None and TREE_ENV not in os.environ:
         return None
     where = f"process {ancestor}" if ancestor is not None else os.environ[TREE_ENV]

@@ -1,15 +1,24 @@
-"""S-SEC-7: the worker-tree check in a PID namespace of its own.
+"""S-SEC-7 and S-SEC-2: the worker-tree check, in a PID namespace and against races.
 
-There ``os.getpid()`` is 1, and ``/proc/1`` (of the host's ``/proc``) is the
-host's init: the walk must start from the pid ``/proc/self`` names.
+In a PID namespace of its own ``os.getpid()`` is 1, and ``/proc/1`` (of the
+host's ``/proc``) is the host's init: the walk must start from the pid
+``/proc/self`` names. An ancestor that exits while the walk climbs past it
+must not make a process inside look outside.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 from protocol import WORKER_PROCESS_NAME
+from supervisor.kernel import _worker_tree, in_worker_tree
 
 # A parent named like a worker starts a child in a user + PID namespace of its own,
 # which asks whether it is inside a worker tree.
@@ -31,3 +40,74 @@ def test_s_sec_7_a_pid_namespace_does_not_hide_the_worker_above() -> None:
     assert done.returncode == 0, done.stderr
     assert "pid 1 " in done.stdout, done.stdout
     assert "inside a subvisor worker tree (process" in done.stdout, done.stdout
+
+
+# A worker-named child subreaper holding a middle process, which holds the peer.
+# SIGCHLD ignored: the middle process, once killed, is reaped at once.
+_TREE = f"""
+import ctypes, os, signal, subprocess, sys, time
+libc = ctypes.CDLL(None)
+libc.prctl(15, b"{WORKER_PROCESS_NAME}", 0, 0, 0)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+middle = subprocess.Popen(
+    [sys.executable, "-c", "import subprocess, time; p = subprocess.Popen(['sleep', '300']);"
+     " print(p.pid, flush=True); time.sleep(300)"],
+    stdout=subprocess.PIPE, text=True,
+)
+print(os.getpid(), middle.pid, middle.stdout.readline().strip(), flush=True)
+time.sleep(300)
+"""
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def test_s_sec_2_an_ancestor_that_exits_during_the_walk_does_not_hide_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S-SEC-2/S-SEC-7: the link between a peer and its worker vanishing mid-walk.
+
+    The peer's parent is killed just after the walk read the peer's own
+    entry: the next step finds no such process. The peer, re-parented to the
+    worker (a child subreaper), must still be found inside.
+    """
+    tree = subprocess.Popen([sys.executable, "-c", _TREE], stdout=subprocess.PIPE, text=True)
+    assert tree.stdout is not None
+    worker, middle, peer = (int(pid) for pid in tree.stdout.readline().split())
+    try:
+        real_stat = _worker_tree._stat
+        killed = []
+
+        def racing_stat(pid: int) -> tuple[str, int] | None:
+            seen = real_stat(pid)
+            if pid == peer and not killed:
+                killed.append(middle)
+                os.kill(middle, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while _ppid(peer) != worker or _ppid(middle) is not None:
+                    assert time.monotonic() < deadline, "the peer was not re-parented"
+                    time.sleep(0.01)
+            return seen
+
+        monkeypatch.setattr(_worker_tree, "_stat", racing_stat)
+        assert _worker_tree.worker_tree_ancestor(peer) == worker
+        assert killed == [middle]
+    finally:
+        for pid in (peer, middle):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        tree.kill()
+        tree.wait()
+
+
+def test_s_sec_2_a_process_gone_before_it_is_checked_counts_as_inside() -> None:
+    """Nothing shows a process that no longer exists to be outside a worker tree."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert in_worker_tree(gone.pid)
