@@ -8,11 +8,14 @@ Two ways to read a tree, and the caps are judged the same way on either:
   ``/proc`` per round maps parents to children, and each worker's tree
   (which stays beneath it: it is a child subreaper) is summed from that.
   A breach is then only seen at the next sample, so the caps act a sample
-  late; that is why cgroups are preferred.
+  late. Memory is each process's resident set: what a tree holds without
+  mapping it (a memfd or tmpfs file, pipe and socket buffers) is not
+  counted, and the breach says RSS. That is why cgroups are preferred.
 
 Races: a process may exit between the walk and reading its figures; it
-then counts as nothing. Children a worker already reaped are counted in its
-own ``children_*`` CPU times.
+then counts as nothing. A child already reaped is counted in its reaper's
+``children_*`` CPU times, for every process of the tree (Bash reaps what it
+ran), so its CPU counts while its reaper lives.
 """
 
 from __future__ import annotations
@@ -134,9 +137,9 @@ class TreeSampler:
                 with proc.oneshot():
                     memory += proc.memory_info().rss
                     times = proc.cpu_times()
-                    cpu += times.user + times.system
-                    if member == pid:
-                        cpu += times.children_user + times.children_system
+                    # A reaped process's CPU lives on in its reaper's count of
+                    # reaped children (each is reaped once): Bash's, for what it ran.
+                    cpu += times.user + times.system + times.children_user + times.children_system
                 alive += 1
         if not alive:
             return None

@@ -101,6 +101,30 @@ async def test_s_sec_4_a_fork_loop_hits_the_process_cap_and_nothing_survives(
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_cpu_of_children_a_descendant_reaped_counts_while_it_lives(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """S-SEC-4: eight children run one after another by Bash, each burning 0.5 s of CPU,
+    under a 2 s cap: the cap ends the worker while Bash still runs them.
+
+    Bash reaps each child, so a child's CPU lives on only in Bash's own count
+    of its reaped children: a sampler that read that count for the worker
+    alone let all eight run and saw the cap only once Bash ended.
+    """
+    done = tmp_path / "done"
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    burn = f"{PY} -c '{spin}'"
+    command = f"for i in 1 2 3 4 5 6 7 8; do {burn}; echo $i >> {done}; done"
+    answer, exit, used, _ = await _broken(
+        tmp_path, mechanism, command, ResourceLimits(cpu_seconds=2)
+    )
+    assert answer is None
+    assert exit.kind is ExitKind.CPU_CAP, exit.reason
+    assert "whole process tree" in exit.reason and used in exit.reason
+    assert len(done.read_text().split()) < 8
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_s_sec_4_cpu_is_counted_over_the_tree(tmp_path: Path, mechanism: str) -> None:
     """S-SEC-4: four busy children, each under the per-process CPU limit when the tree
     reaches its cap, end the worker with "cpu cap exceeded"."""
