@@ -393,9 +393,15 @@ def _check_project_caps(path: Path, project: Mapping[str, Any], in_force: Any) -
     """Refuse a project value above the cap otherwise in force (S-SEC-3)."""
     for key in _CAPS:
         value = _lookup(project, key)
+        if value is not None and not _is_number(value):
+            # Validation would turn "100000" into a number past this check.
+            raise ConfigError(
+                f"{path} sets {'.'.join(key)} = {value!r}, which is not a number: write the"
+                " number itself (a project's config may only tighten limits, S-SEC-3)"
+            )
         limit = _lookup(in_force, key)
-        # A wrong type is left to validation; a limit of None means no cap.
-        if not _is_number(value) or not _is_number(limit) or value <= limit:
+        # A limit of None means no cap.
+        if value is None or not _is_number(limit) or value <= limit:
             continue
         where = str(_user_config())
         if key in _CAP_FLAGS:

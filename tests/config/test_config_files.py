@@ -205,6 +205,34 @@ def test_s_sec_3_a_project_cap_is_taken_only_at_or_below_the_users(
         assert "\n" not in message
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    key=st.sampled_from([key for key, _ in _CAP_KEYS]),
+    written=st.one_of(
+        st.integers(min_value=0, max_value=10**9).map(lambda n: f'"{n}"'),
+        st.sampled_from(["true", "false", "[1]", '"1e9"', '"inf"', "{ n = 1 }"]),
+    ),
+)
+def test_s_sec_3_a_project_cap_that_is_not_a_number_is_refused(
+    key: tuple[str, ...], written: str
+) -> None:
+    """S-SEC-3: a cap written as a string (``max_turns = "100000"``), a bool or a table
+    is refused in one line naming the key and the file, whatever the user's cap: left
+    to validation, "100000" became a number after the check and lifted the cap."""
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        home, project = Path(tmp, "home"), Path(tmp, "project")
+        home.mkdir()
+        project.mkdir()
+        patch.setenv("SUBVISOR_HOME", str(home))
+        table = f"[{key[0]}]\n" if len(key) == 2 else ""
+        (project / "subvisor.toml").write_text(f"{table}{key[-1]} = {written}\n")
+        with pytest.raises(ConfigError) as raised:
+            load_settings(project)
+        message = str(raised.value)
+        assert f"{'.'.join(key)} = " in message and "not a number" in message
+        assert str(project / "subvisor.toml") in message and "\n" not in message
+
+
 def test_s_sec_3_project_caps_compare_with_the_defaults_and_flags_still_lift(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
