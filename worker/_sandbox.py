@@ -21,7 +21,8 @@ In order, because each step needs what the next one takes away:
                       ``memory_dir`` and ``temp_dir``; write+truncate on
                       ``/dev/null`` & co.
    workspace-write    the same; ``writable_roots`` holds the project dir too
-   full               all rights everywhere (only a domain, for its scopes)
+   full               all rights everywhere but ``KERNEL_PATHS`` and subvisor's
+                      own code, which it may only read
    network deny       TCP bind and connect handled, no port allowed
    =================  ========================================================
 
@@ -61,12 +62,25 @@ from . import _landlock, _mounts, _seccomp
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
 from ._privileges import drop_privileges
 
-__all__ = ["CGROUP_FS", "DEVICE_FILES", "apply_sandbox", "isolate_mounts", "landlock_abi"]
+__all__ = [
+    "CGROUP_FS",
+    "DEVICE_FILES",
+    "KERNEL_PATHS",
+    "apply_sandbox",
+    "isolate_mounts",
+    "landlock_abi",
+]
 
 #: Char devices shells write to (``cmd > /dev/null``); writing them changes nothing.
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")
 #: Where cgroups are mounted: a uid-0 worker could leave its cgroup through it.
 CGROUP_FS = "/sys/fs/cgroup"
+#: Read-only to every worker, ``full`` too: for uid 0 the kernel checks only the
+#: owner of a sysctl, so a worker without a capability could still set
+#: ``kernel.core_pattern`` to a program the kernel then runs as root with every
+#: capability, outside the worker's tree (and reboot through ``sysrq-trigger``,
+#: or raise the supervisor's ``oom_score_adj`` and renice its ``autogroup``).
+KERNEL_PATHS = ("/proc", "/sys")
 #: Kept visible inside a hidden home: profiles' ``memory: user`` dirs (S-PROF-8).
 HOME_KEEP = ("agent-memory",)
 
@@ -172,14 +186,22 @@ def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset
         handled_fs = all_fs
         paths.extend(rules_excluding("/", carve, _landlock.READ_ACCESS))
         for root in writable:
-            paths.extend(rules_excluding(root, carve, all_fs, nofollow=root == memory))
+            # A root of "/" would otherwise grant the kernel's settings too.
+            kept = [*carve, *KERNEL_PATHS]
+            paths.extend(rules_excluding(root, kept, all_fs, nofollow=root == memory))
         paths.extend(PathRule(dev, _DEVICE_ACCESS) for dev in DEVICE_FILES if os.path.exists(dev))
-    elif abi >= 1 and (carve or not scopes):
-        # full: every right everywhere, less what must stay out of reach; a
-        # domain even with nothing to carve, where no scope would make one.
+    elif abi >= 1:
+        # full: every right everywhere, less what must stay out of reach:
+        # hidden paths not at all, the kernel's and the rest read-only.
         handled_fs = all_fs
-        paths.extend(rules_excluding("/", carve, all_fs))
-        paths.extend(PathRule(c, _landlock.READ_ACCESS) for c in carve if c == CGROUP_FS)
+        paths.extend(rules_excluding("/", [*carve, *KERNEL_PATHS], all_fs))
+        hidden = set(policy.hidden_paths)
+        paths.extend(PathRule(c, _landlock.READ_ACCESS) for c in KERNEL_PATHS if os.path.isdir(c))
+        paths.extend(
+            PathRule(c, _landlock.READ_ACCESS)
+            for c in carve
+            if c not in hidden and not any(_inside(c, k) for k in KERNEL_PATHS)
+        )
     ruleset = Ruleset(
         handled_fs=handled_fs,
         handled_net=_landlock.net_access_for_abi(abi) if net else NetAccess(0),
@@ -198,12 +220,12 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     """Mounts for ``policy``: (hidden by them, read-only by them, what Landlock must carve)."""
     vcs: list[str] = []
     absent: list[str] = []
-    # Nothing is read-only in full; it is the user's explicit choice.
+    # No .git is read-only in full, the user's explicit choice; subvisor's own
+    # code (``read_only_paths``) is in every mode: gateway processes load it.
     if policy.protect_vcs and policy.mode != "full":
         vcs = _mounts.vcs_dirs(policy.writable_dirs)
         absent = _mounts.missing_vcs_dirs(policy.writable_roots)
-    if policy.mode != "full":
-        vcs = [*(p for p in policy.read_only_paths if os.path.isdir(p)), *vcs]
+    vcs = [*(p for p in policy.read_only_paths if os.path.isdir(p)), *vcs]
     isolate_mounts(policy.hidden_paths, vcs, absent)
     namespace = _mounts.CURRENT
     hidden = [p for p in policy.hidden_paths if p in namespace.hidden]
@@ -264,6 +286,8 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
                     f"memory dir {policy.memory_dir} not writable: a symlink on its path, or gone"
                 )
             carved = [p for p in carve if p != CGROUP_FS]
+            if not policy.restricts_filesystem:
+                carved += [p for p in KERNEL_PATHS if os.path.isdir(p)]
             hidden += [p for p in carved if p in policy.hidden_paths]
             read_only += [p for p in carved if p not in policy.hidden_paths]
             how += ["landlock"] if carved else []

@@ -37,7 +37,7 @@ from ._errors import (
     UnplaceableError,
 )
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
-from ._own_code import own_code_below
+from ._own_code import own_code, own_code_below
 from ._planted_repos import CTIME_SLACK_S, RepositorySweeps
 from ._sandbox_support import (
     SandboxUnsupportedError,
@@ -458,6 +458,9 @@ class Supervisor:
                 )
             if below:
                 update["read_only_paths"] = tuple(dict.fromkeys((*policy.read_only_paths, *below)))
+        else:
+            # Every place is writable in full: every place of the code is read-only.
+            update["read_only_paths"] = tuple(dict.fromkeys((*policy.read_only_paths, *own_code())))
         if temp_dir and policy.restricts_filesystem and policy.temp_dir is None:
             update["temp_dir"] = self._temp_dirs.make(worker_id, create=make_temp_dir)
         return policy.model_copy(update=update) if update else policy

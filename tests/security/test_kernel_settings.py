@@ -1,0 +1,52 @@
+"""S-SEC-1, S-SEC-3, S-SEC-5, S-SEC-7: what a worker as root must not write, ``full`` mode included.
+
+For uid 0 the kernel checks only a sysctl's owner, not a capability: a worker
+that holds none could still set ``kernel.core_pattern`` to a program of its
+own, crash a process, and have the kernel run that program as root with every
+capability, outside its tree, its sandbox and its caps (where it read the
+supervisor's key and started a supervisor of its own). The same owner check
+guards the supervisor's ``/proc/PID/oom_score_adj``. And subvisor's own code,
+which gateway processes load with the keys, is not the worker's to rewrite in
+any mode. Each attack writes back what is there, so that a hole changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import supervisor.providers
+from tests.support.attack import bash_attack
+
+MODES = ["full", "workspace-write", "read-only"]
+
+
+def _try(name: str, command: str) -> str:
+    return f"if ( {command} ) 2>/dev/null; then echo WROTE-{name}; else echo refused-{name}; fi"
+
+
+@pytest.mark.machine_may_lack(
+    "root, for whom the kernel checks only a file's owner", when=os.geteuid() != 0
+)
+@pytest.mark.parametrize("mode", MODES)
+async def test_s_sec_1_a_root_worker_cannot_set_the_kernel_or_the_code_the_keys_run(
+    tmp_path: Path, mode: str
+) -> None:
+    code = supervisor.providers.__file__
+    me = os.getpid()  # the supervisor: this test runs it in-process
+    commands = [
+        _try("core", "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern"),
+        _try("oom", f"cat /proc/{me}/oom_score_adj > /proc/{me}/oom_score_adj"),
+        _try("code", f"{sys.executable} -c \"open('{code}', 'a')\""),
+        "echo kept > kept.txt && cat kept.txt; echo to-stdout > /dev/stdout",
+    ]
+    attack = await bash_attack(tmp_path, commands, mode=mode, network="deny")
+    said = [attack.output(i).strip() for i in range(len(commands))]
+    assert said[:3] == ["refused-core", "refused-oom", "refused-code"], said
+    if mode != "read-only":
+        # Full is still the filesystem's run, less the kernel's settings and the code.
+        assert said[3].split() == ["kept", "to-stdout"], said
+    assert attack.record.status == "completed"
