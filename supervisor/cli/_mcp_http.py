@@ -11,6 +11,10 @@ Invariants:
   every request in constant time before the SDK sees it.
 - On loopback the SDK's DNS-rebinding guard stays on (Host and Origin must
   be loopback ones), so a web page cannot drive the server.
+- On loopback without a token, each connection's peer is found through the
+  kernel (``_tcp_peer``) and served only if it runs as our uid outside every
+  subvisor worker tree: a subagent with network access must not call the
+  Agent tool from below (S-SEC-2). Anything that cannot be told is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -29,7 +34,17 @@ from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework
 from mcp.server.lowlevel import Server
 
-__all__ = ["BearerTokenGate", "HttpEndpoint", "is_loopback", "parse_endpoint", "serve_http"]
+from ..kernel import in_worker_tree
+from ._tcp_peer import socket_holders, tcp_socket
+
+__all__ = [
+    "BearerTokenGate",
+    "HttpEndpoint",
+    "LoopbackPeerGate",
+    "is_loopback",
+    "parse_endpoint",
+    "serve_http",
+]
 
 #: Where the SDK's streamable HTTP app answers.
 MCP_PATH = "/mcp"
@@ -106,6 +121,70 @@ class BearerTokenGate:
         await self._app(scope, receive, send)
 
 
+async def _refuse(send: Send, status: int, error: str, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps({"error": error}).encode()})
+
+
+class LoopbackPeerGate:
+    """ASGI middleware: a request whose connection is not from a process of ours, outside
+    every worker tree, gets 403 (see the module's invariants)."""
+
+    #: Verdicts kept, by socket inode: a connection is checked once.
+    _KEPT = 1024
+
+    def __init__(self, app: AsgiApp) -> None:
+        self._app = app
+        self._verdicts: dict[int, str | None] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass lifespan events and requests from allowed peers through; refuse the rest."""
+        if scope["type"] == "http":
+            refusal = await self._refusal(scope.get("client"), scope.get("server"))
+            if refusal is not None:
+                await _refuse(send, 403, refusal, [])
+                return
+        await self._app(scope, receive, send)
+
+    async def _refusal(self, client: Any, server: Any) -> str | None:
+        if not client or not server:
+            return "the connecting process cannot be told on this transport"
+        found = tcp_socket((client[0], int(client[1])), (server[0], int(server[1])))
+        if found is None:
+            return f"no socket of {client[0]}:{client[1]} is connected here"
+        uid, inode = found
+        if inode not in self._verdicts:
+            # A walk of every process's fds: off the event loop.
+            holders = await trio.to_thread.run_sync(socket_holders, inode)
+            if len(self._verdicts) >= self._KEPT:
+                self._verdicts.pop(next(iter(self._verdicts)))
+            self._verdicts[inode] = _peer_refusal(uid, holders)
+        return self._verdicts[inode]
+
+
+def _peer_refusal(uid: int, holders: tuple[int, ...]) -> str | None:
+    if uid != os.geteuid():
+        return f"uid {uid} is not this server's owner (uid {os.geteuid()})"
+    if not holders:
+        return (
+            "the connecting process cannot be checked (gone, or not ours to see), and a "
+            "subagent must not reach this server"
+        )
+    inside = [pid for pid in holders if in_worker_tree(pid)]
+    if inside:
+        return (
+            f"process {inside[0]} runs inside a subvisor worker tree: subagents cannot use "
+            "this server (S-SEC-2)"
+        )
+    return None
+
+
 async def serve_http(
     server: Server[Any],
     endpoint: HttpEndpoint,
@@ -120,6 +199,8 @@ async def serve_http(
     )
     if token:
         app = BearerTokenGate(app, token)
+    elif is_loopback(endpoint.host):
+        app = LoopbackPeerGate(app)
     config = Config()
     config.bind = [endpoint.bind]
     config.accesslog = None

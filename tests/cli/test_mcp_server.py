@@ -417,6 +417,51 @@ async def test_http_with_a_token_refuses_a_client_without_it(
             assert [t.name for t in (await client.list_tools()).tools] == TOOLS
 
 
+#: Run in a subagent's Bash: an MCP initialize posted to the URL in the file; prints the status.
+_CALL_BACK = """
+import json, sys, httpx2
+url = open(sys.argv[1]).read().strip()
+hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "from-below", "version": "0"}}}
+reply = httpx2.post(url, json=hello, headers={"Accept": "application/json, text/event-stream"})
+print("status", reply.status_code, reply.text[:300].replace(chr(10), " "))
+"""
+
+
+async def test_s_sec_2_a_subagent_with_network_cannot_drive_the_loopback_http_server(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-2 / S-SRV-5: a read-only subagent allowed the network reaches the loopback
+    server's port but is refused (403, naming the worker tree) before the MCP server
+    sees it: it cannot launch a wider subagent. The client that asked for it is served."""
+    home, project = home_for(tmp_path), tmp_path / "project"
+    project.mkdir()
+    url_file, script = tmp_path / "url", tmp_path / "call_back.py"
+    script.write_text(_CALL_BACK)
+    command = f"{sys.executable} {script} {url_file}"
+    model = write_scenario(
+        tmp_path / "below.yaml",
+        {
+            "below": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": command}}]},
+                {"text": "below said: {{tool_result}}"},
+            ]
+        },
+    )
+    async with (
+        http_server(home, model, project, "--network", "allow") as url,
+        Client(url) as client,
+    ):
+        url_file.write_text(url)
+        answer = _text(
+            await client.call_tool(
+                "Agent", {"description": "below", "prompt": "p", "subagent_type": "Explore"}
+            )
+        )
+    assert "status 403" in answer and "inside a subvisor worker tree" in answer, answer
+
+
 def test_http_beyond_loopback_needs_a_flag_and_a_token(
     home: Path, model: str, project: Path
 ) -> None:
