@@ -332,10 +332,16 @@ class AgentTool:
             + rules_from_config(profile.permission or {})
             + tools_map_to_rules(profile.tool_switches or {})
         )
+        # S-SEC-3: a project's profile may only tighten what the configured
+        # rules say (a repository wrote it); the user's own profiles may loosen.
+        ceiling = None
+        if profile.scope == "project":
+            ceiling = derive_child_rules(self._inherited_rules, self._configured_rules)
         return ToolPolicy(
             rules=derive_child_rules(self._inherited_rules, own),
             mode=child_permission_mode(self._parent_policy.mode, profile.permission_mode),
             project_dir=str(self._cwd),
+            ceiling=ceiling,
         )
 
     def _model_for(self, profile: AgentProfile, override: str | None) -> str:

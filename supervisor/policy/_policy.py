@@ -52,11 +52,17 @@ class PolicyDecision:
 
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
-    """The rules and mode one agent's tool calls are checked against."""
+    """The rules and mode one agent's tool calls are checked against.
+
+    ``ceiling``: rules no answer may be looser than, for an agent whose own
+    rules come from a file a repository can write (a project profile, S-SEC-3):
+    each call gets the stricter of what ``rules`` and ``ceiling`` say.
+    """
 
     rules: Ruleset
     mode: PermissionMode
     project_dir: str
+    ceiling: Ruleset | None = None
 
     def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
         """Decide one tool call; explain a deny or an ask by the rule that decided it.
@@ -73,14 +79,19 @@ class ToolPolicy:
                 f"{tool_name} command too complex to check against the rules: {error}; "
                 "split it into smaller commands",
             )
-        rules = self.rules
-        if checks and all(check.permission in _NEVER_ASKED for check in checks):
-            rules = _asks_allowed(rules)
-        action = decide(rules, checks, mode=self.mode)
+        never_asked = bool(checks) and all(check.permission in _NEVER_ASKED for check in checks)
+        action: Action = "allow"
+        deciding = self.rules
+        for rules in (self.rules, self.ceiling):
+            if rules is None:
+                continue
+            answer = decide(_asks_allowed(rules) if never_asked else rules, checks, mode=self.mode)
+            if _STRICTNESS[answer] > _STRICTNESS[action]:
+                action, deciding = answer, rules
         if action == "allow":
             return PolicyDecision("allow")
         for check in checks:
-            rule = last_matching_rule(self.rules, check.permission, check.subject)
+            rule = last_matching_rule(deciding, check.permission, check.subject)
             what = f"{check.permission} {check.subject!r}"
             if rule is not None and rule.action == action:
                 return PolicyDecision(
@@ -102,6 +113,10 @@ class ToolPolicy:
         allows every subject. Modes other than ``default`` and
         ``bypassPermissions`` change answers per call, so they never qualify.
         """
+        if self.ceiling is not None and not _always_allows(
+            replace(self, rules=self.ceiling, ceiling=None), tool_name
+        ):
+            return False
         return _always_allows(self, tool_name)
 
     def remembering(self, tool_name: str, tool_input: Mapping[str, Any]) -> ToolPolicy:
@@ -110,7 +125,8 @@ class ToolPolicy:
             PermissionRule(check.permission, check.subject, "allow")
             for check in permission_checks(tool_name, tool_input, self.project_dir)
         )
-        return replace(self, rules=self.rules + extra)
+        ceiling = None if self.ceiling is None else self.ceiling + extra
+        return replace(self, rules=self.rules + extra, ceiling=ceiling)
 
     def authorize_headless(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
         """``check`` for a session with nobody to ask: an ask is refused, saying how to allow it."""
@@ -121,13 +137,18 @@ class ToolPolicy:
         asking = [
             check
             for check in checks
-            if evaluate(self.rules, check.permission, check.subject, mode=self.mode) == "ask"
+            for rules in (self.rules, self.ceiling)
+            if rules is not None
+            and evaluate(rules, check.permission, check.subject, mode=self.mode) == "ask"
         ]
         hint = NO_APPROVER.format(
             permission=asking[0].permission if asking else tool_name,
             subject=asking[0].subject if asking else "*",
         )
         return PolicyDecision("deny", f"{decision.reason}; {hint}")
+
+
+_STRICTNESS: dict[Action, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 
 def _asks_allowed(rules: Ruleset) -> Ruleset:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.policy._bash_lexer import bash_commands
+from supervisor.policy._policy import ToolPolicy
 from supervisor.policy._rule_config import rules_from_config, tools_map_to_rules
 from supervisor.policy._rules import (
     ACTIONS,
@@ -718,3 +719,33 @@ def test_bash_redirections_in_accept_edits() -> None:
     assert decide(rules, inside) == "ask"
     assert decide(rules, inside, mode="acceptEdits") == "allow"
     assert decide(rules, outside, mode="acceptEdits") == "ask"
+
+
+_STRICT = {"allow": 0, "ask": 1, "deny": 2}
+_tool_calls = st.sampled_from(
+    [
+        ("Read", {"file_path": "a"}),
+        ("Edit", {"file_path": "b", "old_string": "x", "new_string": "y"}),
+        ("Bash", {"command": "a b"}),
+        ("TodoWrite", {"todos": []}),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_rulesets, _rulesets, _tool_calls)
+def test_s_sec_3_a_ceiling_only_ever_tightens(
+    rules: tuple[PermissionRule, ...],
+    ceiling: tuple[PermissionRule, ...],
+    call: tuple[str, dict[str, object]],
+) -> None:
+    """S-SEC-3: a policy with a ceiling (a project profile's agent under the user's rules)
+    answers each call with the stricter of what its own rules and the ceiling say."""
+    name, tool_input = call
+    alone = ToolPolicy(rules=rules, mode="default", project_dir="/p").check(name, tool_input)
+    capped = ToolPolicy(rules=ceiling, mode="default", project_dir="/p").check(name, tool_input)
+    both = ToolPolicy(rules=rules, mode="default", project_dir="/p", ceiling=ceiling)
+    answer = both.check(name, tool_input).action
+    assert _STRICT[answer] == max(_STRICT[alone.action], _STRICT[capped.action])
+    if both.always_allows(name):
+        assert answer == "allow"

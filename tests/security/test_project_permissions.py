@@ -91,3 +91,51 @@ def test_s_sec_3_the_users_own_allow_runs_and_a_project_deny_tightens_it(
     assert denied.returncode == 0, denied.stderr
     assert "bash said" in denied.stdout
     assert not setup.marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "kind"),
+    [
+        ("permission:\n  bash: allow\n", "project"),
+        ('permission:\n  "*": allow\n', "project"),
+        ("tools:\n  bash: true\n", "project"),
+        ("permission:\n  bash: allow\n", "user"),
+    ],
+)
+def test_s_sec_3_a_project_profile_cannot_loosen_the_users_ask(
+    tmp_path: Path, frontmatter: str, kind: str
+) -> None:
+    """S-SEC-3: with the user's `bash = "ask"` and nobody to approve, a subagent of a
+    project profile that allows Bash (by `permission:` or opencode's `tools:`) is still
+    asked, so refused, and its Bash never runs; the same profile of the user's own
+    (in ~/.claude/agents) may allow it."""
+    setup = Setup(tmp_path)
+    setup.user_config('"*" = "allow"\nbash = "ask"\n')
+    # The suite gives each test a $HOME of its own, which the CLI inherits.
+    folder = (
+        setup.project / ".opencode" / "agent"
+        if kind == "project"
+        else Path.home() / ".claude" / "agents"
+    )
+    folder.mkdir(parents=True)
+    (folder / "helper.md").write_text(
+        f"---\ndescription: a helper\nmode: subagent\n{frontmatter}---\nYou help.\n"
+    )
+    scenario = tmp_path / "helper.yaml"
+    scenario.write_text(
+        "agents:\n  root:\n"
+        "    - tool_calls: [{name: Agent, input: {description: t, prompt: t,"
+        " subagent_type: helper}}]\n"
+        "    - text: 'root got {{tool_result}}'\n"
+        "  t:\n"
+        "    - tool_calls: [{name: Bash, input: {command: 'echo BASH-$((40 + 2))'}}]\n"
+        "    - text: 'bash said {{tool_result}}'\n"
+    )
+    result = run_cli(setup.home, "run", "--model", f"scripted:{scenario}", "go", cwd=setup.project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = " ".join(result.stdout.split())
+    if kind == "project":
+        assert "is set to ask by the rule bash '*' -> ask; nobody can approve" in said, said
+        assert "BASH-42" not in said
+    else:
+        assert "bash said BASH-42" in said, said
