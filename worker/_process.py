@@ -16,6 +16,7 @@ __all__ = [
     "die_with_parent",
     "join_cgroups",
     "lower_priority",
+    "prefer_for_oom_kill",
     "set_parent_death_signal",
     "set_process_name",
 ]
@@ -50,6 +51,26 @@ def die_with_parent(expected_parent: int, sig: int = signal.SIGKILL) -> None:
     set_parent_death_signal(sig)
     if os.getppid() != expected_parent:
         os._exit(1)
+
+
+#: The OOM killer's bias for every worker and all it starts: the most there is.
+_OOM_SCORE_ADJ = 1000
+
+
+def prefer_for_oom_kill() -> None:
+    """Make this process, and all it starts, the OOM killer's first choice over the supervisor.
+
+    A fleet's caps may add up to more than the machine has; when the machine
+    (not a worker's cgroup) runs out, the kernel kills the process of most
+    memory plus bias, and without one a busy supervisor is often the largest
+    single process: a runaway subagent would take the parent down. Set while
+    the worker holds ``CAP_SYS_RESOURCE`` (as root), which also makes it the
+    floor, so nothing the worker runs can lower it again; as a user, raising
+    it needs no capability. Inherited across fork and exec. Best effort: a
+    ``/proc`` that refuses it changes nothing else.
+    """
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(_OOM_SCORE_ADJ))
 
 
 def join_cgroups(fds: list[int]) -> str:

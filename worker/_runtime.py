@@ -44,7 +44,7 @@ from ._channel import SupervisorError, SupervisorLink
 from ._commands import KERNEL_COMMANDS, Command, CommandContext, CommandError
 from ._fdpass import FD_SIZE, MAX_SPAWN_FDS, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
-from ._process import apply_resource_limits, join_cgroups
+from ._process import apply_resource_limits, join_cgroups, prefer_for_oom_kill
 from ._sandbox import apply_sandbox
 from ._subtree import kill_descendants, reap_adopted
 from ._workflow_commands import WORKFLOW_COMMANDS
@@ -267,13 +267,15 @@ def _confine(
     """Everything a worker does to itself before its hello, in order (S-SEC-1, S-SEC-4).
 
     Into its cgroups first, while it is the only process of its tree; the
-    subreaper next, so that no descendant can ever leave the tree; then the
+    OOM killer's bias while it may still set its floor (``prefer_for_oom_kill``);
+    the subreaper next, so that no descendant can ever leave the tree; then the
     rlimits (inherited by every descendant); then mounts, Landlock, the
     privilege drop and the seccomp filter (``apply_sandbox``); then
     non-dumpable, so that what the worker starts cannot read its memory
     (where its conversation lives).
     """
     cgroup_error = join_cgroups(cgroup_fds)
+    prefer_for_oom_kill()
     set_child_subreaper()
     rlimits = apply_resource_limits(limits)
     report = apply_sandbox(sandbox, file_size_cap=limits.file_size_mb is not None)

@@ -50,3 +50,20 @@ async def test_s_sec_1_a_root_worker_cannot_set_the_kernel_or_the_code_the_keys_
         # Full is still the filesystem's run, less the kernel's settings and the code.
         assert said[3].split() == ["kept", "to-stdout"], said
     assert attack.record.status == "completed"
+
+
+@pytest.mark.parametrize("mode", ["full", "read-only"])
+async def test_s_sec_4_a_workers_tree_is_the_oom_killers_first_choice_for_good(
+    tmp_path: Path, mode: str
+) -> None:
+    """An OOM of the machine kills a worker's process, never the supervisor first: what a
+    worker runs carries the most bias the kernel has (1000) and cannot lower it."""
+    commands = [
+        "cat /proc/self/oom_score_adj",
+        _try("lower", "echo 0 > /proc/self/oom_score_adj"),
+        f"cat /proc/{os.getpid()}/oom_score_adj",
+    ]
+    attack = await bash_attack(tmp_path, commands, mode=mode, network="deny")
+    said = [attack.output(i).strip() for i in range(len(commands))]
+    assert said[:2] == ["1000", "refused-lower"], said
+    assert int(said[2]) < 1000  # the supervisor's own
