@@ -294,16 +294,19 @@ def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> bool:
         os.close(fd)
 
 
-def restrict_self(ruleset: Ruleset) -> tuple[str, ...]:
+def restrict_self(ruleset: Ruleset, *, thread_only: bool = False) -> tuple[str, ...]:
     """Restrict this thread and everything it starts from now on; irreversible.
 
     Returns the paths of ``nofollow`` rules left out (a symlink met, or the
     path gone). The caller cuts the ruleset down to what the kernel's ABI knows (see the
     ``*_for_abi`` functions). Sets ``no_new_privs`` first, as Landlock requires
     of an unprivileged process (setuid binaries then run without privileges).
+    A process must have one thread, since the others would stay free, unless
+    ``thread_only`` says that confining this thread alone is the point (and
+    that it ends when its confined work does: both stay its own).
     """
     threads = thread_count()
-    if threads != 1:
+    if threads != 1 and not thread_only:
         raise LandlockError(
             errno.EBUSY,
             f"this process has {threads} threads; Landlock would restrict only the calling one",

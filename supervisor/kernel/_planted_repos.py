@@ -25,6 +25,13 @@ takes the system clock, ``CAP_SYS_TIME``, which workers drop). A config the
 user changed while the worker ran is treated alike: nothing is lost, the
 original is kept, and the finding is reported.
 
+Other workers may still write a root while it is walked, and may swap a
+directory for a symlink between two steps of the walk, which works on
+paths. So each walk runs in a thread of its own that Landlock confines to
+its root (``walk_confined``): whatever a path leads to by then, the kernel
+lets it read and change only what lies beneath the root. A ``.git`` file
+or symlink that points out of the root is not followed.
+
 Walks are shared (``RepositorySweeps``): a worker that ends while a walk of
 its root runs waits for the next walk, which starts after its tree is gone
 and covers every worker waiting for it (from the earliest start), so a
@@ -49,12 +56,17 @@ import os
 import secrets
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import trio
+
+from worker import _landlock
+
+from ._own_code import own_code
 
 __all__ = [
     "CTIME_SLACK_S",
@@ -66,6 +78,7 @@ __all__ = [
     "disarm_planted",
     "render_config",
     "trusted_git",
+    "walk_confined",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,7 +149,7 @@ def disarm_planted(roots: Iterable[str], since: float) -> list[str]:
     """
     findings: list[str] = []
     for root in roots:
-        _Walk(since, findings).run(root)
+        walk_confined(_Walk(since, findings), root)
     return findings
 
 
@@ -172,8 +185,11 @@ class _Walk:
     budget: int = WALK_ENTRIES
     parses: int = GIT_PARSES
     seen: set[str] = field(default_factory=set)
+    #: The root walked, resolved: no ``.git`` pointer leads this walk out of it.
+    root: str = ""
 
     def run(self, root: str) -> None:
+        self.root = os.path.realpath(root)
         visited: set[_DirKey] = set()
         # A directory changed within a clock tick of the walk may change again
         # with the same ctime (the kernel stamps from a coarse clock): its
@@ -276,8 +292,10 @@ class _Walk:
             target = os.path.join(os.path.dirname(path), named)
         else:
             return
-        if os.path.isdir(target):
-            self.gitdir(os.path.realpath(target))
+        target = os.path.realpath(target)
+        # Only what lies in the root is this walk's (and what the worker could write).
+        if _inside(target, self.root) and os.path.isdir(target):
+            self.gitdir(target)
 
     def gitdir(self, gitdir: str) -> None:
         if gitdir in self.seen:
@@ -287,9 +305,9 @@ class _Walk:
         with contextlib.suppress(OSError):
             # A worktree's gitdir: its config and hooks are those of the common dir.
             named = _read_small(os.path.join(gitdir, "commondir")).strip()
-            common = os.path.join(gitdir, os.fsdecode(named))
-            if named and os.path.isdir(common):
-                dirs.append(os.path.realpath(common))
+            common = os.path.realpath(os.path.join(gitdir, os.fsdecode(named)))
+            if named and _inside(common, self.root) and os.path.isdir(common):
+                dirs.append(common)
         for directory in dirs:
             for name in _CONFIG_NAMES:
                 with contextlib.suppress(OSError):
@@ -338,6 +356,61 @@ class _Walk:
                 if self.changed(hook.stat(follow_symlinks=False)):
                     aside = _set_aside(hook.path)
                     self.findings.append(f"{hook.path}: a hook, set aside as {aside}")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+#: Where the system's git and what it loads live: readable to a confined walk.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache")
+
+
+def walk_confined(walk: _Walk, root: str) -> None:
+    """``walk.run(root)`` in a thread of its own that Landlock keeps to ``root`` (S-SEC-3).
+
+    Other workers may still write the root while it is walked, and the walk
+    works on paths: a directory swapped for a symlink between two of its
+    steps would make it rename, read or write where the path now leads,
+    outside every worker's reach (subvisor's home, another repository). In
+    its Landlock domain it may write only beneath ``root``, and read only
+    there, the system's git and its libraries, and subvisor's own code
+    (which a lazy import may need): the kernel refuses the rest, whatever a
+    path resolves to by then. Landlock confines one thread when asked to, so
+    the walk gets a thread of its own, which ends with it. Where the kernel
+    has no Landlock the walk runs unconfined, as the log says.
+    """
+    abi = _landlock.abi_version()
+    if abi < 1:
+        log.warning("no Landlock: the walk of %s is not confined to it", root)
+        walk.run(root)
+        return
+    access = _landlock.fs_access_for_abi(abi)
+    readable = [p for p in (*_SYSTEM_DIRS, *own_code()) if os.path.exists(p)]
+    ruleset = _landlock.Ruleset(
+        handled_fs=access,
+        handled_net=_landlock.NetAccess(0),
+        scoped=_landlock.Scope(0),
+        paths=[
+            _landlock.PathRule(root, access),
+            _landlock.PathRule(os.devnull, _landlock.FILE_ACCESS),
+            *(_landlock.PathRule(p, _landlock.READ_ACCESS) for p in readable),
+        ],
+    )
+    failure: list[BaseException] = []
+
+    def confined() -> None:
+        try:
+            _landlock.restrict_self(ruleset, thread_only=True)
+            walk.run(root)
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=confined, name=f"sweep {root}", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 def _safe(key: str) -> bool:
@@ -515,7 +588,7 @@ class RepositorySweeps:
             while (sweep := self._next.pop(root, None)) is not None:
                 walk = _Walk(sweep.since, [], self._listings.pop(root, {}))
                 try:
-                    await trio.to_thread.run_sync(walk.run, root)
+                    await trio.to_thread.run_sync(walk_confined, walk, root)
                     sweep.findings = walk.findings
                     self._listings[root] = walk.listings
                 except Exception as exc:

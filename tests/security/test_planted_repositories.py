@@ -271,3 +271,72 @@ def test_s_sec_3_the_walk_runs_the_systems_git_not_one_on_path(
     found = disarm_planted([str(tmp_path / "project")], 0)
     assert not marker.exists()
     assert any("core.fsmonitor" in line for line in found), found
+
+
+def test_s_sec_3_a_git_pointer_out_of_the_root_leads_the_walk_nowhere(tmp_path: Path) -> None:
+    """A `.git` symlink or `gitdir:` file planted in the root that names a repository
+    elsewhere (the user's other project, whose hook the user just changed) leaves that
+    repository as it is: the walk disarms only what lies in its root."""
+    since = time.time() - CTIME_SLACK_S
+    other = tmp_path / "other"
+    _git("init", "-q", str(other), cwd=tmp_path)
+    hook = other / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    root = tmp_path / "root"
+    (root / "by-link").mkdir(parents=True)
+    (root / "by-link" / ".git").symlink_to(other / ".git")
+    (root / "by-file").mkdir()
+    (root / "by-file" / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    assert disarm_planted([str(root)], since) == []
+    assert hook.read_text() == "#!/bin/sh\nexit 0\n"
+    assert not list(other.rglob(f"*{DISARMED_SUFFIX}*"))
+
+
+class _Escape:
+    """A walk that does what a path swapped under a real walk would make it do."""
+
+    def __init__(self, outside: Path) -> None:
+        self.outside = outside
+        self.tried: dict[str, str] = {}
+
+    def run(self, root: str) -> None:
+        attempts = {
+            "rename out": lambda: os.rename(self.outside / "secret", self.outside / "moved"),
+            "move in": lambda: os.rename(self.outside / "secret", Path(root) / "stolen"),
+            "read": lambda: (self.outside / "secret").read_text(),
+            "write": lambda: (self.outside / "new").write_text("x"),
+            "rename in root": lambda: os.rename(Path(root) / "a", Path(root) / "b"),
+        }
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+                self.tried[name] = "done"
+            except OSError as exc:
+                self.tried[name] = type(exc).__name__
+
+
+def test_s_sec_3_a_confined_walk_changes_and_reads_nothing_outside_its_root(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: the walk runs in a thread Landlock keeps to its root, so a directory a
+    running sibling swapped for a symlink mid-walk cannot make it rename, read or write
+    anything outside (subvisor's home, another repository). Only inside is it done."""
+    from supervisor.kernel._planted_repos import walk_confined
+
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    outside.mkdir()
+    root.mkdir()
+    (outside / "secret").write_text("api_key")
+    (root / "a").write_text("")
+    walk = _Escape(outside)
+    walk_confined(walk, str(root))  # type: ignore[arg-type]
+    assert walk.tried == {
+        "rename out": "PermissionError",
+        "move in": "PermissionError",
+        "read": "PermissionError",
+        "write": "PermissionError",
+        "rename in root": "done",
+    }
+    assert (outside / "secret").read_text() == "api_key" and not (outside / "new").exists()
+    # The supervisor's other threads are not confined.
+    (outside / "new").write_text("still mine")
