@@ -26,7 +26,7 @@ characters escaped: a file cannot redraw the question it is asked about.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -155,9 +155,58 @@ def mcp_json_trust_request(
         return None
     workdir = Path.cwd()
     details = tuple(_server_detail(name, config, workdir) for name, config in servers.items())
-    return TrustRequest(
-        path.absolute(), workdir, content_digest(content), tuple(servers), (), details
-    )
+    digest = _digest_with_files(content, servers.values(), workdir, path)
+    return TrustRequest(path.absolute(), workdir, digest, tuple(servers), (), details)
+
+
+#: Past this size a named file counts by its size and ctime instead of its bytes.
+_MAX_HASHED_BYTES = 64 * 1024 * 1024
+
+
+def _named_files(config: McpServerConfig, workdir: Path, project: Path) -> list[Path]:
+    """The regular files in the project (or ``workdir``) that a server's command line names.
+
+    ``python3 server.py``, ``node ./srv.js``: a workspace-write subagent can
+    rewrite them, and the server would run the rewrite outside any sandbox at
+    the next start. Trust is bound to their content too (S-SEC-3).
+    """
+    if config.url is not None:
+        return []
+    found: list[Path] = []
+    for word in (config.command or "", *config.args):
+        if not word or word.startswith("-"):
+            continue
+        try:
+            candidate = (workdir / word).resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
+        inside = candidate.is_relative_to(project) or candidate.is_relative_to(workdir)
+        if inside and candidate.is_file() and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _digest_with_files(
+    content: bytes, servers: Iterable[McpServerConfig], workdir: Path, path: Path
+) -> str:
+    """``content_digest`` of the file, and of every project file its servers' commands name."""
+    project = path.absolute().parent.resolve()
+    files = [f for config in servers for f in _named_files(config, workdir.resolve(), project)]
+    if not files:
+        return content_digest(content)
+    parts = [content]
+    for file in dict.fromkeys(files):
+        try:
+            info = file.stat()
+            if info.st_size <= _MAX_HASHED_BYTES:
+                fingerprint = content_digest(file.read_bytes())
+            else:
+                # ctime, which no process can set back, not mtime.
+                fingerprint = f"{info.st_size}:{info.st_ctime_ns}"
+        except OSError as exc:
+            fingerprint = f"unreadable: {exc.strerror}"
+        parts.append(f"\0{file}\0{fingerprint}".encode())
+    return content_digest(b"".join(parts))
 
 
 def toml_trust_request(
@@ -188,9 +237,9 @@ def toml_trust_request(
         details.append(placement)
     if not details:
         return None
-    return TrustRequest(
-        path.absolute(), workdir, content_digest(content), tuple(servers), providers, tuple(details)
-    )
+    configs = [McpServerConfig.model_validate(raw) for raw in servers.values()]
+    digest = _digest_with_files(content, configs, workdir, path)
+    return TrustRequest(path.absolute(), workdir, digest, tuple(servers), providers, tuple(details))
 
 
 #: Where agents run: a project file may only move them to a cluster once trusted,
@@ -251,6 +300,10 @@ def _server_detail(name: str, config: McpServerConfig, workdir: Path) -> str:
         f"MCP server {printable(name)}: runs {printable(command)} outside any sandbox,"
         f" in {printable(str(workdir))}"
     )
+    named = _named_files(config, workdir.resolve(), workdir.resolve())
+    if named:
+        shown = ", ".join(printable(str(f)) for f in named)
+        detail += f" (trust covers the content of {shown} too, not what it imports)"
     if config.env:
         detail += f", setting {', '.join(map(printable, config.env))}"
     return detail

@@ -496,3 +496,31 @@ def _child_named(parent: int, name: str, timeout_s: float = 10.0) -> int:
                     return int(child.pid)
         time.sleep(0.02)
     raise AssertionError(f"no {name} below process {parent}")
+
+
+@pytest.mark.parametrize("kind", ["mcp.json", "subvisor.toml"])
+def test_s_sec_3_a_trusted_server_whose_project_script_was_rewritten_asks_again(
+    project: Project, kind: str
+) -> None:
+    """S-SEC-3: trust covers the project files a server's command line names. A
+    workspace-write subagent can rewrite `server.py` (never `.mcp.json` itself); the next
+    run refuses it as changed instead of running the rewrite outside any sandbox, and runs
+    it once the user trusts the new content (control)."""
+    script = project.dir / "server.py"
+    script.write_text(MARKER_SERVER)
+    project.server_script = Path("server.py")  # as a project names it: relative
+    path = project.write_mcp_json() if kind == "mcp.json" else project.write_toml_servers()
+    trusted = project.cli("trust", str(path))
+    assert trusted.returncode == 0, trusted.stderr
+    assert "trust covers the content of" in trusted.stdout and str(script) in trusted.stdout
+    assert project.run().returncode == 0 and project.marker.exists()
+    project.marker.unlink()
+
+    pwned = project.dir.parent / "rewrite-ran"
+    script.write_text(f"from pathlib import Path\nPath({str(pwned)!r}).touch()\n" + MARKER_SERVER)
+    _assert_refused(project.run(), path, "changed since you trusted it")
+    assert not pwned.exists() and not project.marker.exists()
+
+    assert project.cli("trust", str(path)).returncode == 0
+    assert project.run().returncode == 0
+    assert pwned.exists() and project.marker.exists()
