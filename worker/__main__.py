@@ -11,7 +11,7 @@ import sys
 
 from protocol import WORKER_PROCESS_NAME, ResourceLimits, SandboxPolicy
 
-from ._process import die_with_parent, lower_priority, set_process_name
+from ._process import end_tree_with_parent, lower_priority, set_process_name
 from ._runtime import run_worker
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cgroup-fd", type=int, action="append", default=[], help="a cgroup.procs file to join"
     )
     args = parser.parse_args(argv)
-    die_with_parent(args.parent_pid)
+    end_tree_with_parent(args.parent_pid)
     set_process_name(WORKER_PROCESS_NAME)
     lower_priority(args.nice)
     limits = ResourceLimits.model_validate_json(args.limits)

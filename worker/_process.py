@@ -11,9 +11,12 @@ import signal
 
 from protocol import ResourceLimits
 
+from ._subtree import kill_descendants
+
 __all__ = [
     "apply_resource_limits",
     "die_with_parent",
+    "end_tree_with_parent",
     "join_cgroups",
     "lower_priority",
     "prefer_for_oom_kill",
@@ -71,6 +74,28 @@ def prefer_for_oom_kill() -> None:
     """
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write(str(_OOM_SCORE_ADJ))
+
+
+def end_tree_with_parent(expected_parent: int) -> None:
+    """Die with the parent, first killing everything below this process (a worker).
+
+    The parent-death signal is SIGTERM, handled: a worker is a child
+    subreaper, so what it started (a ``setsid`` daemon, a double fork) is
+    below it while it lives, and is killed before it exits. Were it SIGKILL,
+    a zygote killed together with its supervisor (``pkill -9 -f subvisor``)
+    would leave that tree to init, with nobody left to end it (S-SEC-5).
+    A SIGTERM from anywhere else ends the worker the same way.
+    """
+    signal.signal(signal.SIGTERM, _end_tree)
+    die_with_parent(expected_parent, signal.SIGTERM)
+
+
+def _end_tree(signum: int, frame: object) -> None:
+    kill_descendants(deadline_s=1.0)
+    # Then die of the signal itself, as unhandled: the exit reads the same.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)
 
 
 def join_cgroups(fds: list[int]) -> str:

@@ -61,7 +61,7 @@ from protocol import (
 
 from ._fdpass import FD_SIZE, MAX_SPAWN_FDS, close_fds_except, fds_ancillary, received_fds
 from ._privileges import set_child_subreaper, set_dumpable
-from ._process import die_with_parent, lower_priority, set_process_name
+from ._process import die_with_parent, end_tree_with_parent, lower_priority, set_process_name
 from ._rehearsal import RehearsalError, rehearse
 from ._runtime import EXIT_INTERNAL_ERROR, run_standby, run_worker
 from ._sandbox import isolate_mounts
@@ -232,13 +232,12 @@ class Zygote:
         """In a fresh child: shed the zygote's signal setup and fds, own group, die with it."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         # Inherit nothing of the zygote's (control socket, selector, wakeup
         # pipe, other standbys' sockets): only stdio and ``keep``.
         close_fds_except({0, 1, 2, *keep})
         set_process_name(WORKER_PROCESS_NAME)
         os.setpgid(0, 0)
-        die_with_parent(self.pid)
+        end_tree_with_parent(self.pid)
         # Standbys too: their start-up must not compete with the supervisor either.
         lower_priority(self.nice)
 

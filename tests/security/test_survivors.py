@@ -114,6 +114,33 @@ def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, sig: int)
             os.kill(pid, signal.SIGKILL)
 
 
+def test_s_sec_5_no_descendant_survives_its_supervisor_and_zygote_killed_together(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-5: the supervisor and its zygote both SIGKILLed at once (`pkill -9 -f
+    subvisor` matches both; an OOM of the machine may take both), so neither can end the
+    trees: each worker still ends everything below it as it dies with its zygote."""
+    markers = _markers()
+    run = _start_run(tmp_path, markers)
+    try:
+        _wait(lambda: _sleeping(markers) == set(markers))
+        assert _sleeping(markers) == set(markers), (
+            run.stderr.read() if run.poll() is not None else ""
+        )
+        zygotes = [p for p in psutil.Process(run.pid).children() if p.name() == "subvisor-zygote"]
+        assert zygotes
+        for process in (psutil.Process(run.pid), *zygotes):
+            process.kill()
+        run.wait(timeout=60)
+        _wait(lambda: not _alive_with(markers), limit_s=30)
+        assert _alive_with(markers) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in _alive_with(markers):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_s_sec_5_what_a_worker_left_running_ends_with_it(tmp_path: Path) -> None:
     """S-SEC-5: a subagent that finishes with background, detached and double-forked
     processes still running: they end with its worker, while the run goes on."""
