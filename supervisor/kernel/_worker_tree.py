@@ -19,10 +19,10 @@ re-parented to the nearest child subreaper above it (a worker is one). A
 vanished link (or the process asked about) therefore starts the walk again
 from the start, which then climbs through the new parent; a walk that still
 cannot finish after ``_WALKS`` tries, or that passes ``_MAX_DEPTH``, counts
-as inside: a tree killing its own processes while it is checked must not
-pass for one outside. (Answered from what was seen, a walk that lost its way
-between a process and its worker said "outside", and the control channel
-admitted a subagent.)
+as inside (``UNSETTLED``): a tree killing its own processes while it is
+checked must not pass for one outside. (Answered from what was seen, a walk
+that lost its way between a process and its worker said "outside", and the
+control channel admitted a subagent.)
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ._errors import NestedSupervisorError
 
 __all__ = [
     "TREE_PROCESS_NAMES",
+    "UNSETTLED",
     "in_worker_tree",
     "inside_worker_tree_reason",
     "refuse_inside_worker_tree",
@@ -73,8 +74,9 @@ def _proc_pid() -> int | None:
         return None
 
 
-class _UnsettledAncestry(Exception):
-    """A process's ancestry kept changing (or ran too deep) while it was walked."""
+#: ``worker_tree_ancestor``'s answer where no walk could finish (see Races):
+#: no process has it, and it is not None, so it counts as inside.
+UNSETTLED = -1
 
 
 def worker_tree_ancestor(pid: int | None = None) -> int | None:
@@ -82,8 +84,8 @@ def worker_tree_ancestor(pid: int | None = None) -> int | None:
 
     Pids are those of ``/proc``'s namespace; where ``/proc`` does not name this
     process, None (``inside_worker_tree_reason`` tells that case apart).
-    Raises ``_UnsettledAncestry`` when no walk could finish (see Races): callers
-    here count that as inside.
+    ``UNSETTLED`` where the ancestry kept changing, ran too deep, or ``pid``
+    is gone (see Races).
     """
     start = _proc_pid() if pid is None else pid
     if start is None:
@@ -101,10 +103,8 @@ def worker_tree_ancestor(pid: int | None = None) -> int | None:
                 return current
             current = ppid
         else:
-            raise _UnsettledAncestry(f"process {start} has more than {_MAX_DEPTH} ancestors")
-    raise _UnsettledAncestry(
-        f"the ancestry of process {start} changed under each of {_WALKS} walks"
-    )
+            return UNSETTLED  # deeper than any real process tree
+    return UNSETTLED
 
 
 def in_worker_tree(pid: int | None = None) -> bool:
@@ -112,10 +112,7 @@ def in_worker_tree(pid: int | None = None) -> bool:
 
     Also true when its ancestry could not be settled, or ``pid`` is gone.
     """
-    try:
-        return worker_tree_ancestor(pid) is not None
-    except _UnsettledAncestry:
-        return True
+    return worker_tree_ancestor(pid) is not None
 
 
 def inside_worker_tree_reason() -> str | None:
@@ -126,10 +123,12 @@ def inside_worker_tree_reason() -> str | None:
             f"this process (pid {os.getpid()} in its own PID namespace) is not named by /proc, "
             "so it cannot be shown to be outside a subvisor worker tree"
         )
-    try:
-        ancestor = worker_tree_ancestor(pid)
-    except _UnsettledAncestry as exc:
-        return f"{exc}, so it cannot be shown to be outside a subvisor worker tree"
+    ancestor = worker_tree_ancestor(pid)
+    if ancestor == UNSETTLED:
+        return (
+            f"the ancestry of this process (pid {pid}) kept changing while it was checked, "
+            "so it cannot be shown to be outside a subvisor worker tree"
+        )
     if ancestor is None and TREE_ENV not in os.environ:
         return None
     where = f"process {ancestor}" if ancestor is not None else os.environ[TREE_ENV]
