@@ -276,6 +276,9 @@ def _add_path_rule(ruleset_fd: int, rule: PathRule, handled: FsAccess) -> bool:
     except OSError as exc:
         if rule.nofollow:
             return False
+        if exc.errno == errno.ENOENT:
+            # Gone since the rules were drawn (a sibling in /tmp): nothing to grant.
+            return True
         raise LandlockError(
             exc.errno, f"cannot open {rule.path} for a rule: {exc.strerror}"
         ) from exc
