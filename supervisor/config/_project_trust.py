@@ -219,6 +219,7 @@ def toml_trust_request(
     servers = _table(data, "mcp_servers")
     workdir = Path.cwd()
     details = []
+    configs = []
     for name, raw in servers.items():
         try:
             config = McpServerConfig.model_validate(raw)
@@ -226,6 +227,7 @@ def toml_trust_request(
             raise ConfigError(
                 f"{path}: mcp_servers.{name}: {validation_problems(exc)}; fix it or remove it"
             ) from None
+        configs.append(config)
         details.append(_server_detail(name, config, workdir))
     user_providers = _table(_table(user, "gateway"), "providers")
     providers = _trust_needing_providers(data)
@@ -237,7 +239,6 @@ def toml_trust_request(
         details.append(placement)
     if not details:
         return None
-    configs = [McpServerConfig.model_validate(raw) for raw in servers.values()]
     digest = _digest_with_files(content, configs, workdir, path)
     return TrustRequest(path.absolute(), workdir, digest, tuple(servers), providers, tuple(details))
 

@@ -101,43 +101,35 @@ async def test_s_sec_4_a_fork_loop_hits_the_process_cap_and_nothing_survives(
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-async def test_s_sec_4_cpu_of_children_a_descendant_reaped_counts_while_it_lives(
-    tmp_path: Path, mechanism: str
+@pytest.mark.parametrize("layout", ["at once", "one after another"])
+async def test_s_sec_4_cpu_is_counted_over_the_tree(
+    tmp_path: Path, mechanism: str, layout: str
 ) -> None:
-    """S-SEC-4: eight children run one after another by Bash, each burning 0.5 s of CPU,
-    under a 2 s cap: the cap ends the worker while Bash still runs them.
+    """S-SEC-4: busy children, each under the per-process CPU limit when the tree reaches
+    its cap, end the worker with "cpu cap exceeded": four at once (cap 4 s), or eight of
+    0.5 s run one after another by Bash (cap 2 s), ended while Bash still runs them.
 
-    Bash reaps each child, so a child's CPU lives on only in Bash's own count
-    of its reaped children: a sampler that read that count for the worker
+    Bash reaps each of the latter, so a child's CPU lives on only in Bash's own
+    count of its reaped children: a sampler that read that count for the worker
     alone let all eight run and saw the cap only once Bash ended.
     """
-    done = tmp_path / "done"
-    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
-    burn = f"{PY} -c '{spin}'"
-    command = f"for i in 1 2 3 4 5 6 7 8; do {burn}; echo $i >> {done}; done"
+    marker, done = _marker(), tmp_path / "done"
+    if layout == "at once":
+        spin = f"{PY} -c 'import sys; sys.argv.append(\"{marker}\")\nwhile True: pass'"
+        command, cap = f"for i in 1 2 3 4; do {spin} & done; wait", 4
+    else:
+        burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+        spin = f"{PY} -c '{burn}' {marker}"
+        command, cap = f"for i in 1 2 3 4 5 6 7 8; do {spin}; echo $i >> {done}; done", 2
     answer, exit, used, _ = await _broken(
-        tmp_path, mechanism, command, ResourceLimits(cpu_seconds=2)
-    )
-    assert answer is None
-    assert exit.kind is ExitKind.CPU_CAP, exit.reason
-    assert "whole process tree" in exit.reason and used in exit.reason
-    assert len(done.read_text().split()) < 8
-
-
-@pytest.mark.parametrize("mechanism", MECHANISMS)
-async def test_s_sec_4_cpu_is_counted_over_the_tree(tmp_path: Path, mechanism: str) -> None:
-    """S-SEC-4: four busy children, each under the per-process CPU limit when the tree
-    reaches its cap, end the worker with "cpu cap exceeded"."""
-    marker = _marker()
-    spin = f"{PY} -c 'import sys; sys.argv.append(\"{marker}\")\nwhile True: pass'"
-    command = f"for i in 1 2 3 4; do {spin} & done; wait"
-    answer, exit, used, _ = await _broken(
-        tmp_path, mechanism, command, ResourceLimits(cpu_seconds=4)
+        tmp_path, mechanism, command, ResourceLimits(cpu_seconds=cap)
     )
     assert answer is None
     assert exit.kind is ExitKind.CPU_CAP, exit.reason
     assert "whole process tree" in exit.reason and used in exit.reason
     assert await _until_gone(marker) == []
+    if layout == "one after another":
+        assert len(done.read_text().split()) < 8
 
 
 async def test_s_sec_4_the_file_size_cap_binds_every_descendant(tmp_path: Path) -> None:
