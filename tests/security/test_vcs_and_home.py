@@ -233,3 +233,44 @@ async def test_s_sec_3_no_repository_can_be_planted_at_a_project_without_one(
     assert (project / "brand_new.py").read_text() == "new\n"
     record = attack.record.sandbox
     assert record is not None and str(project / ".git") in record.read_only
+
+
+@needs_landlock
+def test_a_rule_for_a_path_gone_since_the_rules_were_drawn_grants_nothing(
+    tmp_path: Path,
+) -> None:
+    """The fallback grants every sibling along a carved path, and a sibling in /tmp may be
+    removed (by another program) before its rule is added: that grants nothing and the
+    rest of the ruleset holds, rather than the spawn failing."""
+    kept, gone = tmp_path / "kept", tmp_path / "gone"
+    kept.mkdir()
+    ruleset = _landlock.Ruleset(
+        handled_fs=_landlock.fs_access_for_abi(landlock_abi()),
+        handled_net=_landlock.NetAccess(0),
+        scoped=_landlock.Scope(0),
+        paths=[
+            _landlock.PathRule("/", _landlock.READ_ACCESS),
+            _landlock.PathRule(str(gone), _landlock.fs_access_for_abi(landlock_abi())),
+            _landlock.PathRule(str(kept), _landlock.fs_access_for_abi(landlock_abi())),
+        ],
+    )
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            _landlock.restrict_self(ruleset)
+            (kept / "x").write_text("ok")
+            try:
+                (tmp_path / "y").write_text("no")
+                said = "wrote outside"
+            except PermissionError:
+                said = "kept only"
+        except BaseException as exc:
+            said = f"failed: {exc}"
+        os.write(write_fd, said.encode())
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as out:
+        said = out.read()
+    os.waitpid(pid, 0)
+    assert said == "kept only"
