@@ -317,11 +317,20 @@ def _bare(entry: ProfileEntry) -> str:
     return entry.name
 
 
+#: Entries one profile dir's walk reads at most: a link to ``/`` in a repository's
+#: ``.claude/agents`` must not make every catalog load walk the machine.
+WALK_ENTRIES = 20_000
+
+
 def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
-    """Profile files under ``root``, sorted per dir, following links but never in a loop."""
+    """Profile files under ``root``, sorted per dir, following links but never in a loop.
+
+    At most ``WALK_ENTRIES`` entries are read; past that the walk stops, said in ``ignored``.
+    """
     if not root.is_dir():
         return
     visited: set[tuple[int, int]] = set()
+    budget = WALK_ENTRIES
 
     def on_error(exc: OSError) -> None:
         ignored[str(exc.filename)] = f"cannot be scanned: {exc.strerror or exc}"
@@ -337,6 +346,13 @@ def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
             subdirs[:] = []
             continue
         visited.add((stat.st_dev, stat.st_ino))
+        budget -= len(subdirs) + len(files)
+        if budget < 0:
+            ignored[str(root)] = (
+                f"not scanned past {WALK_ENTRIES} entries (a link to a large tree?): "
+                "profiles below that were not loaded"
+            )
+            return
         subdirs[:] = sorted(
             d for d in subdirs if not d.startswith(".") and not d.startswith(_TASK_OUTPUT_PREFIX)
         )

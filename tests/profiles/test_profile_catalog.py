@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.profiles import _profile_catalog
 from supervisor.profiles._builtin_profiles import BUILTIN_PROFILES, EXPLORE
 from supervisor.profiles._names import (
     AmbiguousAgentTypeError,
@@ -497,3 +498,22 @@ def test_to_json_says_where_each_profile_comes_from() -> None:
             "reason": catalog.ignored[str(FIXTURES / "user/README.md")],
         }
     ]
+
+
+def test_s_sec_3_a_profile_dir_linked_to_a_large_tree_is_walked_only_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository's `.claude/agents/all -> /` must not make every catalog load walk the
+    machine: the walk stops after `WALK_ENTRIES` entries and says so; what it read loads."""
+    monkeypatch.setattr(_profile_catalog, "WALK_ENTRIES", 50)
+    big = tmp_path / "big"
+    _write(big / "a-first.md", _profile_text("first"))
+    for i in range(30):
+        _write(big / f"d{i:02d}" / "x.md", _profile_text(f"deep{i}"))
+    agents = tmp_path / "project" / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "all").symlink_to(big)
+    catalog = ProfileCatalog.discover(tmp_path / "project", home=tmp_path / "h", user_dirs=[])
+    names = [e.name for e in catalog.entries if e.scope == "project"]
+    assert "first" in names and len(names) < 31
+    assert "not scanned past 50 entries" in catalog.ignored[str(agents)]
