@@ -226,6 +226,7 @@ class Supervisor:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._temp_dirs.close)
             await trio.to_thread.run_sync(self._remove_vcs_placeholders)
+        self._sweeps.close()
 
     def _remove_vcs_placeholders(self) -> None:
         """Remove each placeholder ``.git`` still empty, now that no worker's namespace binds it.
