@@ -103,25 +103,17 @@ class BearerTokenGate:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or ()).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
-                body = json.dumps(
-                    {"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"}
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer realm="subvisor"'),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                error = "missing or wrong bearer token (Authorization: Bearer TOKEN)"
+                challenge = (b"www-authenticate", b'Bearer realm="subvisor"')
+                await _refuse(send, 401, error, (challenge,))
                 return
         await self._app(scope, receive, send)
 
 
-async def _refuse(send: Send, status: int, error: str, headers: list[tuple[bytes, bytes]]) -> None:
+async def _refuse(
+    send: Send, status: int, error: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer the request with ``status`` and ``{"error": error}`` (JSON)."""
     await send(
         {
             "type": "http.response.start",
@@ -148,7 +140,7 @@ class LoopbackPeerGate:
         if scope["type"] == "http":
             refusal = await self._refusal(scope.get("client"), scope.get("server"))
             if refusal is not None:
-                await _refuse(send, 403, refusal, [])
+                await _refuse(send, 403, refusal)
                 return
         await self._app(scope, receive, send)
 
