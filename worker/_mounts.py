@@ -51,6 +51,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -58,6 +59,7 @@ from ._privileges import status_caps
 
 __all__ = [
     "CURRENT",
+    "DEVICE_DIRS",
     "VCS_NAMES",
     "VCS_WALK_DEPTH",
     "VCS_WALK_ENTRIES",
@@ -67,6 +69,9 @@ __all__ = [
     "missing_vcs_dirs",
     "vcs_dirs",
 ]
+
+#: Where block device nodes live: each is covered by ``/dev/null`` (``cover_block_devices``).
+DEVICE_DIRS = ("/dev", "/dev/mapper")
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
@@ -274,6 +279,8 @@ class MountNamespace:
     error: str = ""
     hidden: list[str] = field(default_factory=list)
     read_only: list[str] = field(default_factory=list)
+    #: Whether every block device node is covered (``cover_block_devices``).
+    devices_covered: bool = False
 
     @property
     def entered(self) -> bool:
@@ -341,6 +348,34 @@ class MountNamespace:
                 for _, fd in kept:
                     os.close(fd)
             self.hidden.append(path)
+        return failed
+
+    def cover_block_devices(self) -> list[str]:
+        """Bind ``/dev/null`` over every block device node in ``DEVICE_DIRS``; what failed.
+
+        For uid 0 the kernel checks only a disk's owner (root), not a
+        capability: a worker could read the raw disk and, from the filesystem
+        on it, subvisor's hidden home (its config, with the keys). Landlock's
+        read grant on ``/`` covers device nodes too. Once per namespace: a
+        zygote does it at start, and what it forks inherits that it is done.
+        A disk attached later is not covered.
+        """
+        if self.devices_covered:
+            return []
+        failed = []
+        for directory in DEVICE_DIRS:
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if not stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
+                        continue
+                    _mount(os.devnull, entry.path, None, _MS_BIND)
+                except OSError as exc:
+                    failed.append(f"{entry.path}: {exc}")
+        self.devices_covered = not failed
         return failed
 
     def make_read_only(self, paths: Iterable[str]) -> list[str]:

@@ -108,6 +108,8 @@ def isolate_mounts(
     problems = namespace.hide(hidden, keep=HOME_KEEP)
     if os.path.isdir(CGROUP_FS):
         problems += namespace.hide([CGROUP_FS])
+    if os.geteuid() == 0:
+        problems += namespace.cover_block_devices()
     problems += namespace.make_read_only(read_only)
     problems += namespace.block_creation(absent)
     return problems
@@ -258,6 +260,11 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             update={"reason": "; ".join(missing), "privileges_dropped": dropped}
         )
     hidden, read_only, carve = _isolate(policy)
+    if os.geteuid() == 0 and not _mounts.CURRENT.devices_covered:
+        missing.append(
+            "block devices are not covered, so this uid-0 worker could read a raw disk "
+            f"(no private mount namespace: {_mounts.CURRENT.error or 'a bind failed'})"
+        )
     how = [_mounts.CURRENT.how] if hidden or read_only else []
     # After the mounts: where a user namespace was needed, this is where the
     # capability to unshare is (and before the privilege drop takes it).

@@ -13,6 +13,7 @@ any mode. Each attack writes back what is there, so that a hole changes nothing.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -67,3 +68,37 @@ async def test_s_sec_4_a_workers_tree_is_the_oom_killers_first_choice_for_good(
     said = [attack.output(i).strip() for i in range(len(commands))]
     assert said[:2] == ["1000", "refused-lower"], said
     assert int(said[2]) < 1000  # the supervisor's own
+
+
+_BLOCK_DEVICES = [
+    entry.path
+    for entry in (os.scandir("/dev") if os.path.isdir("/dev") else ())
+    if stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode)
+]
+_OPEN_EACH = (
+    "import os, stat, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    try:\n"
+    "        fd = os.open(path, os.O_RDONLY)\n"
+    "    except OSError as exc:\n"
+    "        print('refused', path, exc.errno); continue\n"
+    "    print('BLOCK' if stat.S_ISBLK(os.fstat(fd).st_mode) else 'covered', path)\n"
+)
+
+
+@pytest.mark.machine_may_lack("a block device node in /dev", when=not _BLOCK_DEVICES)
+@pytest.mark.machine_may_lack(
+    "root, for whom the kernel checks only a disk's owner", when=os.geteuid() != 0
+)
+@pytest.mark.parametrize("mode", ["full", "read-only"])
+async def test_s_sec_1_a_root_worker_cannot_read_a_raw_disk(tmp_path: Path, mode: str) -> None:
+    """S-SEC-1: the disk holds subvisor's hidden home (its config, with the keys), and a
+    uid-0 worker passes a disk's owner check without a capability: no block device in
+    /dev opens as one for it."""
+    script = tmp_path / "open_each.py"
+    script.write_text(_OPEN_EACH)
+    command = f"{sys.executable} {script} {' '.join(_BLOCK_DEVICES)}"
+    attack = await bash_attack(tmp_path, [command], mode=mode, network="deny")
+    lines = attack.output(0).split("\n")
+    assert len(lines) == len(_BLOCK_DEVICES), lines
+    assert not [line for line in lines if line.startswith("BLOCK")], lines
