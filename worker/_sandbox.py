@@ -6,7 +6,8 @@ worker and everything it starts: Bash, its children, the file tools' threads.
 In order, because each step needs what the next one takes away:
 
 1. **Mounts** (``_mounts``): subvisor's home and the cgroup filesystem
-   hidden, every ``.git`` in a writable root read-only, and an empty
+   hidden, every block device node covered (as root), every ``.git`` in a
+   writable root read-only, and an empty
    read-only ``ROOT/.git`` where a root has none (S-SEC-1, S-SEC-3). A
    zygote worker finds the namespace made by its zygote; an exec'd one
    makes it here. Then the worker's own IPC namespace, never shared (S-SEC-4,
