@@ -585,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..kernel import (
         NestedSupervisorError,
         PlacementError,
+        disk_full_error,
         find_exception,
         refuse_inside_worker_tree,
     )
@@ -604,10 +605,19 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         # No Ray, or no cluster where --ray or placement said (S-DIST-1): one line too.
         placement = find_exception(exc, PlacementError)
-        if placement is None:
+        full = disk_full_error(exc)
+        if placement is None and full is None:
             raise
-        Console(stderr=True).print(
-            f"[red]{escape(str(placement))}[/]", soft_wrap=True, highlight=False
-        )
+        if placement is not None:
+            line = str(placement)
+        else:
+            from ..state._paths import subvisor_home
+
+            line = (
+                f"no space left on the disk that holds {subvisor_home()} ({full}): a subagent "
+                "may have filled it; free space there and run again (the next subvisor "
+                "command marks the sessions this run left running as interrupted)"
+            )
+        Console(stderr=True).print(f"[red]{escape(line)}[/]", soft_wrap=True, highlight=False)
         return 2
     return code

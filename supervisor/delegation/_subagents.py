@@ -59,6 +59,7 @@ from ..kernel import (
     WorkerExitedError,
     WorkerHandle,
     WorkerRequestError,
+    disk_full_error,
 )
 from ..policy._approvals import ApprovalOrigin, Requester
 from ..policy._policy import ToolPolicy
@@ -329,8 +330,14 @@ class SubagentRun:
             error = str(exc)
             self.launch_error = error
         except Exception as exc:  # a bug here must not kill the Subvisor
-            log.exception("subagent %s failed unexpectedly", self.task_id)
-            error = f"internal error: {type(exc).__name__}: {exc}"
+            full = disk_full_error(exc)
+            if full is None:
+                log.exception("subagent %s failed unexpectedly", self.task_id)
+                error = f"internal error: {type(exc).__name__}: {exc}"
+            else:
+                # Not a bug: what it ran may have filled the disk. One line.
+                log.error("subagent %s failed: the disk is full (%s)", self.task_id, full)
+                error = f"the disk that holds subvisor's state is full ({full})"
         finally:
             self._pass_turn()  # a run stopped or failed before it queued
             with trio.CancelScope(shield=True):
@@ -339,10 +346,14 @@ class SubagentRun:
                     if worker_exit is None and exit is not None and not exit.ok:
                         worker_exit = exit.reason
                     self._finish(status, result, error, worker_exit, exit)
-                except Exception:
+                except Exception as exc:
                     # Recording the end failed (a full disk, say): the run
                     # still ends, and its waiters must not hang.
-                    log.exception("could not record the end of subagent %s", self.task_id)
+                    full = disk_full_error(exc)
+                    if full is None:
+                        log.exception("could not record the end of subagent %s", self.task_id)
+                    else:
+                        log.error("could not record the end of subagent %s: %s", self.task_id, full)
                 finally:
                     self.ready.set()
                     self.done.set()

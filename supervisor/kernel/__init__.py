@@ -24,6 +24,7 @@ from ._errors import (
     UnplaceableError,
     WorkerExitedError,
     WorkerRequestError,
+    disk_full_error,
     find_exception,
     validation_problems,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "WorkerRequestError",
     "default_request_handler",
     "disarm_planted",
+    "disk_full_error",
     "find_exception",
     "in_worker_tree",
     "inside_worker_tree_reason",

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from typing import TYPE_CHECKING
 
 from .._errors import SubvisorError
@@ -23,6 +25,7 @@ __all__ = [
     "UnplaceableError",
     "WorkerExitedError",
     "WorkerRequestError",
+    "disk_full_error",
     "find_exception",
     "validation_problems",
 ]
@@ -79,6 +82,26 @@ def find_exception(exc: BaseException, kind: type[BaseException]) -> BaseExcepti
             found = find_exception(inner, kind)
             if found is not None:
                 return found
+    return None
+
+
+def disk_full_error(exc: BaseException) -> BaseException | None:
+    """A full disk's error (``ENOSPC``, SQLite's ``SQLITE_FULL``) in ``exc``, its groups or
+    what it was raised while handling; None if there is none."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return current
+        if getattr(current, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return None
 
 
