@@ -67,7 +67,7 @@ import trio
 
 from worker import _landlock
 
-from ._own_code import own_code
+from ._own_code import _within, own_code
 
 __all__ = [
     "CTIME_SLACK_S",
@@ -295,7 +295,7 @@ class _Walk:
             return
         target = os.path.realpath(target)
         # Only what lies in the root is this walk's (and what the worker could write).
-        if _inside(target, self.root) and os.path.isdir(target):
+        if _within(target, self.root) and os.path.isdir(target):
             self.gitdir(target)
 
     def gitdir(self, gitdir: str) -> None:
@@ -307,7 +307,7 @@ class _Walk:
             # A worktree's gitdir: its config and hooks are those of the common dir.
             named = _read_small(os.path.join(gitdir, "commondir")).strip()
             common = os.path.realpath(os.path.join(gitdir, os.fsdecode(named)))
-            if named and _inside(common, self.root) and os.path.isdir(common):
+            if named and _within(common, self.root) and os.path.isdir(common):
                 dirs.append(common)
         for directory in dirs:
             for name in _CONFIG_NAMES:
@@ -357,10 +357,6 @@ class _Walk:
                 if self.changed(hook.stat(follow_symlinks=False)):
                     aside = _set_aside(hook.path)
                     self.findings.append(f"{hook.path}: a hook, set aside as {aside}")
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 #: Where the system's git and what it loads live: readable to a confined walk.
