@@ -49,6 +49,7 @@ from ..kernel import validation_problems
 from ..policy._rule_config import rules_from_config
 from ..policy._rules import (
     PERMISSION_MODES,
+    STRICTNESS,
     PermissionConfigError,
     PermissionMode,
     PermissionRule,
@@ -270,8 +271,6 @@ def _check_config_file(
 _DEFAULT_PERMISSION = SubvisorSettings.model_fields["permission"].get_default(
     call_default_factory=True
 )
-#: How strict an action is: a project rule may only move up (S-SEC-3).
-_STRICTNESS: Mapping[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 
 def _project_rules(path: Path, project: Mapping[str, Any]) -> Ruleset:
@@ -306,7 +305,7 @@ def _check_project_permission(path: Path, project: Mapping[str, Any], user: Rule
         if not covering:
             deciding.append(PermissionRule(rule.permission, rule.pattern, "ask"))
         for own in deciding:
-            if _STRICTNESS[own.action] > _STRICTNESS[rule.action] and _meet(own, rule):
+            if STRICTNESS[own.action] > STRICTNESS[rule.action] and _meet(own, rule):
                 where = "the default" if own not in user else "your config"
                 raise ConfigError(
                     f"{path} sets permission {rule.permission} {rule.pattern!r} ="

@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 
 from ._bash_lexer import CommandTooComplexError
 from ._rules import (
+    STRICTNESS,
     Action,
     PermissionMode,
     PermissionRule,
@@ -86,7 +87,7 @@ class ToolPolicy:
             if rules is None:
                 continue
             answer = decide(_asks_allowed(rules) if never_asked else rules, checks, mode=self.mode)
-            if _STRICTNESS[answer] > _STRICTNESS[action]:
+            if STRICTNESS[answer] > STRICTNESS[action]:
                 action, deciding = answer, rules
         if action == "allow":
             return PolicyDecision("allow")
@@ -146,9 +147,6 @@ class ToolPolicy:
             subject=asking[0].subject if asking else "*",
         )
         return PolicyDecision("deny", f"{decision.reason}; {hint}")
-
-
-_STRICTNESS: dict[Action, int] = {"allow": 0, "ask": 1, "deny": 2}
 
 
 def _asks_allowed(rules: Ruleset) -> Ruleset:

@@ -28,6 +28,7 @@ __all__ = [
     "ACTIONS",
     "PERMISSION_MODES",
     "PLAN_MODE_PERMISSIONS",
+    "STRICTNESS",
     "Action",
     "PermissionCheck",
     "PermissionConfigError",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 Action = Literal["allow", "ask", "deny"]
+#: How strict an action is: a stricter answer has the higher number.
+STRICTNESS: Final[Mapping[Action, int]] = {"allow": 0, "ask": 1, "deny": 2}
 ACTIONS: Final[tuple[Action, ...]] = get_args(Action)
 
 PermissionMode = Literal["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"]
