@@ -154,8 +154,11 @@ def mcp_json_trust_request(
     if not servers:
         return None
     workdir = Path.cwd()
-    details = tuple(_server_detail(name, config, workdir) for name, config in servers.items())
-    digest = _digest_with_files(content, servers.values(), workdir, path)
+    named = {name: _named_files(config, workdir, path) for name, config in servers.items()}
+    details = tuple(
+        _server_detail(name, config, workdir, named[name]) for name, config in servers.items()
+    )
+    digest = _digest_with_files(content, [f for files in named.values() for f in files])
     return TrustRequest(path.absolute(), workdir, digest, tuple(servers), (), details)
 
 
@@ -163,8 +166,9 @@ def mcp_json_trust_request(
 _MAX_HASHED_BYTES = 64 * 1024 * 1024
 
 
-def _named_files(config: McpServerConfig, workdir: Path, project: Path) -> list[Path]:
-    """The regular files in the project (or ``workdir``) that a server's command line names.
+def _named_files(config: McpServerConfig, workdir: Path, path: Path) -> list[Path]:
+    """The regular files in the project of ``path`` (or in ``workdir``) that a server's
+    command line names.
 
     ``python3 server.py``, ``node ./srv.js``: a workspace-write subagent can
     rewrite them, and the server would run the rewrite outside any sandbox at
@@ -172,6 +176,7 @@ def _named_files(config: McpServerConfig, workdir: Path, project: Path) -> list[
     """
     if config.url is not None:
         return []
+    workdir, project = workdir.resolve(), path.absolute().parent.resolve()
     found: list[Path] = []
     for word in (config.command or "", *config.args):
         if not word or word.startswith("-"):
@@ -186,16 +191,13 @@ def _named_files(config: McpServerConfig, workdir: Path, project: Path) -> list[
     return found
 
 
-def _digest_with_files(
-    content: bytes, servers: Iterable[McpServerConfig], workdir: Path, path: Path
-) -> str:
-    """``content_digest`` of the file, and of every project file its servers' commands name."""
-    project = path.absolute().parent.resolve()
-    files = [f for config in servers for f in _named_files(config, workdir.resolve(), project)]
+def _digest_with_files(content: bytes, files: Iterable[Path]) -> str:
+    """``content_digest`` of the file, and of the project ``files`` its servers' commands name."""
+    files = list(dict.fromkeys(files))
     if not files:
         return content_digest(content)
     parts = [content]
-    for file in dict.fromkeys(files):
+    for file in files:
         try:
             info = file.stat()
             if info.st_size <= _MAX_HASHED_BYTES:
@@ -219,7 +221,7 @@ def toml_trust_request(
     servers = _table(data, "mcp_servers")
     workdir = Path.cwd()
     details = []
-    configs = []
+    files: list[Path] = []
     for name, raw in servers.items():
         try:
             config = McpServerConfig.model_validate(raw)
@@ -227,8 +229,9 @@ def toml_trust_request(
             raise ConfigError(
                 f"{path}: mcp_servers.{name}: {validation_problems(exc)}; fix it or remove it"
             ) from None
-        configs.append(config)
-        details.append(_server_detail(name, config, workdir))
+        named = _named_files(config, workdir, path)
+        files += named
+        details.append(_server_detail(name, config, workdir, named))
     user_providers = _table(_table(user, "gateway"), "providers")
     providers = _trust_needing_providers(data)
     for name in providers:
@@ -239,7 +242,7 @@ def toml_trust_request(
         details.append(placement)
     if not details:
         return None
-    digest = _digest_with_files(content, configs, workdir, path)
+    digest = _digest_with_files(content, files)
     return TrustRequest(path.absolute(), workdir, digest, tuple(servers), providers, tuple(details))
 
 
@@ -293,7 +296,7 @@ def _trust_needing_providers(data: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _server_detail(name: str, config: McpServerConfig, workdir: Path) -> str:
+def _server_detail(name: str, config: McpServerConfig, workdir: Path, named: Sequence[Path]) -> str:
     if config.url is not None:
         return f"MCP server {printable(name)}: connects to {printable(config.url)}"
     command = shlex.join([config.command or "", *config.args])
@@ -301,7 +304,6 @@ def _server_detail(name: str, config: McpServerConfig, workdir: Path) -> str:
         f"MCP server {printable(name)}: runs {printable(command)} outside any sandbox,"
         f" in {printable(str(workdir))}"
     )
-    named = _named_files(config, workdir.resolve(), workdir.resolve())
     if named:
         shown = ", ".join(printable(str(f)) for f in named)
         detail += f" (trust covers the content of {shown} too, not what it imports)"
