@@ -12,8 +12,9 @@ from ..config._config_files import (
     read_config_bytes,
 )
 from ..config._errors import ConfigError
-from ..config._project_trust import TrustGate, TrustRequest, printable
+from ..config._project_trust import TrustGate, TrustRequest
 from ..config._trust_store import TrustStore, content_digest, trust_path
+from ..files._printable import printable
 from ..kernel import inside_worker_tree_reason
 from ..state._paths import subvisor_home
 

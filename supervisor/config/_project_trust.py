@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ..delegation._mcp import McpServerConfig
+from ..files._printable import printable
 from ..kernel import validation_problems
 from ..providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
 from ._errors import ConfigError
@@ -325,12 +326,4 @@ def _provider_detail(name: str, entry: Mapping[str, Any], *, sets_key: bool) -> 
     return (
         f"provider {printable(name)} ({printable(api)} API): model calls go to"
         f" {printable(str(url))}, with {printable(key)} in the {header} header"
-    )
-
-
-def printable(text: str) -> str:
-    """``text`` with control and format characters escaped, for a terminal."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in text
     )
