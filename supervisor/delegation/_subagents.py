@@ -15,10 +15,7 @@ The order of effects is part of the contract:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -51,7 +48,6 @@ from worker.agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC
 from worker.tools import LocalToolSet
 
 from ..kernel import (
-    EventBudget,
     EventBudgetExceededError,
     SubvisorError,
     Supervisor,
@@ -219,7 +215,6 @@ class SubagentRun:
         self.left_foreground = trio.Event()
         self._cancel_scope = trio.CancelScope()
         self._stop_reason: str | None = None
-        self._process_groups: set[int] = set()
         self._started = time.monotonic()
         #: When the worker was ready (monotonic), for spawn-latency figures.
         self.ready_at: float | None = None
@@ -554,12 +549,12 @@ class SubagentRun:
             with store.batch():
                 for event in batch:
                     try:
-                        self._record_event(event, handle.budget)
+                        self._record_event(event, handle)
                     except EventBudgetExceededError:
                         break  # what was recorded before it stays
 
-    def _record_event(self, event: Event, budget: EventBudget) -> None:
-        store, registry = self._store, self._registry
+    def _record_event(self, event: Event, handle: WorkerHandle) -> None:
+        store, registry, budget = self._store, self._registry, handle.budget
         session = self.launch.child_session_id
         # The connection validated the data against the event's model.
         data = event.data
@@ -567,7 +562,7 @@ class SubagentRun:
             seq = store.append_message(session, data.message, budget=budget)
             self._publish("message.appended", seq=seq)
         elif isinstance(data, ProcessGroupStarted):
-            self._process_groups.add(data.pgid)
+            handle.process_groups.add(data.pgid)
         else:
             fields = data.model_dump(mode="python")
             store.append_event(session, event.name, fields, budget=budget)
@@ -634,9 +629,7 @@ class SubagentRun:
         exit = await handle.shutdown(grace_s=2.0) if handle.alive else await handle.wait()
         # Commands the agent started in their own process groups (Bash) die
         # with it; a background job left behind is killed here.
-        for pgid in self._process_groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+        handle.process_groups.kill()
         return exit
 
     def _finish(

@@ -90,6 +90,7 @@ from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
+from ._process_groups import WorkerProcessGroups
 from ._spawner import SpawnedProcess
 from ._tree_caps import TreeUsage, breach, signal_tree
 
@@ -210,6 +211,8 @@ class WorkerHandle:
         self._ended = trio.Event()
         self._kill_reason: tuple[ExitKind, str] | None = None
         self._psutil: psutil.Process | None = None
+        #: The process groups its commands announced, checked to be its own (``process_group``).
+        self.process_groups = WorkerProcessGroups(self.pid, local=self.node is None)
 
     @property
     def _ps(self) -> psutil.Process | None:

@@ -23,12 +23,9 @@ hears when the actor is declared, starts its worker and ends, for ``ps``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
-import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -192,7 +189,6 @@ class Actor:
         # Model calls of failed asks: not in the conversation, but the scripted
         # provider's turn numbering must move past them.
         self._lost_calls = 0
-        self._process_groups: set[int] = set()
         lent = {spec.name: spec for spec in env.lent_mcp}
         self._mcp_tools = tuple(lent[name] for name in definition.tools if name in lent)
         local = LocalToolSet(name for name in definition.tools if name not in lent)
@@ -443,7 +439,7 @@ class Actor:
                 return
             for event in batch:
                 if isinstance(event.data, ProcessGroupStarted):
-                    self._process_groups.add(event.data.pgid)
+                    handle.process_groups.add(event.data.pgid)
 
     async def _release_worker(self) -> None:
         handle, self._handle = self._handle, None
@@ -454,10 +450,7 @@ class Actor:
                 await handle.shutdown(grace_s=2.0)
             else:
                 await handle.wait()
-        for pgid in self._process_groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        self._process_groups.clear()
+        handle.process_groups.kill()
 
     async def close(self, stopped: str | None = None) -> None:
         """Stop the worker (if any); the run calls this when it ends (``stopped``: why, if so)."""
