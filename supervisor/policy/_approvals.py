@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import trio
 
+from ..files._printable import printable
 from ..kernel import EventBudget
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Requester",
     "TerminalApprovalHandler",
     "describe_origin",
+    "describe_request",
     "fixed_approval_handler",
 ]
 
@@ -114,9 +116,10 @@ class TerminalApprovalHandler:
     async def answer_question(self, request: QuestionRequest) -> str:
         """Show the question (and its options); read the answer."""
         options = "".join(f"\n  {i}. {option}" for i, option in enumerate(request.options, 1))
+        options = printable(options, multiline=True)
         answer = await self._ask(
             f"\n{describe_origin(request.origin, request.description)} asks: "
-            f"{request.question}{options}\n> "
+            f"{printable(request.question, multiline=True)}{options}\n> "
         )
         if answer.strip().isdigit() and 1 <= int(answer) <= len(request.options):
             return request.options[int(answer) - 1]
@@ -124,12 +127,7 @@ class TerminalApprovalHandler:
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         """Show who asks for what; read allow once / always / deny."""
-        who = describe_origin(request.origin, request.description)
-        shown = _brief_input(request.tool_input)
-        question = (
-            f"\n{who} wants to run {request.tool} {shown}\n  ({request.reason})\n"
-            "Allow? [y]es once / [a]lways / [N]o: "
-        )
+        question = f"\n{describe_request(request)}\nAllow? [y]es once / [a]lways / [N]o: "
         answer = (await self._ask(question)).strip().lower()
         if answer in ("y", "yes"):
             return "allow_once"
@@ -139,12 +137,30 @@ class TerminalApprovalHandler:
 
 
 def describe_origin(origin: ApprovalOrigin, description: str) -> str:
-    """Who asks, for a person: the main agent, or which subagent."""
+    """Who asks, for a person: the main agent, or which subagent (escaped for a terminal)."""
     if origin.kind == "subagent":
-        return f"subagent {origin.agent_id} ({description})"
+        return f"subagent {printable(origin.agent_id or '')} ({printable(description)})"
     return "the main agent"
 
 
-def _brief_input(tool_input: Mapping[str, Any], limit: int = 200) -> str:
-    text = str(tool_input.get("command") or tool_input.get("file_path") or dict(tool_input))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+#: The most of a tool's input an approval shows; past it, it says how much is not shown.
+SHOWN_INPUT_CHARS = 4000
+
+
+def describe_request(request: ApprovalRequest) -> str:
+    """An approval's question for a person: who, which tool, its whole input, and why.
+
+    Everything comes from the agent, so all of it is escaped (``printable``):
+    no control character can redraw the question, and the command shown is
+    the command run, whole, up to ``SHOWN_INPUT_CHARS``.
+    """
+    tool_input = request.tool_input
+    text = tool_input.get("command") or tool_input.get("file_path")
+    shown = printable(text if isinstance(text, str) else repr(dict(tool_input)))
+    if len(shown) > SHOWN_INPUT_CHARS:
+        hidden = len(shown) - SHOWN_INPUT_CHARS
+        shown = f"{shown[:SHOWN_INPUT_CHARS]} [{hidden} more characters not shown]"
+    return (
+        f"{describe_origin(request.origin, request.description)} wants to run "
+        f"{printable(request.tool)}: {shown}\n  ({printable(request.reason)})"
+    )
