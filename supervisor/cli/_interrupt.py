@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM stop a command gracefully, the same way (S-SEC-6).
+"""SIGINT, SIGTERM and SIGHUP stop a command gracefully, the same way (S-SEC-6).
 
 A command that runs subagents (``run``, ``demo``, ``stress``, ``workflow
 run``) opens ``interruptible()`` around its whole trio body. While it is
@@ -6,7 +6,10 @@ open, the two signals are received, not raised: the first one sets
 ``Interruption.requested``, and the task ``stop_on_signal`` cancels the
 command's scope and runs its stop (every worker stopped, saying why). The
 command then records its end as interrupted and exits with
-``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM), as shells expect.
+``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM, 129 for a hang-up), as
+shells expect. A hang-up is the terminal closing under the command; a
+command started to outlive its terminal (``nohup``: SIGHUP ignored) keeps
+ignoring it.
 
 Invariants:
 
@@ -29,8 +32,8 @@ from ..kernel import SubvisorError
 
 __all__ = ["INTERRUPT_SIGNALS", "Interruption", "RunInterruptedError", "interruptible"]
 
-#: The signals that stop a command gracefully.
-INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that stop a command gracefully (SIGHUP unless it is ignored).
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interruption:
@@ -88,8 +91,13 @@ class RunInterruptedError(SubvisorError):
 
 @asynccontextmanager
 async def interruptible() -> AsyncIterator[Interruption]:
-    """Receive SIGINT and SIGTERM into an ``Interruption`` while the block runs."""
-    with trio.open_signal_receiver(*INTERRUPT_SIGNALS) as signals:
+    """Receive SIGINT, SIGTERM and SIGHUP into an ``Interruption`` while the block runs."""
+    received = [
+        signum
+        for signum in INTERRUPT_SIGNALS
+        if signum != signal.SIGHUP or signal.getsignal(signum) is not signal.SIG_IGN
+    ]
+    with trio.open_signal_receiver(*received) as signals:
         async with trio.open_nursery() as nursery:
             interruption = Interruption()
             nursery.start_soon(interruption._receive, signals)

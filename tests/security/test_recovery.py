@@ -208,7 +208,9 @@ def test_s_sec_3_and_6_what_a_subagent_planted_is_disarmed_after_its_supervisor_
     assert _ps(tmp_path, project)["tasks"][0]["error"] == task["error"]  # type: ignore[index]
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)]
+)
 def test_s_sec_6_sigterm_and_ctrl_c_stop_the_run_gracefully(
     tmp_path: Path,
     project: Path,
@@ -216,8 +218,8 @@ def test_s_sec_6_sigterm_and_ctrl_c_stop_the_run_gracefully(
     signum: signal.Signals,
     code: int,
 ) -> None:
-    """S-SEC-6: SIGTERM stops `subvisor run` exactly like Ctrl-C: every worker (and the
-    subagent's sleep) is gone, the root session ends `interrupted`, the task `killed`
+    """S-SEC-6: SIGTERM (or the terminal hanging up) stops `subvisor run` exactly like
+    Ctrl-C: every worker (and the subagent's sleep) is gone, the root session ends `interrupted`, the task `killed`
     (S-RUN-8) saying which signal, the JSON report is printed and the exit code is
     128 + the signal; nothing is left in run/."""
     runner = _start_run(tmp_path, project)
