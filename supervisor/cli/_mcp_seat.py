@@ -152,7 +152,9 @@ class McpSeat:
 
     def record(self, task_id: str) -> TaskRecord | None:
         """The record of an agent this seat launched, else None (whoever else's it is)."""
-        record = self._registry.get(task_id) or self._store.find_task(task_id)
+        record = self._registry.get(task_id) or self._store.find_task(
+            task_id, parent_session_id=self.session_id
+        )
         if record is None or record.parent_session_id != self.session_id:
             return None
         return record

@@ -246,7 +246,11 @@ class AgentTool:
         history: tuple[ChatMessage, ...] = ()
         subagent_type = request.subagent_type
         if request.task_id is not None:
-            previous = self._services.store.find_task(request.task_id)
+            # Only this session's agents: another session's (a concurrent MCP
+            # client's, an earlier run's) transcript is not this root's to read.
+            previous = self._services.store.find_task(
+                request.task_id, parent_session_id=self._parent_session_id
+            )
             if previous is None or previous.child_session_id is None:
                 raise SubvisorError(
                     f"no earlier agent with task_id {request.task_id!r}; omit task_id to start "

@@ -98,7 +98,9 @@ class SendMessageTool:
                     f"queued: agent {to} is ending its turn; it gets the message in a new "
                     "turn, in the background, once this one has ended."
                 )
-        record = self._registry.get(to) or self._store.find_task(to)
+        record = self._registry.get(to) or self._store.find_task(
+            to, parent_session_id=self._session_id
+        )
         if record is None or record.parent_session_id != self._session_id:
             return ToolOutput(f"Error: no agent {to!r} was launched in this session.", True)
         if record.kind != "local_agent":

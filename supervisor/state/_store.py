@@ -576,22 +576,30 @@ class SessionStore:
         ).fetchall()
         return [TaskRecord.model_validate_json(row[0]) for row in rows]
 
-    def find_task(self, prefix_or_id: str) -> TaskRecord | None:
+    def find_task(
+        self, prefix_or_id: str, *, parent_session_id: str | None = None
+    ) -> TaskRecord | None:
         """The task with that id, else the one task whose id starts with it, else ``None``.
 
-        Raises ``AmbiguousTaskIdError`` (naming the candidates) when the prefix
+        With ``parent_session_id``, only that session's tasks are looked at: an
+        agent's own lookups never learn (or reach) another session's tasks,
+        not even by the candidates an ambiguous prefix names. Raises
+        ``AmbiguousTaskIdError`` (naming the candidates) when the prefix
         matches several tasks.
         """
         if not prefix_or_id:
             return None
         exact = self.get_task(prefix_or_id)
         if exact is not None:
+            if parent_session_id is not None and exact.parent_session_id != parent_session_id:
+                return None
             return exact
-        rows = self._db.execute(
-            "SELECT task_id, record FROM tasks WHERE substr(task_id, 1, ?) = ?"
-            " ORDER BY task_id LIMIT 6",
-            (len(prefix_or_id), prefix_or_id),
-        ).fetchall()
+        query = "SELECT task_id, record FROM tasks WHERE substr(task_id, 1, ?) = ?"
+        params: tuple[object, ...] = (len(prefix_or_id), prefix_or_id)
+        if parent_session_id is not None:
+            query += " AND parent_session_id = ?"
+            params += (parent_session_id,)
+        rows = self._db.execute(query + " ORDER BY task_id LIMIT 6", params).fetchall()
         if not rows:
             return None
         if len(rows) > 1:

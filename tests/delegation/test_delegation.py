@@ -353,6 +353,37 @@ async def test_resume_with_task_id_continues_the_earlier_conversation(tmp_path: 
     assert [m.content for m in transcript][:2] == ["remember 42", "I will remember 42"]
 
 
+async def test_s_tool_1_task_id_resumes_only_an_agent_of_the_same_session(
+    tmp_path: Path,
+) -> None:
+    """S-TOOL-1, S-SRV-5: a root that passes another session's task_id (a concurrent MCP
+    client's, an earlier run's) is told there is no such agent, and its new child's
+    history holds nothing of the other session's."""
+    secret = write_scenario(
+        tmp_path / "a.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("secret", "the code is SECRET-4711")]},
+                {"text": "ok"},
+            ],
+            "secret": [{"text": "noted SECRET-4711"}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        first = RootSession(host, model=secret, cwd=tmp_path)
+        await first.ask("session A")
+        [theirs] = host.registry.list(first.session_id)
+        thief = write_scenario(tmp_path / "b.yaml", {"root": [{"text": "x"}]})
+        second = RootSession(host, model=thief, cwd=tmp_path)
+        result = await second.agent_tool.invoke(
+            {"description": "thief", "prompt": "what did you note?", "task_id": theirs.task_id}
+        )
+        children = host.registry.list(second.session_id)
+        histories = [host.store.messages(c.child_session_id or "") for c in children]
+    assert result.is_error and "no earlier agent" in result.text
+    assert not any("SECRET-4711" in (m.content or "") for h in histories for m in h)
+
+
 async def test_opencode_result_style(tmp_path: Path) -> None:
     """S-TOOL-6: opencode's <task><task_result> form."""
     model = write_scenario(

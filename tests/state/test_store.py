@@ -253,6 +253,22 @@ def test_find_task_by_id_or_unique_prefix(store: SessionStore) -> None:
     assert store.find_task("agent%") is None
 
 
+def test_s_srv_5_a_sessions_lookup_never_finds_or_names_another_sessions_tasks(
+    store: SessionStore,
+) -> None:
+    """Scoped to a session, an exact id of another session's task is not found, and an
+    ambiguous prefix names only the session's own candidates."""
+    store.save_task(make_task("agent_1234"))
+    store.save_task(make_task("agent_1299", parent="sess_other"))
+    store.save_task(make_task("agent_1300", parent="sess_other"))
+    assert store.find_task("agent_1299", parent_session_id="sess_root") is None
+    mine = store.find_task("agent_1", parent_session_id="sess_root")
+    assert mine is not None and mine.task_id == "agent_1234"
+    with pytest.raises(AmbiguousTaskIdError) as raised:
+        store.find_task("agent_1", parent_session_id="sess_other")
+    assert "agent_1234" not in str(raised.value)
+
+
 def test_notification_claim_is_once_and_survives_a_stale_save_s_note_3(
     store: SessionStore,
 ) -> None:
