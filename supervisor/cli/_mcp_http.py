@@ -14,7 +14,10 @@ Invariants:
 - On loopback without a token, each connection's peer is found through the
   kernel (``_tcp_peer``) and served only if it runs as our uid outside every
   subvisor worker tree: a subagent with network access must not call the
-  Agent tool from below (S-SEC-2). Anything that cannot be told is refused.
+  Agent tool from below (S-SEC-2). Nor is a process this server started: the
+  MCP servers it lends to its agents run outside every worker tree, and one
+  that fetches a URL an agent names would otherwise be a subagent's way in.
+  Anything that cannot be told is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework
 from mcp.server.lowlevel import Server
 
-from ..kernel import in_worker_tree
+from ..kernel import descends_from, in_worker_tree
 from ._tcp_peer import socket_holders, tcp_socket
 
 __all__ = [
@@ -173,6 +176,12 @@ def _peer_refusal(uid: int, holders: tuple[int, ...]) -> str | None:
         return (
             f"process {inside[0]} runs inside a subvisor worker tree: subagents cannot use "
             "this server (S-SEC-2)"
+        )
+    ours = [pid for pid in holders if descends_from(pid, os.getpid())]
+    if ours:
+        return (
+            f"process {ours[0]} was started by this server (an MCP server it lends to its "
+            "agents): agents cannot use this server through it (S-SEC-2)"
         )
     return None
 

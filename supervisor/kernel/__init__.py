@@ -32,6 +32,7 @@ from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._helper_cgroup import HelperCgroup
 from ._planted_repos import CTIME_SLACK_S, disarm_planted
+from ._process_groups import descends_from
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
@@ -65,6 +66,7 @@ __all__ = [
     "WorkerHandle",
     "WorkerRequestError",
     "default_request_handler",
+    "descends_from",
     "disarm_planted",
     "disk_full_error",
     "find_exception",

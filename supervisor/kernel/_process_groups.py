@@ -31,7 +31,7 @@ import contextlib
 import os
 import signal
 
-__all__ = ["WorkerProcessGroups"]
+__all__ = ["WorkerProcessGroups", "descends_from"]
 
 # Deeper chains than this are not real process trees.
 _MAX_DEPTH = 4096
@@ -49,7 +49,8 @@ def _parent(pid: int) -> int | None:
     return int(fields[1])
 
 
-def _descends_from(pid: int, ancestor: int) -> bool:
+def descends_from(pid: int, ancestor: int) -> bool:
+    """True if ``ancestor`` is above ``pid`` in ``/proc`` now (False if either is gone)."""
     current = pid
     for _ in range(_MAX_DEPTH):
         parent = _parent(current)
@@ -88,7 +89,7 @@ class WorkerProcessGroups:
         try:
             kept = (
                 os.getpgid(pgid) == pgid
-                and _descends_from(pgid, self._worker_pid)
+                and descends_from(pgid, self._worker_pid)
                 and _alive(pidfd)
             )
         except OSError:

@@ -462,6 +462,71 @@ async def test_s_sec_2_a_subagent_with_network_cannot_drive_the_loopback_http_se
     assert "status 403" in answer and "inside a subvisor worker tree" in answer, answer
 
 
+_FETCHER = """
+import sys
+from pathlib import Path
+
+import httpx2
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("fetcher")
+
+
+@server.tool()
+def post(body: str) -> str:
+    \"\"\"POST ``body`` (JSON) to the URL in the file named on the command line.\"\"\"
+    url = Path(sys.argv[1]).read_text()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    reply = httpx2.post(url, content=body, headers=headers)
+    return f"status {reply.status_code} {reply.text[:300]}"
+
+
+server.run("stdio")
+"""
+
+
+async def test_s_sec_2_an_mcp_server_it_lends_cannot_drive_the_loopback_http_server(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-2: the MCP servers the HTTP server lends to its agents run outside every worker
+    tree. A subagent that has one POST to the server's own URL (a confused deputy) is
+    refused, naming the process the server started; it cannot launch an agent of its own."""
+    home, project = home_for(tmp_path), tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    url_file, script = tmp_path / "url", tmp_path / "fetcher.py"
+    script.write_text(_FETCHER)
+    (home / "config.toml").write_text(
+        f'[permission]\n"*" = "allow"\n[mcp_servers.fetcher]\ncommand = "{sys.executable}"\n'
+        f'args = ["{script}", "{url_file}"]\n'
+    )
+    hello = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "deputy", "version": "0"},
+            },
+        }
+    )
+    model = write_scenario(
+        tmp_path / "deputy.yaml",
+        {
+            "deputy": [
+                {"tool_calls": [{"name": "mcp__fetcher__post", "input": {"body": hello}}]},
+                {"text": "deputy said: {{tool_result}}"},
+            ]
+        },
+    )
+    async with http_server(home, model, project) as url, Client(url) as client:
+        url_file.write_text(url)
+        answer = _text(await client.call_tool("Agent", _agent("deputy", kind="general-purpose")))
+    assert "status 403" in answer and "was started by this server" in answer, answer
+
+
 def test_http_beyond_loopback_needs_a_flag_and_a_token(
     home: Path, model: str, project: Path
 ) -> None:
