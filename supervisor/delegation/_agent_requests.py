@@ -10,7 +10,11 @@ gives its worker's handler, not in a dispatcher of its own.
 Invariants:
 
 - The worker is untrusted: the model, instructions, tools, scenario keys
-  and call index of a model call are the policy's, whatever the worker sent.
+  and call index of a model call are the policy's, whatever the worker sent;
+  its effort is the model string's, its temperature the provider's default,
+  and it asks for at most ``MODEL_MAX_TOKENS`` tokens.
+- Every model call the policy lets start is accounted once it ends, also one
+  that failed or was cut off by the worker's exit (S-PROF-7, S-SEC-8).
 - A request that makes the supervisor record or queue something costs the
   worker one event of its budget (S-SEC-8), and a coordinator message its
   size; once the budget is spent every such request is refused with why.
@@ -67,7 +71,11 @@ from ..providers import ModelError, ModelGateway
 from ..state._store import SessionStore
 from ._mcp import McpHub
 
-__all__ = ["AgentRequestPolicy", "AgentRequestServer"]
+__all__ = ["MODEL_MAX_TOKENS", "AgentRequestPolicy", "AgentRequestServer"]
+
+#: The most tokens a worker's model call may ask for: what an honest worker
+#: asks (it never sets ``max_tokens``); there is no setting to raise it.
+MODEL_MAX_TOKENS: int = ModelRequest.model_fields["max_tokens"].default
 
 #: Requests that make the supervisor record or queue something (S-SEC-8).
 _RECORDING = (
@@ -84,8 +92,11 @@ class AgentRequestPolicy:
     """How one agent's worker is answered: whose rules, which tools, which model.
 
     ``prepare_model_call`` turns the worker's model request into the call
-    the gateway makes (it may refuse with ``RequestRefusedError``);
-    ``record_model_result`` accounts the answer. ``tools`` lists the tools a
+    the gateway makes and counts it as started (it may refuse with
+    ``RequestRefusedError``: past the agent's turns, or while another of
+    its calls is in flight); ``record_model_result`` is then called once,
+    however the call ends, with its answer (None: it failed or was cut off,
+    and what it cost is unknown). ``tools`` lists the tools a
     permission check may name (None: the rules alone decide). ``coordinator``
     queues a message for the agent's parent; ``no_coordinator`` says why
     there is none. ``no_questions``, when set, is the answer to every
@@ -99,7 +110,7 @@ class AgentRequestPolicy:
     holder: PolicyHolder
     requester: Requester
     prepare_model_call: Callable[[ModelRequest], ModelRequest]
-    record_model_result: Callable[[ModelRequest, ModelResult], None]
+    record_model_result: Callable[[ModelRequest, ModelResult | None], None]
     tools: frozenset[str] | None = None
     mcp_tools: frozenset[str] = frozenset()
     #: Where progress of its MCP calls is recorded (None: nowhere).
@@ -182,14 +193,27 @@ class AgentRequestServer:
             raise RequestRefusedError("event_budget", str(exc)) from None
 
     async def _call_model(self, policy: AgentRequestPolicy, asked: ModelRequest) -> ModelResult:
-        call = policy.prepare_model_call(asked)
+        prepared = policy.prepare_model_call(asked)
+        # Sampling is the user's choice, never the worker's: the effort of the
+        # launch's model string ("$effort"), the provider's temperature, and
+        # no more tokens than an honest worker asks for.
+        call = prepared.model_copy(
+            update={
+                "effort": None,
+                "temperature": None,
+                "max_tokens": max(1, min(prepared.max_tokens, MODEL_MAX_TOKENS)),
+            }
+        )
+        result: ModelResult | None = None
         try:
             result = await self._gateway.call(
                 call, policy.on_model_text, on_wait=policy.on_model_wait
             )
         except ModelError as exc:
             raise RequestRefusedError("model_error", str(exc)) from None
-        policy.record_model_result(asked, result)
+        finally:
+            # Also when the worker's exit cancels the call: the provider got it.
+            policy.record_model_result(asked, result)
         return result
 
     async def _check_permission(

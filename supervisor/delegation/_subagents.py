@@ -49,6 +49,7 @@ from worker.tools import LocalToolSet
 
 from ..kernel import (
     EventBudgetExceededError,
+    RequestRefusedError,
     SubvisorError,
     Supervisor,
     UnplaceableError,
@@ -222,6 +223,8 @@ class SubagentRun:
         self.live_text = LiveText(self._publish_text)
         #: Whether a model call of it waits for a gateway slot right now.
         self.waiting_for_model = False
+        #: Whether a model call of it is in flight (it may have one at a time).
+        self._calling = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -384,10 +387,20 @@ class SubagentRun:
         )
 
     def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
-        self.live_text.start()
+        # S-PROF-7: the supervisor keeps the turn limit, whatever the worker
+        # does; a call counts as it starts, and an agent makes one at a time.
+        if self._calling:
+            raise RequestRefusedError(
+                "model_call_in_flight", "this agent's previous model call has not ended"
+            )
+        if self.model_calls >= self.launch.max_turns:
+            raise RequestRefusedError(
+                "max_turns",
+                f"this agent has made its {self.launch.max_turns} model turns (maxTurns)",
+            )
         # The worker is untrusted: the model, tools, scenario keys and call
         # index are the launch's, whatever the worker put there.
-        return asked.model_copy(
+        call = asked.model_copy(
             update={
                 "model": self.launch.model,
                 "tools": self.tool_specs,
@@ -395,10 +408,15 @@ class SubagentRun:
                 "call_index": self.next_call_index,
             }
         )
+        self._calling = True
+        self.model_calls += 1
+        self.live_text.start()
+        return call
 
-    def _record_model_result(self, asked: ModelRequest, result: ModelResult) -> None:
+    def _record_model_result(self, asked: ModelRequest, result: ModelResult | None) -> None:
+        self._calling = False
         self.live_text.finish()
-        self.count_model_call(result.usage)
+        self.count_model_call(result.usage if result is not None else Usage())
 
     def _publish_text(self, text: str, offset: int) -> None:
         self._publish("text.streamed", text=text, offset=offset)
@@ -587,8 +605,7 @@ class SubagentRun:
                 self._publish("tool.finished", tool=data.name)
 
     def count_model_call(self, usage: Usage) -> None:
-        """Account one model call made for this run."""
-        self.model_calls += 1
+        """Account what one model call of this run cost (it was counted as it started)."""
         self.usage = self.usage + usage
         self._publish("turn.finished", model_calls=self.model_calls)
 

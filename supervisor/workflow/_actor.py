@@ -186,6 +186,8 @@ class Actor:
         self._lock = trio.Lock()
         self._handle: WorkerHandle | None = None
         self._round: _Round | None = None
+        #: The round whose model call is in flight (one at a time).
+        self._calling: _Round | None = None
         # Model calls of failed asks: not in the conversation, but the scripted
         # provider's turn numbering must move past them.
         self._lost_calls = 0
@@ -508,13 +510,24 @@ class Actor:
         return WorkflowEscalationAnswer(answer=answer)
 
     def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
-        if self._round is None:
+        round_ = self._round
+        if round_ is None:
             raise RequestRefusedError("no_ask", "this actor is not being asked anything")
         definition = self.definition
+        # S-PROF-7: the supervisor keeps each agent.run's turn limit, whatever
+        # the worker does; a call counts as it starts, and one at a time.
+        if self._calling is not None:
+            raise RequestRefusedError(
+                "model_call_in_flight", "this actor's previous model call has not ended"
+            )
+        if round_.calls >= definition.max_turns:
+            raise RequestRefusedError(
+                "max_turns", f"this ask has made its {definition.max_turns} model turns"
+            )
         # The worker is untrusted: model, instructions, tools and scenario
         # position are the supervisor's, whatever the worker put there.
         earlier = sum(1 for m in asked.messages if m.role == "assistant")
-        return asked.model_copy(
+        call = asked.model_copy(
             update={
                 "model": definition.model.model,
                 "system": definition.system,
@@ -523,12 +536,18 @@ class Actor:
                 "call_index": earlier + self._lost_calls,
             }
         )
-
-    def _record_model_result(self, asked: ModelRequest, result: ModelResult) -> None:
-        round_ = self._round
-        if round_ is None:  # the ask ended while the model answered
-            return
         round_.calls += 1
+        self._calling = round_
+        return call
+
+    def _record_model_result(self, asked: ModelRequest, result: ModelResult | None) -> None:
+        round_, self._calling = self._calling, None
+        if round_ is None or result is None:
+            return  # a failed or cut-off call: counted as it started, its cost unknown
+        if round_ is not self._round:
+            # Its ask ended while the model answered: the actor still paid for it.
+            self.spent = self.spent + result.usage
+            return
         round_.tool_calls += len(result.tool_calls)
         round_.usage = round_.usage + result.usage
         round_.last_request = asked.messages
