@@ -243,3 +243,44 @@ async def test_s_sec_3_a_workers_effort_max_tokens_and_temperature_never_reach_t
     assert body["reasoning_effort"] == "low"
     assert body["max_tokens"] == 4096
     assert "temperature" not in body
+
+
+async def test_s_prof_7_a_workflow_actors_worker_past_its_max_turns_gets_no_more_model_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-PROF-7, S-ACT-1: an actor's worker ignoring max_turns = 2 has its third call refused."""
+    from supervisor.state._paths import database_path
+    from supervisor.workflow import WorkflowJournal, run_workflow
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-KEY")
+
+    async def more_turns(_: WorkerHandle, send: Any, spec: Any) -> Any:
+        return await send(spec.model_copy(update={"max_turns": 6}))
+
+    _rewrite_agent_run(monkeypatch, more_turns)
+    script = tmp_path / "look.py"
+    script.write_text(
+        "from supervisor.workflow import agent, workflow\n\n"
+        "@workflow\n"
+        "async def look(ctx):\n"
+        "    looker = agent('looker', system='You look around.', max_turns=2)\n"
+        "    try:\n"
+        "        return await looker.ask('Look around.')\n"
+        "    except Exception as exc:\n"
+        "        return f'failed: {exc}'\n"
+    )
+    home = home_for(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    with ProviderServer() as server:
+        server.enqueue(*(CannedResponse.json(_answer(tool_call=True)) for _ in range(6)))
+        async with Subvisor(_settings(tmp_path, server)) as host:
+            with WorkflowJournal(database_path(home)) as journal:
+                outcome = await run_workflow(
+                    host, script, journal=journal, parent_model="openai:gpt-test", cwd=project
+                )
+                [ask] = journal.asks(outcome.run_id)
+        sent = len(server.requests)
+    assert str(outcome.value).startswith("failed:")
+    assert sent == 2, outcome.value
+    assert (ask.status, ask.model_calls) == ("failed", 2)
