@@ -219,9 +219,9 @@ def test_s_sec_6_sigterm_and_ctrl_c_stop_the_run_gracefully(
     code: int,
 ) -> None:
     """S-SEC-6: SIGTERM (or the terminal hanging up) stops `subvisor run` exactly like
-    Ctrl-C: every worker (and the subagent's sleep) is gone, the root session ends `interrupted`, the task `killed`
-    (S-RUN-8) saying which signal, the JSON report is printed and the exit code is
-    128 + the signal; nothing is left in run/."""
+    Ctrl-C: every worker (and the subagent's sleep) is gone, the root session ends
+    `interrupted`, the task `killed` (S-RUN-8) saying which signal, the JSON report is
+    printed and the exit code is 128 + the signal; nothing is left in run/."""
     runner = _start_run(tmp_path, project)
     try:
         _wait_for_the_sleep(tmp_path, project, runner)
