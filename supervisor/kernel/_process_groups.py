@@ -88,9 +88,7 @@ class WorkerProcessGroups:
             return False  # already ended, or no such process
         try:
             kept = (
-                os.getpgid(pgid) == pgid
-                and descends_from(pgid, self._worker_pid)
-                and _alive(pidfd)
+                os.getpgid(pgid) == pgid and descends_from(pgid, self._worker_pid) and _alive(pidfd)
             )
         except OSError:
             kept = False
