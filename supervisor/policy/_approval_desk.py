@@ -14,7 +14,9 @@ and nobody else's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+import trio
 
 from protocol import QuestionAnswer, UserQuestion
 
@@ -26,7 +28,7 @@ from ._approvals import (
     QuestionRequest,
     Requester,
 )
-from ._policy import PolicyDecision, PolicyHolder
+from ._policy import PolicyDecision, PolicyHolder, ToolPolicy
 
 __all__ = ["ApprovalDesk"]
 
@@ -35,6 +37,21 @@ NOBODY_ANSWERS = (
     "nobody can answer questions in this session; decide for yourself "
     "and say in your answer what you assumed"
 )
+
+
+#: A Bash command longer than this is checked on a thread, so that the event loop (every
+#: other agent, heartbeats, watchdogs) runs meanwhile: such a check may take a while,
+#: bounded by the lexer's limits (S-SEC-9); shorter ones take well under a millisecond.
+INLINE_COMMAND: Final = 4096
+
+
+def _decide(
+    policy: ToolPolicy, tool: str, tool_input: Mapping[str, Any], headless: bool
+) -> PolicyDecision:
+    decision = policy.check(tool, tool_input)
+    if decision.action == "ask" and headless:
+        decision = policy.authorize_headless(tool, tool_input)
+    return decision
 
 
 class ApprovalDesk:
@@ -53,6 +70,8 @@ class ApprovalDesk:
         self.approval_handler = approval_handler
         #: Answers AskUserQuestion from any agent; None: nobody can answer.
         self.question_handler = question_handler
+        #: Long checks run one at a time: a worker sending many cannot take every thread.
+        self._long_checks = trio.CapacityLimiter(1)
 
     async def authorize(
         self,
@@ -61,10 +80,18 @@ class ApprovalDesk:
         tool_input: Mapping[str, Any],
         requester: Requester,
     ) -> PolicyDecision:
-        """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``."""
-        decision = agent.policy.check(tool, tool_input)
-        if decision.action == "ask" and self.approval_handler is None:
-            decision = agent.policy.authorize_headless(tool, tool_input)
+        """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``.
+
+        A long Bash command is checked on a thread (:data:`INLINE_COMMAND`), one at a time.
+        """
+        headless = self.approval_handler is None
+        command = tool_input.get("command")
+        if isinstance(command, str) and len(command) > INLINE_COMMAND:
+            decision = await trio.to_thread.run_sync(
+                _decide, agent.policy, tool, tool_input, headless, limiter=self._long_checks
+            )
+        else:
+            decision = _decide(agent.policy, tool, tool_input, headless)
         event: dict[str, Any] = {
             "tool": tool,
             "agentId": requester.origin.agent_id,

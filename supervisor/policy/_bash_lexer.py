@@ -25,8 +25,9 @@ Invariants:
 - Nothing is expanded. Where a variable, substitution, glob, brace, alias,
   function, ``eval "$X"`` or script decides what runs, the lexer sees only the
   text; the sandbox, not this module, is the boundary.
-- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS` or :data:`MAX_NESTING`
-  it raises :class:`CommandTooComplexError` instead of seeing part of a line.
+- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS`, :data:`MAX_RUN_TEXT` or
+  :data:`MAX_NESTING` it raises :class:`CommandTooComplexError` instead of seeing
+  part of a line, so the work for one line is linear in its length.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ..kernel import SubvisorError
 __all__ = [
     "MAX_COMMANDS",
     "MAX_NESTING",
+    "MAX_RUN_TEXT",
     "MAX_TEXT",
     "WRAPPERS",
     "CommandTooComplexError",
@@ -59,10 +61,13 @@ __all__ = [
 
 #: Substitutions and subshells nested deeper than this are refused.
 MAX_NESTING: Final = 64
-#: What :func:`run_commands` goes through for one line at most: characters of the line, and
-#: different commands and characters of their words, wrappers' inner commands included.
-MAX_TEXT: Final = 1 << 20
+#: What :func:`run_commands` goes through for one line at most: characters of the line (no
+#: longer line can run: Linux refuses an argument, here ``bash -c``'s, over 128 KiB), different
+#: commands, and characters of their texts (words and redirections), each command a wrapper
+#: runs included. Each bounds the work of one permission check (S-SEC-9).
+MAX_TEXT: Final = 1 << 17
 MAX_COMMANDS: Final = 4096
+MAX_RUN_TEXT: Final = 1 << 19
 
 
 class CommandTooComplexError(SubvisorError, ValueError):
@@ -757,8 +762,9 @@ def run_commands(text: str) -> tuple[SimpleCommand, ...]:
     handed to a shell (``sh -c 'rm x'``), ``eval``, ``watch`` or ``env -S`` is
     split in turn. Every step shortens the text, so this ends on any input.
     A line longer than :data:`MAX_TEXT`, running more than
-    :data:`MAX_COMMANDS` different commands or :data:`MAX_TEXT` characters
-    of them, or nesting more than :data:`MAX_NESTING` levels raises
+    :data:`MAX_COMMANDS` different commands or :data:`MAX_RUN_TEXT`
+    characters of their texts (redirections included: a wrapper's inner
+    command repeats them), or nesting more than :data:`MAX_NESTING` levels raises
     :class:`CommandTooComplexError` rather than have part of it checked.
     """
     if len(text) > MAX_TEXT:
@@ -775,12 +781,13 @@ def run_commands(text: str) -> tuple[SimpleCommand, ...]:
         if item in seen:
             continue
         seen.add(item)
-        # Each wrapper layer repeats the words of the next: bound the total, not each.
-        size += sum(map(len, item.words))
-        if len(seen) > MAX_COMMANDS or size > MAX_TEXT:
+        # Each wrapper layer repeats the words of the next and all the redirections: bound
+        # the total, which is also what rules are matched against, not each.
+        size += sum(map(len, item.words)) + sum(len(redirect.text) for redirect in item.redirects)
+        if len(seen) > MAX_COMMANDS or size > MAX_RUN_TEXT:
             raise CommandTooComplexError(
-                f"it runs more than {MAX_COMMANDS} different commands or {MAX_TEXT} characters "
-                "of them, counting each command a wrapper runs"
+                f"it runs more than {MAX_COMMANDS} different commands or {MAX_RUN_TEXT} "
+                "characters of them, counting each command a wrapper runs"
             )
         for spelling in _spellings(item):
             found.setdefault(spelling)

@@ -20,10 +20,18 @@ from typing import Final
 
 from worker.tools import resolve_tool_name
 
-from ._bash_lexer import bash_commands, run_commands, unquote, word_value
+from ._bash_lexer import (
+    CommandTooComplexError,
+    SimpleCommand,
+    bash_commands,
+    run_commands,
+    unquote,
+    word_value,
+)
 from ._rules import PermissionCheck, PermissionRule, wildcard_match
 
 __all__ = [
+    "MAX_PATHS",
     "disabled_tools",
     "expand_home",
     "permission_checks",
@@ -218,7 +226,9 @@ def permission_checks(
     ``>|``, ``<>``, ``tee FILE``), an ``edit`` check on the path as a
     ``Write`` of it gets, with its ``external_directory``. Device sinks
     (``/dev/null``, ``/dev/stderr``, ``/dev/fd/N``...) are not files.
-    Without ``project_dir`` no external checks are made.
+    Without ``project_dir`` no external checks are made. A Bash line past the
+    lexer's limits, or naming more than :data:`MAX_PATHS` different paths,
+    raises :class:`CommandTooComplexError`: the work of one call is bounded.
     """
     external, own = _tool_checks(tool_name, tool_input, project_dir)
     return tuple(dict.fromkeys([*external, *own]))
@@ -234,10 +244,13 @@ _DEVICE_SINKS: Final[frozenset[str]] = frozenset(
     {"/dev/null", "/dev/zero", "/dev/full", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty"}
 )
 _FD_PATH: Final = re.compile(r"/(?:dev/fd|proc/self/fd)/[0-9]+")
+#: Different paths one Bash line may give to check (arguments of the path commands, files it
+#: redirects from or to, ``tee``'s files), each counted once; past it the line is too complex.
+MAX_PATHS: Final = 1024
 
 
 def _opened_file_checks(
-    target: str, project_dir: str | None, *, writes: bool
+    target: str, project_dir: str | None, *, writes: bool, home: str
 ) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
     """The external_directory and edit checks of a file a command opens (S-SEC-9).
 
@@ -246,7 +259,7 @@ def _opened_file_checks(
     """
     if target.startswith(("<(", ">(")):
         return [], []  # a pipe to a command that is checked on its own
-    value = word_value(target, {"HOME": expand_home("~")})
+    value = word_value(target, {"HOME": home})
     if value is None:
         external = [PermissionCheck("external_directory", target)] if project_dir else []
         return external, [PermissionCheck("edit", target)] if writes else []
@@ -257,27 +270,69 @@ def _opened_file_checks(
     return [outside] if outside else [], [edit] if writes else []
 
 
+class _PathChecks:
+    """The checks of each different path of one line, each worked out once, at most
+    :data:`MAX_PATHS` of them: the work is bounded by the paths, not by how often a wrapper
+    or a spelling repeats one."""
+
+    def __init__(self, project_dir: str | None) -> None:
+        self.project_dir = project_dir
+        self.home = expand_home("~")
+        self.found: dict[tuple[str, str], tuple[list[PermissionCheck], list[PermissionCheck]]] = {}
+
+    def get(self, kind: str, raw: str) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+        """The external_directory and edit checks of ``raw`` used as ``kind``."""
+        key = (kind, raw)
+        checks = self.found.get(key)
+        if checks is None:
+            if len(self.found) >= MAX_PATHS:
+                raise CommandTooComplexError(f"it names more than {MAX_PATHS} paths to check")
+            checks = self.found[key] = self._work_out(kind, raw)
+        return checks
+
+    def _work_out(self, kind: str, raw: str) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+        if kind in ("read", "write"):
+            return _opened_file_checks(
+                raw, self.project_dir, writes=kind == "write", home=self.home
+            )
+        path = _resolve(unquote(raw), self.project_dir)
+        check = _external_check(path, self.project_dir, directory=kind == "directory")
+        return [check] if check is not None else [], []
+
+
+def _path_arguments(simple: SimpleCommand) -> list[str]:
+    """The words of a path command (``rm``, ``cd``...) that name paths: not its options."""
+    program = simple.program
+    if program not in _PATH_COMMANDS:
+        return []
+    arguments = []
+    for arg in simple.words[1:]:
+        value = unquote(arg)
+        if not (value.startswith("-") or (program == "chmod" and value.startswith("+"))):
+            arguments.append(arg)
+    return arguments
+
+
 def _bash_checks(
     command: str, project_dir: str | None
 ) -> tuple[list[PermissionCheck], list[PermissionCheck]]:
+    """The checks of a Bash line (S-SEC-9): bounded by :data:`MAX_PATHS` and the lexer's limits.
+
+    A line past them raises :class:`CommandTooComplexError`, which the policy answers with
+    a deny: the strictest answer, never an allow for a line only partly checked.
+    """
     external: list[PermissionCheck] = []
     edits: list[PermissionCheck] = []
+    paths = _PathChecks(project_dir)
     commands = run_commands(command)
     for simple in commands:
-        program = simple.program
-        if program in _PATH_COMMANDS:
-            for arg in simple.words[1:]:
-                value = unquote(arg)
-                if value.startswith("-") or (program == "chmod" and value.startswith("+")):
-                    continue
-                path = _resolve(value, project_dir)
-                check = _external_check(path, project_dir, directory=program in ("cd", "mkdir"))
-                if check is not None:
-                    external.append(check)
+        kind = "directory" if simple.program in ("cd", "mkdir") else "file"
+        for arg in _path_arguments(simple):
+            external += paths.get(kind, arg)[0]
         for target in simple.read_files():
-            external += _opened_file_checks(target, project_dir, writes=False)[0]
+            external += paths.get("read", target)[0]
         for target in simple.written_files():
-            outside, edit = _opened_file_checks(target, project_dir, writes=True)
+            outside, edit = paths.get("write", target)
             external += outside
             edits += edit
     own = [PermissionCheck("bash", subject) for subject in bash_commands(command, commands)]

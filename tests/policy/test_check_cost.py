@@ -1,0 +1,127 @@
+"""What one permission check may cost: bounded by its input, whatever the input (S-SEC-9, S-POL-2).
+
+A worker asks the supervisor to check tool calls (``permission.check``); a line built to be
+expensive to check must not stall the supervisor. The work is counted here, not timed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+from unittest import mock
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from supervisor.policy import _tool_permissions
+from supervisor.policy._approval_desk import INLINE_COMMAND, ApprovalDesk
+from supervisor.policy._approvals import ApprovalOrigin, Requester
+from supervisor.policy._bash_lexer import MAX_TEXT
+from supervisor.policy._policy import PolicyDecision, ToolPolicy
+from supervisor.policy._rule_config import rules_from_config
+from supervisor.policy._rules import wildcard_match
+from supervisor.policy._tool_permissions import MAX_PATHS, permission_checks
+
+PROJECT = "/tmp/proj"
+
+
+def _allow_all() -> ToolPolicy:
+    return ToolPolicy(rules=rules_from_config({"*": "allow"}), mode="default", project_dir=PROJECT)
+
+
+_PATHS = st.sampled_from(["a", "b/c", "../up", "/etc/x", "~/k", '"q r"', "$HOME/h", "/dev/null"])
+_PIECES = st.one_of(
+    st.builds(
+        lambda op, p: f"{op}{p}", st.sampled_from([">", ">>", "<", "2>", "&>", "<>"]), _PATHS
+    ),
+    st.builds(
+        lambda cmd, p: f"{cmd} {p}", st.sampled_from(["rm", "cd", "cat", "tee", "mkdir"]), _PATHS
+    ),
+    st.sampled_from(["sudo", "env", "nice", "echo", "x", ";", "|", "&&", "\n"]),
+)
+
+
+@given(st.lists(_PIECES, max_size=60))
+def test_paths_are_worked_out_once_each(pieces: list[str]) -> None:
+    """Each different path of a line is resolved a bounded number of times (at most twice for
+    each of four uses: read, written, a file or a directory argument), however often the line,
+    its wrappers or its spellings repeat it: ``">a " * 340000`` resolved ``a`` 680,000 times."""
+    line = " ".join(pieces)
+    resolve = _tool_permissions._resolve
+    with mock.patch.object(_tool_permissions, "_resolve", side_effect=resolve) as counted:
+        permission_checks("Bash", {"command": line}, PROJECT)
+    distinct = {piece.split()[-1].lstrip("<>&2") for piece in pieces if piece[:1] in "<>&2"}
+    distinct |= {piece.split()[-1] for piece in pieces if " " in piece}
+    assert counted.call_count <= 2 * 4 * len(distinct)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(">a " * 340000, id="the red team's 1 MB line of redirections"),
+        pytest.param("x" * (MAX_TEXT + 1), id="one word past the limit"),
+        pytest.param("".join(f">f{n} " for n in range(MAX_PATHS + 1)), id="too many paths"),
+        pytest.param("rm " + " ".join(f"f{n}" for n in range(MAX_PATHS + 1)), id="too many rm"),
+        pytest.param("sudo " * 300 + "x " + ">a " * 30000, id="wrappers repeating redirects"),
+    ],
+)
+def test_a_line_too_costly_to_check_is_denied_as_too_complex(line: str) -> None:
+    """S-SEC-9: past the limits the answer is the strictest (deny), even where every rule
+    allows, with a one-line reason; never a check of part of the line."""
+    decision = _allow_all().check("Bash", {"command": line})
+    assert decision.action == "deny"
+    assert "too complex to check" in decision.reason
+    assert "\n" not in decision.reason
+
+
+def test_a_line_within_the_limits_is_still_checked_in_full() -> None:
+    """S-SEC-9: a long line under the limits gets its rules, the deny of its last command too."""
+    policy = ToolPolicy(
+        rules=rules_from_config({"*": "allow", "bash": {"*": "allow", "rm *": "deny"}}),
+        mode="default",
+        project_dir=PROJECT,
+    )
+    line = ">a " * 10000 + "; " + "echo x " * 1000 + "; rm -rf b"
+    assert len(line) < MAX_TEXT
+    assert policy.check("Bash", {"command": line}).action == "deny"
+    assert policy.check("Bash", {"command": line[: -len("; rm -rf b")]}).action == "allow"
+
+
+def test_wildcards_with_several_stars_match_long_subjects() -> None:
+    """S-POL-2: matching does not backtrack: ``*a*b*c*`` against a 200 KB subject without
+    ``c`` took cubic time as a regex (a 20 KB one took a minute)."""
+    subject = "ab" * 100000
+    assert not wildcard_match("*a*b*c*", subject)
+    assert wildcard_match("*a*b*b*", subject)
+    assert not wildcard_match("*a?b*c", subject)
+    assert wildcard_match("a*b?b*b *", subject)
+    assert not wildcard_match("a*b?a*b *", subject)
+
+
+class _Recording:
+    """A policy holder whose check notes the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.policy = self
+
+    def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
+        self.threads.append(threading.current_thread())
+        return PolicyDecision("allow")
+
+
+async def test_a_long_command_is_checked_off_the_event_loop() -> None:
+    """S-SEC-9: a long Bash command's check runs on a thread, so every other agent, heartbeat
+    and watchdog keeps running; a short one is checked in place."""
+    desk = ApprovalDesk(store=mock.Mock(), approval_handler=None)
+    requester = Requester("s", ApprovalOrigin("subagent", "a"), "d", ())
+    holder = _Recording()
+    for command in ("ls", "x" * (INLINE_COMMAND + 1)):
+        decision = await desk.authorize(holder, "Bash", {"command": command}, requester)  # type: ignore[arg-type]
+        assert decision.action == "allow"
+    assert holder.threads[0] is threading.current_thread()
+    assert holder.threads[1] is not threading.current_thread()
+    await trio.lowlevel.checkpoint()
