@@ -25,9 +25,10 @@ Invariants:
 - Nothing is expanded. Where a variable, substitution, glob, brace, alias,
   function, ``eval "$X"`` or script decides what runs, the lexer sees only the
   text; the sandbox, not this module, is the boundary.
-- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS`, :data:`MAX_RUN_TEXT` or
-  :data:`MAX_NESTING` it raises :class:`CommandTooComplexError` instead of seeing
-  part of a line, so the work for one line is linear in its length.
+- Bounded: past :data:`MAX_TEXT`, :data:`MAX_COMMANDS`, :data:`MAX_RUN_TEXT`,
+  :data:`MAX_REDIRECTS` or :data:`MAX_NESTING` it raises
+  :class:`CommandTooComplexError` instead of seeing part of a line, so the work
+  for one line is linear in its length.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..kernel import SubvisorError
 __all__ = [
     "MAX_COMMANDS",
     "MAX_NESTING",
+    "MAX_REDIRECTS",
     "MAX_RUN_TEXT",
     "MAX_TEXT",
     "WRAPPERS",
@@ -68,6 +70,8 @@ MAX_NESTING: Final = 64
 MAX_TEXT: Final = 1 << 17
 MAX_COMMANDS: Final = 4096
 MAX_RUN_TEXT: Final = 1 << 19
+#: Redirections one line (or one script a wrapper runs) may hold.
+MAX_REDIRECTS: Final = 4096
 
 
 class CommandTooComplexError(SubvisorError, ValueError):
@@ -344,6 +348,7 @@ class _Splitter:
         self.stack = [_Frame(closer="")]
         self.commands: list[SimpleCommand] = []
         self.heredocs: list[tuple[str, bool]] = []
+        self.redirects = 0
 
     def run(self) -> list[SimpleCommand]:
         while self.pos < len(self.text):
@@ -366,9 +371,15 @@ class _Splitter:
             return
         fd, operator = frame.pending
         frame.pending = None
-        frame.redirects.append(Redirect(fd, operator, word))
+        self._add_redirect(frame, Redirect(fd, operator, word))
         if operator in ("<<", "<<-"):
             self.heredocs.append((unquote(word), operator == "<<-"))
+
+    def _add_redirect(self, frame: _Frame, redirect: Redirect) -> None:
+        self.redirects += 1
+        if self.redirects > MAX_REDIRECTS:
+            raise CommandTooComplexError(f"it has more than {MAX_REDIRECTS} redirections")
+        frame.redirects.append(redirect)
 
     def _end_command(self, frame: _Frame) -> None:
         self._end_word(frame)
@@ -423,7 +434,7 @@ class _Splitter:
                 self.pos += 1
             if self._peek(0) == "-":
                 self.pos += 1
-            frame.redirects.append(Redirect(fd, operator, self.text[target_start : self.pos]))
+            self._add_redirect(frame, Redirect(fd, operator, self.text[target_start : self.pos]))
             return
         frame.pending = (fd, operator)
 

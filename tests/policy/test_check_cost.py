@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from supervisor.policy import _tool_permissions
 from supervisor.policy._approval_desk import INLINE_COMMAND, ApprovalDesk
 from supervisor.policy._approvals import ApprovalOrigin, Requester
-from supervisor.policy._bash_lexer import MAX_TEXT
+from supervisor.policy._bash_lexer import MAX_REDIRECTS, MAX_TEXT
 from supervisor.policy._policy import PolicyDecision, ToolPolicy
 from supervisor.policy._rule_config import rules_from_config
 from supervisor.policy._rules import wildcard_match
@@ -64,6 +64,7 @@ def test_paths_are_worked_out_once_each(pieces: list[str]) -> None:
         pytest.param(">a " * 340000, id="the red team's 1 MB line of redirections"),
         pytest.param("x" * (MAX_TEXT + 1), id="one word past the limit"),
         pytest.param("".join(f">f{n} " for n in range(MAX_PATHS + 1)), id="too many paths"),
+        pytest.param("x" + " >a" * (MAX_REDIRECTS + 1), id="too many redirections"),
         pytest.param("rm " + " ".join(f"f{n}" for n in range(MAX_PATHS + 1)), id="too many rm"),
         pytest.param("sudo " * 300 + "x " + ">a " * 30000, id="wrappers repeating redirects"),
     ],
@@ -84,7 +85,7 @@ def test_a_line_within_the_limits_is_still_checked_in_full() -> None:
         mode="default",
         project_dir=PROJECT,
     )
-    line = ">a " * 10000 + "; " + "echo x " * 1000 + "; rm -rf b"
+    line = ">a " * 4000 + "; " + "echo x " * 10000 + "; rm -rf b"
     assert len(line) < MAX_TEXT
     assert policy.check("Bash", {"command": line}).action == "deny"
     assert policy.check("Bash", {"command": line[: -len("; rm -rf b")]}).action == "allow"
