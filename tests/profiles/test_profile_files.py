@@ -613,3 +613,37 @@ def test_a_bad_cpus_is_a_one_line_profile_error(value: str) -> None:
     assert (error.line, error.field) == (4, "cpus")
     assert "\n" not in str(error)
     assert str(error).startswith("/agents/x.md:4: cpus: ")
+
+
+# --- frontmatter nested thousands deep (S-PROF-2) ---
+
+
+@pytest.mark.parametrize(
+    "nested",
+    ["[" * 3000, "".join(f"\n{' ' * level}k{level}:" for level in range(3000)) + " x"],
+    ids=["flow", "block"],
+)
+def test_frontmatter_nested_thousands_deep_is_refused_after_bounded_work(
+    nested: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-PROF-2: a frontmatter of collections nested 3000 deep (a file of ``[``) is one
+    error naming the nesting, found after at most MAX_DEPTH levels of parser events.
+    Before, the pure Python parser read every level, at a cost per level that grows with
+    the depth (40 KB of ``[`` stalled every `run` and `agents` for 46 s)."""
+    from supervisor.files import _untrusted_yaml
+
+    events = 0
+    parse = yaml.parse
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal events
+        for event in parse(*args, **kwargs):
+            events += 1
+            yield event
+
+    monkeypatch.setattr(_untrusted_yaml.yaml, "parse", counted)
+    error = _error(f"---\nname: deep\ndescription: d\nnested: {nested}\n---\nBody.\n")
+    assert f"nested more than {_untrusted_yaml.MAX_DEPTH} levels deep" in str(error)
+    assert "\n" not in str(error)
+    # The first lines' events, then a start (and a key, in block style) per level.
+    assert events <= 2 * _untrusted_yaml.MAX_DEPTH + 10
