@@ -3,11 +3,16 @@
 Each such profile has its own dir: ``user`` -> ``$SUBVISOR_HOME/agent-memory/<profile>/``,
 ``project`` -> ``<project>/.subvisor/agent-memory/<profile>/``, ``local`` ->
 ``<project>/.subvisor/agent-memory-local/<profile>/`` (Claude Code's third
-scope: this project, kept out of version control). The child's system prompt
-gets, after the profile body, a section that defines the four kinds of memory
-and how to keep them, then ``MEMORY.md`` from that dir: its first 200 lines,
-and at most 25000 bytes of them, as Claude Code does. A profile that lists
-its tools also gets Read, Write and Edit, so that it can keep the memory.
+scope: this project, kept out of version control). A project profile's
+``user`` is ``local`` (``memory_scope``): the user's memory across projects is
+theirs, and a repository's profile named like one of theirs must not read it
+into its prompt nor write it (S-SEC-3); the parser says so in its warnings.
+
+The child's system prompt gets, after the profile body, a section that
+defines the four kinds of memory and how to keep them, then ``MEMORY.md``
+from that dir: its first 200 lines, and at most 25000 bytes of them, as
+Claude Code does. A profile that lists its tools also gets Read, Write and
+Edit, so that it can keep the memory.
 
 Invariant (S-SEC-3): a repository ships ``.subvisor/`` and a subagent may
 write into it, so no symlink is ever followed from the dir's anchor (the
@@ -27,7 +32,7 @@ from pathlib import Path
 
 from ..files._input_files import open_regular_file
 from ..kernel import SubvisorError
-from ._profile import AgentProfile
+from ._profile import AgentProfile, MemoryScope
 
 __all__ = [
     "MEMORY_INDEX",
@@ -41,6 +46,7 @@ __all__ = [
     "memory_dir",
     "memory_dir_name",
     "memory_prompt",
+    "memory_scope",
     "memory_tools",
 ]
 
@@ -94,16 +100,25 @@ class MemoryDirError(SubvisorError):
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def memory_scope(profile: AgentProfile) -> MemoryScope | None:
+    """Where the profile's memory lives: its ``memory``, except a project profile's ``user``,
+    which is ``local`` (a repository may not reach the user's memory, S-SEC-3)."""
+    if profile.memory == "user" and profile.scope == "project":
+        return "local"
+    return profile.memory
+
+
 def _memory_place(
     profile: AgentProfile, *, home: Path, project_dir: Path
 ) -> tuple[Path, tuple[str, ...]] | None:
     """The memory dir's anchor and its components below it; None without ``memory``."""
-    if profile.memory is None:
+    scope = memory_scope(profile)
+    if scope is None:
         return None
     name = memory_dir_name(profile.name)
-    if profile.memory == "user":
+    if scope == "user":
         return home, ("agent-memory", name)
-    if profile.memory == "project":
+    if scope == "project":
         return project_dir, (".subvisor", "agent-memory", name)
     return project_dir, (".subvisor", "agent-memory-local", name)
 
@@ -190,7 +205,8 @@ def memory_prompt(profile: AgentProfile, *, home: Path, project_dir: Path) -> st
     Raises ``MemoryDirError`` where a symlink leads to the dir (S-SEC-3).
     """
     directory = memory_dir(profile, home=home, project_dir=project_dir)
-    if directory is None or profile.memory is None:
+    scope = memory_scope(profile)
+    if directory is None or scope is None:
         return ""
     index = directory / MEMORY_INDEX
     fd = _open_memory_dir(profile, home=home, project_dir=project_dir, create=False)
@@ -204,7 +220,7 @@ def memory_prompt(profile: AgentProfile, *, home: Path, project_dir: Path) -> st
 # Persistent memory
 
 You have a persistent memory directory at {directory}. What you save there is there the next \
-time you run as {profile.name}. {_SCOPE_SENTENCES[profile.memory]} Consult it before you start \
+time you run as {profile.name}. {_SCOPE_SENTENCES[scope]} Consult it before you start \
 when the task relates to earlier work, and save what a later run should know when you finish.
 
 ## Kinds of memory

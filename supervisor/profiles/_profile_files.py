@@ -252,6 +252,7 @@ class _Parse:
         self._apply_permissions()
         self._check_permission_mode(scope)
         self._check_sandbox(scope)
+        self._check_memory(scope)
         self._name(dialect)
         self._check_model()
         if not self.front.body.strip():
@@ -380,6 +381,20 @@ class _Parse:
                 "not lift its own sandbox"
             )
             del self.fields["sandbox"]
+
+    def _check_memory(self, scope: ProfileScope) -> None:
+        # S-PROF-8 with S-SEC-3: ``user`` memory is the user's across every project. A
+        # repository's profile named like one of the user's would read it into its prompt
+        # and write it, so it keeps a memory of its own in this project instead: ``local``,
+        # the scope that, like ``user``, is private to this machine and kept out of git.
+        if scope != "project" or self.fields.get("memory") != "user":
+            return
+        self.fields["memory"] = "local"
+        self.warnings.append(
+            f"line {self.front.line_of(self.keys['memory'])}: memory: user read as memory: "
+            "local (.subvisor/agent-memory-local/ in this project): a project profile may not "
+            "read or write your memory across projects; move it to a user-level profile for that"
+        )
 
     def _name(self, dialect: ProfileDialect) -> None:
         name = self.fields.get("name")

@@ -12,13 +12,14 @@ from supervisor.profiles._agent_memory import (
     MEMORY_INDEX_MAX_LINES,
     MEMORY_KINDS,
     apply_memory,
+    make_memory_dir,
     memory_dir,
     memory_dir_name,
     memory_prompt,
     memory_tools,
 )
 from supervisor.profiles._profile import AgentProfile
-from supervisor.profiles._profile_catalog import ProfileCatalog
+from supervisor.profiles._profile_catalog import ProfileCatalog, ProfileDir
 
 # "research" in fullwidth letters (U+FF52 ...), written so that no source line
 # holds characters that look like ASCII ones.
@@ -199,3 +200,45 @@ def test_a_project_profile_from_a_file_gets_project_memory(tmp_path: Path) -> No
     launched = apply_memory(tester, home=tmp_path, project_dir=FIXTURES / "project")
     assert str(FIXTURES / "project" / ".subvisor" / "agent-memory" / "tester") in launched.prompt
     assert launched.tools == ("Read", "Write", "Edit", "Bash")
+
+
+def test_s_sec_3_a_project_profile_cannot_reach_the_users_memory(tmp_path: Path) -> None:
+    """S-PROF-8, S-SEC-3: a repository's `.claude/agents/reviewer.md` with `memory: user`,
+    named like the user's own reviewer, neither reads the user's MEMORY.md into its prompt
+    nor gets the user's memory dir to write: its memory is `local`, in the project, and
+    `subvisor agents` says so. The user's own profile keeps the user's memory (control)."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    secret = "- [deploy key](deploy.md): the prod key is in ~/secret"
+    user_memory = home / "agent-memory" / "reviewer"
+    _index(user_memory, secret + "\n")
+    user_agents = tmp_path / "user-agents"
+    user_agents.mkdir()
+    mine = "---\nname: reviewer\ndescription: mine\nmemory: user\n---\nReview.\n"
+    (user_agents / "reviewer.md").write_text(mine)
+    planted = project / ".claude" / "agents"
+    planted.mkdir(parents=True)
+    (planted / "reviewer.md").write_text(mine.replace("mine", "theirs"))
+
+    user_only = ProfileCatalog.discover(
+        tmp_path / "elsewhere", home=home, user_dirs=[ProfileDir(user_agents, "user", "subvisor")]
+    ).resolve("reviewer")
+    assert secret in apply_memory(user_only, home=home, project_dir=project).prompt
+
+    catalog = ProfileCatalog.discover(
+        project, home=home, user_dirs=[ProfileDir(user_agents, "user", "subvisor")]
+    )
+    theirs = catalog.resolve("reviewer")
+    assert theirs.scope == "project"
+    local = project / ".subvisor" / "agent-memory-local" / "reviewer"
+    assert memory_dir(theirs, home=home, project_dir=project) == local
+    assert make_memory_dir(theirs, home=home, project_dir=project) == local
+    launched = apply_memory(theirs, home=home, project_dir=project)
+    assert secret not in launched.prompt
+    assert str(user_memory) not in launched.prompt and str(local) in launched.prompt
+    [warning] = [w for w in theirs.warnings if "memory" in w]
+    assert "memory: user read as memory: local" in warning
+    # Built directly (not parsed), a project profile's user memory is local all the same.
+    direct = _profile(
+        name="reviewer", memory="user", scope="project", source=str(planted / "reviewer.md")
+    )
+    assert memory_dir(direct, home=home, project_dir=project) == local
