@@ -6,12 +6,12 @@ import json
 import sys
 from pathlib import Path
 
-from rich.markup import escape
 from rich.table import Table
 
 from ..config._config_files import load_settings
 from ..config._project_trust import TrustGate
 from ..profiles._profile_catalog import ProfileCatalog
+from ._console import quoted, shown
 from ._run import wide_console
 
 __all__ = ["agents_command"]
@@ -29,7 +29,7 @@ def agents_command(project_dir: Path, as_json: bool) -> int:
         sys.stdout.write(json.dumps(catalog.to_json(), indent=2) + "\n")
         return 1 if broken else 0
     console = wide_console()
-    table = Table(title=f"agent profiles for {project_dir}", title_justify="left")
+    table = Table(title=f"agent profiles for {quoted(str(project_dir))}", title_justify="left")
     for column in ("name", "scope", "tools", "model", "source", "status"):
         table.add_column(column, overflow="fold")
     for entry in catalog.entries:
@@ -42,18 +42,18 @@ def agents_command(project_dir: Path, as_json: bool) -> int:
         status = "[green]ok[/]"
         if entry.not_launchable is not None:
             colour = "red" if entry.error is not None else "yellow"
-            status = f"[{colour}]{escape(entry.not_launchable)}[/]"
+            status = f"[{colour}]{quoted(entry.not_launchable)}[/]"
         if entry.overrides:
-            status += f"\noverrides {escape(', '.join(entry.overrides))}"
+            status += f"\noverrides {quoted(', '.join(entry.overrides))}"
         if entry.warnings:
-            status += "\n[yellow]" + escape("; ".join(entry.warnings)) + "[/]"
+            status += "\n[yellow]" + quoted("; ".join(entry.warnings)) + "[/]"
         name = entry.name + (f" (alias {', '.join(entry.aliases)})" if entry.aliases else "")
         table.add_row(
-            escape(name),
-            entry.scope,
-            escape(tools),
-            escape(profile.model or "inherit") if profile is not None else "-",
-            escape(entry.source),
+            shown(name),
+            shown(entry.scope),
+            shown(tools),
+            shown(profile.model or "inherit") if profile is not None else "-",
+            shown(entry.source),
             status,
         )
     console.print(table)

@@ -7,9 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-
+from ._console import SafeConsole, quoted
 from ._input import positive_seconds
 
 __all__ = ["build_parser", "main"]
@@ -20,7 +18,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
     from ._doctor import run_checks
 
-    console = Console()
+    console = SafeConsole()
     checks = run_checks()
     table = Table(title="subvisor doctor")
     table.add_column("check")
@@ -68,7 +66,7 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
         model = args.model or os.environ.get("SUBVISOR_MODEL") or settings.model or ""
         prompt = args.prompt
         if not model:
-            Console(stderr=True).print(
+            SafeConsole(stderr=True).print(
                 "[red]no model configured[/]: pass --model provider:model (for example "
                 "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or scripted:scenario.yaml), "
                 "set SUBVISOR_MODEL, or put `model = ...` in subvisor.toml"
@@ -460,7 +458,7 @@ def _workflow_run(args: argparse.Namespace) -> int:
     try:
         inputs = parse_inputs(args.input)
     except WorkflowError as exc:
-        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
+        SafeConsole(stderr=True).print(f"[red]{quoted(str(exc))}[/]")
         return 2
     settings = load_settings(cwd, trust=trust_gate(args.trust_project), **_placement(args))
     tune_collector()
@@ -498,7 +496,7 @@ def _stress(args: argparse.Namespace) -> int:
     from ._stress_report import check_report_path, missing_report_extra, write_report
     from ._stress_summary import stress_summary
 
-    errors = Console(stderr=True)
+    errors = SafeConsole(stderr=True)
     try:
         options = StressOptions(
             agents=args.agents,
@@ -518,11 +516,11 @@ def _stress(args: argparse.Namespace) -> int:
         )
         report_paths = [check_report_path(Path(name)) for name in args.report]
     except ValueError as exc:
-        errors.print(f"[red]{escape(str(exc))}[/]")
+        errors.print(f"[red]{quoted(str(exc))}[/]")
         return 2
     if report_paths and (missing := missing_report_extra()):
         # Said now, so nobody waits for a report that will not come; the run goes on.
-        errors.print(f"[yellow]{escape(missing)}; running anyway, without the report[/]")
+        errors.print(f"[yellow]{quoted(missing)}; running anyway, without the report[/]")
     live = not args.json and errors.is_terminal
     tune_collector()
     try:
@@ -532,7 +530,7 @@ def _stress(args: argparse.Namespace) -> int:
         interrupted = find_exception(exc, RunInterruptedError)
         if not isinstance(interrupted, RunInterruptedError):
             raise
-        errors.print(f"[yellow]{escape(str(interrupted))}: every subagent was stopped[/]")
+        errors.print(f"[yellow]{quoted(str(interrupted))}: every subagent was stopped[/]")
         return interrupted.exit_code
     report = result.summary
     if args.json:
@@ -544,16 +542,16 @@ def _stress(args: argparse.Namespace) -> int:
         try:
             write_report(result, report_path)
         except ImportError as exc:
-            errors.print(f"[red]{escape(str(exc))}[/]")
+            errors.print(f"[red]{quoted(str(exc))}[/]")
             return code or 2
-        errors.print(f"report: {escape(str(report_path))}", highlight=False)
+        errors.print(f"report: {quoted(str(report_path))}", highlight=False)
     return code
 
 
 def _top(args: argparse.Namespace) -> int:
     from ._top import top_command
 
-    return top_command(args.session, args.page_size, Console(stderr=True))
+    return top_command(args.session, args.page_size, SafeConsole(stderr=True))
 
 
 def _agents(args: argparse.Namespace) -> int:
@@ -600,7 +598,9 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.handler(args)
     except (BadInputError, ConfigError, NestedSupervisorError) as exc:
         # One line, however narrow the terminal.
-        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        SafeConsole(stderr=True).print(
+            f"[red]{quoted(str(exc))}[/]", soft_wrap=True, highlight=False
+        )
         return 2
     except BaseException as exc:
         # No Ray, or no cluster where --ray or placement said (S-DIST-1): one line too.
@@ -618,6 +618,6 @@ def main(argv: list[str] | None = None) -> int:
                 "may have filled it; free space there and run again (the next subvisor "
                 "command marks the sessions this run left running as interrupted)"
             )
-        Console(stderr=True).print(f"[red]{escape(line)}[/]", soft_wrap=True, highlight=False)
+        SafeConsole(stderr=True).print(f"[red]{quoted(line)}[/]", soft_wrap=True, highlight=False)
         return 2
     return code

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 import trio
 
+from ..files._printable import printable
 from ..policy._approvals import (
     ApprovalDecision,
     ApprovalOrigin,
@@ -75,13 +76,18 @@ class ClientAsker(Protocol):
 
 
 def approval_message(request: ApprovalRequest) -> str:
-    """What the client shows: who asks, for which tool, with which input, and why."""
+    """What the client shows: who asks, for which tool, with which input, and why.
+
+    The client shows it on a terminal or in a window: every control and format
+    character an agent put in it (an ESC, a bidi override) is written escaped.
+    """
     shown = json.dumps(dict(request.tool_input), ensure_ascii=False, default=str)
     if len(shown) > _INPUT_LIMIT:
         shown = shown[: _INPUT_LIMIT - 3] + "..."
-    return (
+    return printable(
         f"{describe_origin(request.origin, request.description)} wants to run "
-        f"{request.tool} with input {shown}\n({request.reason})\nAllow it?"
+        f"{request.tool} with input {shown}\n({request.reason})\nAllow it?",
+        multiline=True,
     )
 
 
@@ -143,9 +149,12 @@ class ElicitedAsks:
             return nobody
         field: dict[str, Any] = {"type": "string", "title": "Answer"}
         if request.options:
-            field["enum"] = list(request.options)
+            field["enum"] = [printable(option) for option in request.options]
         schema = {"type": "object", "properties": {"answer": field}, "required": ["answer"]}
-        message = f"{describe_origin(request.origin, request.description)} asks: {request.question}"
+        message = printable(
+            f"{describe_origin(request.origin, request.description)} asks: {request.question}",
+            multiline=True,
+        )
         answer = await self._elicit(asker, request.origin, message, schema)
         if answer is None:
             return nobody

@@ -23,13 +23,12 @@ from typing import Literal
 import trio
 from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
-from rich.console import Console
-from rich.markup import escape
 
 from ..delegation._settings import SubvisorSettings
 from ..delegation._subvisor import Subvisor
 from ..kernel import find_exception
 from ..providers import ModelError
+from ._console import SafeConsole, quoted
 from ._interrupt import interruptible
 from ._mcp_asks import ElicitedAsks
 from ._mcp_http import MCP_PATH, HttpEndpoint, serve_http
@@ -118,7 +117,7 @@ async def _serve(request: McpServeRequest) -> int:
 
 def mcp_command(request: McpServeRequest) -> int:
     """Serve until the client leaves (stdio) or a signal (HTTP); return the exit code."""
-    errors = Console(stderr=True, soft_wrap=True)
+    errors = SafeConsole(stderr=True, soft_wrap=True)
     try:
         return trio.run(_serve, request)
     except BaseException as exc:
@@ -126,12 +125,12 @@ def mcp_command(request: McpServeRequest) -> int:
             return 130
         model_error = find_exception(exc, ModelError)
         if model_error is not None:
-            errors.print(f"[red]model error:[/] {escape(str(model_error))}", highlight=False)
+            errors.print(f"[red]model error:[/] {quoted(str(model_error))}", highlight=False)
             return 2
         os_error = find_exception(exc, OSError)
         if request.endpoint is not None and os_error is not None:
             errors.print(
-                f"[red]cannot serve on {request.endpoint.bind}:[/] {escape(str(os_error))}",
+                f"[red]cannot serve on {request.endpoint.bind}:[/] {quoted(str(os_error))}",
                 highlight=False,
             )
             return 2

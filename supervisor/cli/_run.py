@@ -16,7 +16,6 @@ from typing import Any, Literal
 import trio
 from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from protocol import AgentOutcome, ChatMessage
@@ -37,6 +36,7 @@ from ..state._store import SessionStore
 from ..state._task_record import TaskRecord
 from ..state._tasks import TaskRegistry
 from ..workflow import workflow_tools
+from ._console import SafeConsole, quoted, shown
 from ._control import serve_control
 from ._interrupt import interruptible
 from ._terminal import TerminalConsole
@@ -68,8 +68,9 @@ class RunRequest:
 
 
 def wide_console(*, stderr: bool = False) -> Console:
-    """A console; when output is not a terminal, wide enough for the task tables."""
-    console = Console(stderr=stderr)
+    """A console (``SafeConsole``); when output is not a terminal, wide enough for the task
+    tables."""
+    console = SafeConsole(stderr=stderr)
     if not console.is_terminal:
         console.width = max(console.width, 160)
     return console
@@ -90,18 +91,21 @@ def sandbox_label(record: TaskRecord) -> str:
     report = record.sandbox
     if report is None:
         return "-"
-    label = f"{report.mode}, net {report.network}"
+    label = quoted(f"{report.mode}, net {report.network}")
     if report.requested and not report.enforced:
         return f"[bold red]NOT ENFORCED[/] ({label})"
     # What holds the caps over its tree (S-SEC-4): ``cgroup v1``, ``sampling``.
     _, by, rest = record.caps.partition(" by ")
-    return f"{label}; caps: {rest.split(';')[0]}" if by else label
+    return f"{label}; caps: {quoted(rest.split(';')[0])}" if by else label
 
 
 def tasks_table(
     records: list[TaskRecord], title: str, activity: Mapping[str, str] | None = None
 ) -> Table:
-    """A table of subagent tasks for a terminal; ``activity`` notes what live ones do now."""
+    """A table of subagent tasks for a terminal; ``activity`` notes what live ones do now.
+
+    ``title`` is markup; every cell from a record is shown escaped (``shown``).
+    """
     table = Table(title=title, title_justify="left")
     for column in (
         "agentId",
@@ -125,15 +129,15 @@ def tasks_table(
     for r in sorted(records, key=lambda r: r.created_at):
         colour = colours.get(r.status, "white")
         table.add_row(
-            r.task_id,
-            r.description + (" (bg)" if r.background else ""),
-            r.subagent_type or "-",
-            f"[{colour}]{r.status}[/]",
+            shown(r.task_id),
+            shown(r.description + (" (bg)" if r.background else "")),
+            shown(r.subagent_type or "-"),
+            shown(r.status, style=colour),
             sandbox_label(r),
             str(r.usage.tool_calls),
             str(r.usage.total_tokens),
             _elapsed(r),
-            (activity or {}).get(r.task_id) or r.worker_exit or r.error or "",
+            shown((activity or {}).get(r.task_id) or r.worker_exit or r.error or ""),
         )
     return table
 
@@ -344,26 +348,26 @@ def run_command(request: RunRequest) -> int:
     except BaseException as exc:
         # trio wraps what escapes a nursery in exception groups.
         if find_exception(exc, KeyboardInterrupt) is not None:
-            Console(stderr=True).print(_INTERRUPTED)
+            SafeConsole(stderr=True).print(_INTERRUPTED)
             return 130
         model_error = find_exception(exc, ModelError)
         if model_error is None:
             raise
-        Console(stderr=True, soft_wrap=True).print(
-            f"[red]model error:[/] {escape(str(model_error))}", highlight=False
+        SafeConsole(stderr=True, soft_wrap=True).print(
+            f"[red]model error:[/] {quoted(str(model_error))}", highlight=False
         )
         return 1
     if report["status"] == "interrupted":
-        Console(stderr=True).print(_INTERRUPTED)
+        SafeConsole(stderr=True).print(_INTERRUPTED)
     if request.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return code
     if request.narrate:
         for text in report["narration"]:
-            console.print(text, markup=False, highlight=False)
+            console.print(shown(text, multiline=True), highlight=False)
             console.print()
     elif report["answer"] is not None:
-        console.print(report["answer"], markup=False, highlight=False)
+        console.print(shown(report["answer"], multiline=True), highlight=False)
     if report["status"] == "timeout":
         console.print(f"[yellow]the run timed out after {request.timeout_s:g} s[/]")
     if records:

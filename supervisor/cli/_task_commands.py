@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from protocol import ChatMessage
 
@@ -23,6 +23,7 @@ from ..state._recovery import open_recovered_store
 from ..state._store import SessionStore
 from ..state._task_record import TaskRecord
 from ..state._usage import UsageRollup
+from ._console import quoted, shown
 from ._control_channel import LiveSession
 from ._control_client import ControlError, control_request, follow_task, live_sessions
 from ._control_ops import BackgroundOp, StopOp, TaskOp, TasksOp, TranscriptOp
@@ -79,7 +80,8 @@ def _stored_tasks(console: Console, session_id: str | None) -> _SessionTasks | N
     with store:
         session = store.get_session(session_id) if session_id else store.latest_root_session()
         if session is None:
-            console.print(f"[red]no session {session_id!r}[/]" if session_id else "no sessions yet")
+            asked = quoted(repr(session_id))
+            console.print(f"[red]no session {asked}[/]" if session_id else "no sessions yet")
             return None
         return _SessionTasks(
             session_id=session.session_id,
@@ -135,7 +137,7 @@ def ps_command(session_id: str | None, as_json: bool) -> int:
         return 0
     state = "live" if found.live else found.status
     if found.status_reason:
-        state += f": {escape(found.status_reason)}"
+        state += f": {quoted(found.status_reason)}"
     title = f"tasks of session {found.session_id} ({state})"
     console.print(tasks_table(found.records, title, found.activity))
     console.print(f"usage: {found.usage.describe()}", highlight=False)
@@ -146,10 +148,12 @@ def _find(store: SessionStore, console: Console, task_id: str) -> TaskRecord | N
     try:
         record = store.find_task(task_id)
     except LookupError as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print(f"[red]{quoted(str(exc))}[/]")
         return None
     if record is None:
-        console.print(f"[red]no task {task_id!r}[/]: `subvisor ps` lists the tasks of a session")
+        console.print(
+            f"[red]no task {quoted(repr(task_id))}[/]: `subvisor ps` lists the tasks of a session"
+        )
     return record
 
 
@@ -199,7 +203,7 @@ def _load_task(console: Console, task_id: str) -> tuple[TaskRecord, list[ChatMes
     try:
         live = _find_live(task_id)
     except ControlError as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print(f"[red]{quoted(str(exc))}[/]")
         return None
     if live is not None:
         try:
@@ -225,7 +229,7 @@ def logs_command(task_id: str, follow: bool = False) -> int:
         try:
             live = _find_live(task_id)
         except ControlError as exc:
-            console.print(f"[red]{escape(str(exc))}[/]")
+            console.print(f"[red]{quoted(str(exc))}[/]")
             return 1
         if live is not None and not live.record.is_terminal:
             try:
@@ -244,12 +248,13 @@ def logs_command(task_id: str, follow: bool = False) -> int:
 
 
 def _print_header(console: Console, record: TaskRecord) -> None:
-    console.rule(f"{record.task_id}: {record.description} ({record.status})")
+    # A rule's title is markup: the description is a Text, never parsed.
+    console.rule(shown(f"{record.task_id}: {record.description} ({record.status})"))
     if record.sandbox is not None:
         colour = "red" if record.sandbox.requested and not record.sandbox.enforced else "dim"
-        console.print(f"[{colour}]sandbox: {escape(record.sandbox.summary)}[/]", highlight=False)
+        console.print(f"[{colour}]sandbox: {quoted(record.sandbox.summary)}[/]", highlight=False)
     if record.caps:
-        console.print(f"[dim]caps: {escape(record.caps)}[/]", highlight=False)
+        console.print(f"[dim]caps: {quoted(record.caps)}[/]", highlight=False)
 
 
 def _print_label(console: Console, role: str) -> None:
@@ -264,20 +269,20 @@ def _print_message(console: Console, message: ChatMessage, streamed: str = "") -
     content = message.content[len(streamed) :]
     if content or streamed:
         # soft_wrap: the text as it is, however it arrived (whole or streamed in pieces).
-        console.print(content, markup=False, highlight=False, soft_wrap=True)
+        console.print(shown(content, multiline=True), highlight=False, soft_wrap=True)
     for call in message.tool_calls:
-        console.print(f"  -> {call.name} {json.dumps(call.input)}", markup=False, soft_wrap=True)
+        console.print(shown(f"  -> {call.name} {json.dumps(call.input)}"), soft_wrap=True)
 
 
 def _print_output(console: Console, record: TaskRecord) -> None:
     console.rule("output")
     try:
         with open(record.output_file, encoding="utf-8") as f:
-            console.print(f.read() or "(empty)", markup=False, highlight=False)
+            console.print(shown(f.read() or "(empty)", multiline=True), highlight=False)
     except OSError as exc:
-        console.print(f"[yellow]cannot read {record.output_file}: {exc}[/]")
+        console.print(f"[yellow]cannot read {quoted(record.output_file)}: {quoted(str(exc))}[/]")
     if record.error:
-        console.print(f"[red]error:[/] {record.error}", highlight=False)
+        console.print(Text.assemble(("error:", "red"), " ", shown(record.error)), highlight=False)
 
 
 class _LiveAnswer:
@@ -303,7 +308,7 @@ class _LiveAnswer:
             return
         new = text[len(self.text) - offset :]
         self.text += new
-        self.console.print(new, end="", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(shown(new, multiline=True), end="", highlight=False, soft_wrap=True)
 
     def land(self, message: ChatMessage) -> None:
         """``message`` was stored: print what of it has not streamed."""
@@ -333,7 +338,7 @@ def _follow(console: Console, live: _LiveTask) -> int:
     try:
         reply = next(events)
     except (OSError, ControlError) as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print(f"[red]{quoted(str(exc))}[/]")
         return 1
     record = TaskRecord.model_validate(reply["task"])
     _print_header(console, record)
@@ -397,7 +402,7 @@ def _control_command(task_id: str, op: Literal["stop", "background"]) -> int:
     try:
         live = _find_live(task_id)
     except ControlError as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print(f"[red]{quoted(str(exc))}[/]")
         return 1
     if live is None:
         # No live session has it: the store says how it ended (or that its
@@ -427,7 +432,7 @@ def _control_command(task_id: str, op: Literal["stop", "background"]) -> int:
         )
         reply = control_request(live.session.address, request)
     except (OSError, ControlError) as exc:
-        console.print(f"[red]{escape(str(exc))}[/]")
+        console.print(f"[red]{quoted(str(exc))}[/]")
         return 1
     done = "stopped" if op == "stop" else "moved to the background:"
     console.print(f"{done} {record.task_id} {reply.get('status') or ''}".rstrip())

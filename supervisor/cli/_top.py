@@ -31,12 +31,15 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
+from textual.markup import escape as escape_markup
 from textual.widgets import DataTable, Footer, RichLog, Static
 
+from ..files._printable import printable
 from ..state._paths import database_path, subvisor_home
 from ..state._recovery import open_recovered_store
 from ..state._store import MAX_PAGE_SIZE, SessionStore
 from ..state._usage import UsageRollup, format_bytes
+from ._console import quoted, shown
 from ._control_client import AgentPage, AgentRow, ControlClient, ControlError, live_sessions
 from ._control_ops import BackgroundOp, StopOp
 
@@ -70,13 +73,15 @@ _STATUS_STYLES = {
 
 
 def _cells(row: AgentRow) -> tuple[str | Text, ...]:
+    """A row's cells. What an agent or a record chose is a ``Text``, escaped: a ``str`` cell
+    is Textual markup, and Textual writes control characters as they are."""
     status = row.status + (" bg" if row.background else "")
-    description = row.description or ""
+    description = printable(row.description or "")
     return (
-        row.agent_id,
-        row.type or "-",
-        description if len(description) <= 32 else description[:31] + "…",
-        Text(status, style=_STATUS_STYLES.get(row.status, "")),
+        shown(row.agent_id),
+        shown(row.type or "-"),
+        Text(description if len(description) <= 32 else description[:31] + "…"),
+        shown(status, style=_STATUS_STYLES.get(row.status, "")),
         str(row.turns),
         str(row.tokens),
         str(row.tool_calls),
@@ -245,8 +250,11 @@ class TopApp(App[None]):
         self.query_one("#header", Static).update(
             Text.assemble(
                 ("session ", "bold"),
-                (page.session_id, "bold cyan"),
-                f"  {state}  ·  {page.total} subagents ({counts or 'none yet'})\n",
+                (printable(page.session_id), "bold cyan"),
+                printable(
+                    f"  {state}  ·  {page.total} subagents ({counts or 'none yet'})\n",
+                    multiline=True,
+                ),
                 ("usage ", "bold"),
                 rollup.describe(),
             )
@@ -289,11 +297,12 @@ class TopApp(App[None]):
                     self._streaming_joined = False
                 elif kind == "task.ended":
                     self._show_streaming("")
-                    pane.border_subtitle = f"{event.get('status')} · esc closes"
+                    status = escape_markup(printable(str(event.get("status"))))
+                    pane.border_subtitle = f"{status} · esc closes"
                     return
         except (OSError, ControlError, ValueError) as exc:
             if agent == self.transcript_agent:
-                pane.write(Text(f"[transcript unavailable: {exc}]", style="yellow"))
+                pane.write(shown(f"[transcript unavailable: {exc}]", style="yellow"))
 
     def _stream(self, text: str, offset: int) -> None:
         """Show a ``text.streamed`` event: the answer so far, below the transcript."""
@@ -309,7 +318,11 @@ class TopApp(App[None]):
     def _show_streaming(self, text: str) -> None:
         self.streaming = text
         live = self.query_one("#streaming", Static)
-        live.update(Text.assemble(("── assistant (streaming)\n", "bold"), text) if text else "")
+        live.update(
+            Text.assemble(("── assistant (streaming)\n", "bold"), shown(text, multiline=True))
+            if text
+            else ""
+        )
         live.set_class(bool(text), "open")
 
     def action_open_transcript(self) -> None:
@@ -321,7 +334,7 @@ class TopApp(App[None]):
         pane = self.query_one("#transcript", RichLog)
         pane.clear()
         pane.add_class("open")
-        pane.border_title = f"transcript of {agent} (read-only, live)"
+        pane.border_title = f"transcript of {escape_markup(printable(agent))} (read-only, live)"
         pane.border_subtitle = "esc closes"
         self.transcript_agent = agent
         self._show_streaming("")
@@ -397,18 +410,18 @@ class TopApp(App[None]):
     def say(self, text: str) -> None:
         """Show a line in the status bar."""
         with contextlib.suppress(Exception):  # the app may be shutting down
-            self.query_one("#status", Static).update(Text(text))
+            self.query_one("#status", Static).update(shown(text))
 
 
 def _transcript_lines(message: dict[str, Any]) -> list[Text]:
     role = {"user": "user", "assistant": "assistant", "tool": "tool result"}.get(
         message.get("role", ""), str(message.get("role"))
     )
-    lines = [Text(f"── {role} (#{message.get('seq')})", style="bold")]
+    lines = [shown(f"── {role} (#{message.get('seq')})", style="bold")]
     if message.get("content"):
-        lines.append(Text(str(message["content"])))
+        lines.append(shown(str(message["content"]), multiline=True))
     for call in message.get("tool_calls") or []:
-        lines.append(Text(f"  → {call.get('name')} {call.get('input')}", style="cyan"))
+        lines.append(shown(f"  → {call.get('name')} {call.get('input')}", style="cyan"))
     return lines
 
 
@@ -447,17 +460,18 @@ def top_command(session_id: str | None, page_size: int, console: Console) -> int
 
 def _not_live(session_id: str, home: Path, matches: list[Any]) -> str:
     if matches:
-        shown = ", ".join(s.session_id for s in matches)
-        return f"[red]{session_id!r} matches several live sessions ({shown})[/]: give more"
+        listed = quoted(", ".join(s.session_id for s in matches))
+        asked = quoted(repr(session_id))
+        return f"[red]{asked} matches several live sessions ({listed})[/]: give more"
     path = database_path(home)
     if path.exists():
         with SessionStore(path) as store:
             if store.get_session(session_id) is not None:
                 return (
-                    f"[yellow]session {session_id} is not live (its supervisor has exited)[/]:"
-                    f" `subvisor ps {session_id}` shows its final state"
+                    f"[yellow]session {quoted(session_id)} is not live (its supervisor has"
+                    f" exited)[/]: `subvisor ps {quoted(session_id)}` shows its final state"
                 )
     return (
-        f"[red]no live session {session_id!r} in {home / 'run'}[/]: `subvisor top` without"
-        " an id attaches to the latest live one"
+        f"[red]no live session {quoted(repr(session_id))} in {quoted(str(home / 'run'))}[/]:"
+        " `subvisor top` without an id attaches to the latest live one"
     )

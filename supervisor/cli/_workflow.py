@@ -11,7 +11,6 @@ from typing import Any
 
 import trio
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..delegation._settings import SubvisorSettings
@@ -28,6 +27,7 @@ from ..workflow import (
     run_workflow,
 )
 from ..workflow._typed import dump_value
+from ._console import SafeConsole, quoted, shown
 from ._interrupt import RunInterruptedError, interruptible
 from ._run import wide_console
 
@@ -65,7 +65,9 @@ async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | Non
         started.append(run_id)
         if not request.json:
             listed = ", ".join(site.describe() for site in sites) or "none found"
-            console.print(f"run [bold]{run_id}[/]  actor sites: {escape(listed)}", highlight=False)
+            console.print(
+                f"run [bold]{quoted(run_id)}[/]  actor sites: {quoted(listed)}", highlight=False
+            )
 
     configured = os.environ.get("SUBVISOR_MODEL") or request.settings.model
     async with interruptible() as interruption, Subvisor(request.settings) as host:
@@ -93,7 +95,7 @@ async def _run(request: WorkflowRunRequest, console: Console) -> tuple[str | Non
 def workflow_run_command(request: WorkflowRunRequest) -> int:
     """Run a workflow script; print its result and its journal (or JSON). Exit code 0/1/2."""
     console = wide_console(stderr=request.json)
-    errors = Console(stderr=True, soft_wrap=True)
+    errors = SafeConsole(stderr=True, soft_wrap=True)
     run_id: str | None = None
     code = 0
     try:
@@ -109,12 +111,12 @@ def workflow_run_command(request: WorkflowRunRequest) -> int:
         failed = find_exception(exc, WorkflowFailedError)
         if isinstance(failed, WorkflowFailedError):
             run_id, value, code = failed.run_id, None, 1
-            errors.print(f"[red]{escape(str(failed))}[/]", highlight=False)
+            errors.print(f"[red]{quoted(str(failed))}[/]", highlight=False)
         else:
             refused = find_exception(exc, WorkflowError)
             if refused is None:
                 raise
-            errors.print(f"[red]{escape(str(refused))}[/]", highlight=False)
+            errors.print(f"[red]{quoted(str(refused))}[/]", highlight=False)
             return 2
     with WorkflowJournal(database_path(request.settings.home)) as journal:
         run = journal.find_run(run_id) if run_id else None
@@ -126,7 +128,10 @@ def workflow_run_command(request: WorkflowRunRequest) -> int:
         return code
     if code == 0:
         console.print("[bold]result[/]")
-        console.print(json.dumps(dump_value(value), indent=2), markup=False, highlight=False)
+        console.print(
+            shown(json.dumps(dump_value(value), indent=2), multiline=True),
+            highlight=False,
+        )
         console.print()
     _print_report(console, report)
     return code
@@ -138,7 +143,8 @@ def workflow_show_command(run_id: str | None, as_json: bool, home: Path) -> int:
     path = database_path(home)
     if not path.exists():
         console.print(
-            f"[yellow]no subvisor state in {home}[/]: run `subvisor workflow run SCRIPT` first"
+            f"[yellow]no subvisor state in {quoted(str(home))}[/]: run `subvisor workflow run"
+            " SCRIPT` first"
         )
         return 1
     with WorkflowJournal(path) as journal:
@@ -152,11 +158,12 @@ def workflow_show_command(run_id: str | None, as_json: bool, home: Path) -> int:
         try:
             run = journal.find_run(run_id)
         except WorkflowError as exc:
-            console.print(f"[red]{escape(str(exc))}[/]")
+            console.print(f"[red]{quoted(str(exc))}[/]")
             return 1
         if run is None:
             console.print(
-                f"[red]no workflow run {run_id!r}[/]; `subvisor workflow show` lists the runs"
+                f"[red]no workflow run {quoted(repr(run_id))}[/]; `subvisor workflow show` lists"
+                " the runs"
             )
             return 1
         report = run_report(journal, run)
@@ -259,7 +266,9 @@ def _runs_table(runs: list[RunRecord]) -> Table:
     for column in ("run", "workflow", "status", "amends", "script"):
         table.add_column(column)
     for run in runs:
-        table.add_row(run.run_id, run.workflow, run.status, run.amends or "", run.script_path)
+        table.add_row(
+            *map(shown, (run.run_id, run.workflow, run.status, run.amends, run.script_path))
+        )
     return table
 
 
@@ -267,22 +276,22 @@ def _print_report(console: Console, report: dict[str, Any]) -> None:
     run = report["run"]
     colour = {"completed": "green", "failed": "red"}.get(run["status"], "cyan")
     console.print(
-        f"workflow [bold]{escape(run['workflow'])}[/] run [bold]{run['run_id']}[/]: "
-        f"[{colour}]{run['status']}[/]"
-        + (f", amends {run['amends']}" if run["amends"] else "")
-        + f"  ({escape(run['script'])})",
+        f"workflow [bold]{quoted(run['workflow'])}[/] run [bold]{quoted(run['run_id'])}[/]: "
+        f"[{colour}]{quoted(run['status'])}[/]"
+        + (f", amends {quoted(run['amends'])}" if run["amends"] else "")
+        + f"  ({quoted(run['script'])})",
         highlight=False,
     )
     if run["error"]:
-        console.print(f"[red]{escape(run['error'])}[/]", highlight=False)
+        console.print(f"[red]{quoted(run['error'])}[/]", highlight=False)
     actors = Table(title="actors", title_justify="left")
     for column in ("actor", "line", "model", "asks", "cached", "fresh", "model calls", "tokens"):
         actors.add_column(column)
     for actor in report["actors"]:
         actors.add_row(
-            escape(actor["actor"] or f"<anonymous {actor['key']}>"),
+            shown(actor["actor"] or f"<anonymous {actor['key']}>"),
             str(actor["line"]),
-            escape(f"{actor['model']} ({actor['model_source']})"),
+            shown(f"{actor['model']} ({actor['model_source']})"),
             str(actor["asks"]) + (f" ({actor['failed']} failed)" if actor["failed"] else ""),
             str(actor["cached"]),
             str(actor["fresh"]),
@@ -299,14 +308,14 @@ def _print_report(console: Console, report: dict[str, Any]) -> None:
             source = "[cyan]cached[/]" if ask["source"] == "cached" else "[magenta]fresh[/]"
             status = "[green]answered[/]" if ask["status"] == "answered" else "[red]failed[/]"
             asks.add_row(
-                escape(actor["actor"] or f"<anonymous {actor['key']}>"),
+                shown(actor["actor"] or f"<anonymous {actor['key']}>"),
                 str(ask["ask_index"]),
                 source,
                 status,
                 str(ask["model_calls"]),
                 f"{ask['input_tokens']}/{ask['output_tokens']}",
-                escape(_brief(ask["prompt"])),
-                escape(_brief(ask["answer"] if ask["status"] == "answered" else ask["error"])),
+                shown(_brief(ask["prompt"])),
+                shown(_brief(ask["answer"] if ask["status"] == "answered" else ask["error"])),
             )
     console.print(asks)
     totals = report["totals"]
