@@ -59,9 +59,31 @@ def mcp_tool_name(server: str, tool: str) -> str:
 
 
 def split_mcp_tool_name(name: str) -> tuple[str, str] | None:
-    """``(server, tool)`` of an ``mcp__server__tool`` name, else None."""
+    """``(server, tool)`` of an ``mcp__server__tool`` name, else None.
+
+    The server is the part up to the first ``__``: the inverse of
+    ``mcp_tool_name`` for every server name ``mcp_server_name_problem`` admits.
+    """
     match = _MCP_NAME.match(name)
     return (match["server"], match["tool"]) if match else None
+
+
+def mcp_server_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an MCP server, else None (S-MCP-1).
+
+    Its tools are called ``mcp__<name>__<tool>`` and routed, and lent, by the
+    part before the first ``__``: a name holding ``__`` (or starting or ending
+    with ``_``, or holding whitespace) would make one server's tool another's
+    (``a__b`` + ``c`` and ``a`` + ``b__c`` are both ``mcp__a__b__c``).
+    """
+    if not name or any(c.isspace() for c in name):
+        return "a server name must be non-empty, without whitespace"
+    if "__" in name or name.startswith("_") or name.endswith("_"):
+        return (
+            f"server name {name!r} contains '__' or starts or ends with '_', so its tools'"
+            " names (mcp__<server>__<tool>) would be ambiguous; rename it"
+        )
+    return None
 
 
 class McpServerConfig(BaseModel):
@@ -108,6 +130,8 @@ def parse_mcp_json(path: Path, text: str) -> dict[str, McpServerConfig]:
         )
     configs: dict[str, McpServerConfig] = {}
     for name, raw in servers.items():
+        if (problem := mcp_server_name_problem(name)) is not None:
+            raise ValueError(f"{path}: mcpServers.{name}: {problem}")
         if not isinstance(raw, dict):
             raise ValueError(
                 f"{path}: mcpServers.{name} must be an object with command or url,"
@@ -328,14 +352,40 @@ class McpHub:
 
     def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
         self._connections = {name: _Connection(name, cfg) for name, cfg in servers.items()}
+        for name, connection in self._connections.items():
+            # Config files are checked as they are read; this covers other callers.
+            if (problem := mcp_server_name_problem(name)) is not None:
+                connection.error = f"{problem}; the run goes on without it"
+                connection.ready.set()
+                connection.closed.set()
         self._stop = trio.Event()
 
     async def start(self, nursery: trio.Nursery) -> None:
-        """Connect to every server (concurrently) and take the snapshot."""
+        """Connect to every server (concurrently) and take the snapshot.
+
+        A tool whose ``mcp__<server>__<tool>`` name another tool already has
+        is left out, with a warning: a call by that name could reach only one
+        of them, and lending is by name (S-MCP-1).
+        """
         for connection in self._connections.values():
-            nursery.start_soon(connection.run, self._stop)
+            if not connection.closed.is_set():
+                nursery.start_soon(connection.run, self._stop)
         for connection in self._connections.values():
             await connection.ready.wait()
+        seen: set[str] = set()
+        for connection in self._connections.values():
+            kept = []
+            for spec in connection.tools:
+                if spec.name in seen:
+                    log.warning(
+                        "MCP server %r: tool %s left out: another tool has that name",
+                        connection.name,
+                        spec.name,
+                    )
+                    continue
+                seen.add(spec.name)
+                kept.append(spec)
+            connection.tools = kept
 
     async def aclose(self) -> None:
         """Close every session."""
