@@ -6,7 +6,9 @@ a subagent's calls cross its pipe and run on the parent's session, so a
 worker never holds an MCP connection (or its credentials). A server that
 fails to start is reported on one line (why, its last stderr line, what to
 fix) and left out, so the run goes on without it; a server that dies
-mid-call gives the caller an error result, never a hang.
+mid-call gives the caller an error result, never a hang; one that sends a
+message over ``MAX_MCP_MESSAGE_BYTES`` is disconnected, with a one-line error
+to the caller, before the supervisor holds much more than that.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from protocol import McpToolResult, ToolCall, ToolSpec
 from worker.tools import ToolOutput, truncate_text
 
 from ..kernel import validation_problems
+from ._mcp_stdio import MAX_MCP_MESSAGE_BYTES, bounded_stdio_client
 
 __all__ = [
+    "MAX_MCP_MESSAGE_BYTES",
     "MAX_MCP_RESULT_BYTES",
     "McpHub",
     "McpHubTool",
@@ -167,6 +171,8 @@ class _Connection:
         self.closed = trio.Event()
         #: The first line the server printed on stdout that is not JSON-RPC.
         self._stdout_noise: str | None = None
+        #: Set when the server sent a message over MAX_MCP_MESSAGE_BYTES: it is cut off.
+        self.oversize = trio.Event()
 
     async def run(self, stop: trio.Event) -> None:
         stderr = _StderrTail() if self.config.command is not None else None
@@ -220,7 +226,9 @@ class _Connection:
             ]
             self.session = session
             self.ready.set()
-            await stop.wait()
+            async with trio.open_nursery() as waiting:
+                for event in (stop, self.oversize):
+                    waiting.start_soon(_cancel_when_set, event, waiting.cancel_scope)
 
     async def _on_message(self, message: Any) -> None:
         # The transport hands over a line it could not parse as an exception.
@@ -229,13 +237,26 @@ class _Connection:
             line = errors[0].get("input") if errors else None
             self._stdout_noise = line if isinstance(line, str) else str(message)
 
+    def _on_oversize(self) -> None:
+        if self.session is not None:  # else the failure to start is reported as such
+            self.error = self.oversize_message
+            log.warning("%s", self.error)
+        self.oversize.set()
+
+    @property
+    def oversize_message(self) -> str:
+        """The one line a caller gets once the server sent too large a message."""
+        return (
+            f"MCP server {self.name!r} sent a message over "
+            f"{MAX_MCP_MESSAGE_BYTES // (1024 * 1024)} MiB; it was disconnected"
+        )
+
     def _transport(self, stderr: _StderrTail | None) -> Any:
         if self.config.url is not None:
-            from mcp.client.streamable_http import streamable_http_client
+            from ._mcp_http import bounded_http_client
 
-            return streamable_http_client(self.config.url)
+            return bounded_http_client(self.config.url)
         from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
 
         _quiet_sdk_parse_errors()
         command = self.config.command or ""
@@ -245,11 +266,13 @@ class _Connection:
             command=command, args=list(self.config.args), env=dict(self.config.env) or None
         )
         assert stderr is not None
-        return stdio_client(parameters, errlog=stderr.errlog)
+        return bounded_stdio_client(parameters, stderr.errlog, self._on_oversize)
 
     def _failure(self, exc: BaseException, stderr: _StderrTail | None) -> str:
         """Why the server is not connected, on one line, and what to do."""
         cause = _leaf(exc)
+        if self.oversize.is_set():
+            return self.oversize_message
         if isinstance(cause, trio.TooSlowError):
             why = f"no answer within startup_timeout_s ({self.config.startup_timeout_s:g} s)"
         elif isinstance(cause, FileNotFoundError) and cause.filename is None:
@@ -318,6 +341,11 @@ class _StderrTail:
     def close(self) -> None:
         self.errlog.close()
         self._stream.close()
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -396,7 +424,11 @@ class McpHub:
     @property
     def connected(self) -> tuple[str, ...]:
         """Servers in the snapshot (connected at startup)."""
-        return tuple(n for n, c in self._connections.items() if c.session is not None)
+        return tuple(
+            n
+            for n, c in self._connections.items()
+            if c.session is not None and not c.oversize.is_set()
+        )
 
     @property
     def failures(self) -> dict[str, str]:
@@ -429,6 +461,8 @@ class McpHub:
         connection = self._connections.get(parts[0]) if parts else None
         if parts is None or connection is None:
             return McpToolResult(text=f"Error: no MCP tool {name!r}.", is_error=True)
+        if connection.oversize.is_set():
+            return McpToolResult(text=f"Error: {connection.oversize_message}.", is_error=True)
         if connection.session is None:
             why = connection.error or "it closed"
             return McpToolResult(
@@ -445,6 +479,8 @@ class McpHub:
                 is_error=True,
             )
         except Exception as exc:
+            if connection.oversize.is_set():
+                return McpToolResult(text=f"Error: {connection.oversize_message}.", is_error=True)
             return McpToolResult(
                 text=f"Error: MCP server {parts[0]!r} failed during {parts[1]}: "
                 f"{type(exc).__name__}: {exc}",

@@ -1,8 +1,11 @@
-"""A real MCP server (the mcp SDK's MCPServer, stdio) whose one tool answers with N bytes.
+"""A real MCP server (the mcp SDK's MCPServer) whose one tool answers with N bytes.
 
 For tests that a borrowed tool's answer, however large, reaches the child
-cut to size instead of breaking its pipe's frame limit.
+cut to size instead of breaking its pipe's frame limit. Over stdio, or with
+``http PORT`` over streamable HTTP on 127.0.0.1, answering in JSON (not SSE).
 """
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -17,4 +20,7 @@ def blob(size: int) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["http"]:
+        server.run("streamable-http", port=int(sys.argv[2]), json_response=True)
+    else:
+        server.run("stdio")

@@ -1,0 +1,91 @@
+"""A streamable-HTTP MCP transport whose JSON answers are bounded in size (S-MCP-1).
+
+The SDK reads a JSON (not SSE) response whole, however large; its SSE events
+are already bounded (``max_sse_event_size``). Here every ``application/json``
+body is counted as it arrives and, past ``MAX_MCP_MESSAGE_BYTES``, the read
+fails: the SDK turns that into an error answer to that one request, and the
+connection stays up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import httpx2
+
+from ._mcp_stdio import MAX_MCP_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from mcp.client._transport import TransportStreams
+
+__all__ = ["McpAnswerTooLarge", "bounded_http_client"]
+
+
+class McpAnswerTooLarge(httpx2.StreamError):
+    """A JSON answer over the limit (a ``StreamError``, which the SDK reports per request)."""
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, url: str, limit: int) -> None:
+        self._inner, self._url, self._limit = inner, url, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        received = 0
+        async for chunk in self._inner:
+            received += len(chunk)
+            if received > self._limit:
+                raise McpAnswerTooLarge(
+                    f"the MCP server at {self._url} sent an answer over"
+                    f" {self._limit // (1024 * 1024)} MiB; it was not read"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if response.headers.get("content-type", "").lower().startswith("application/json"):
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            response.stream = _CappedBody(response.stream, str(request.url), self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _ReportedAsAnError(logging.Filter):
+    """Drops the SDK's traceback for an answer over the limit: the caller gets an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, McpAnswerTooLarge)
+
+
+_FILTER = _ReportedAsAnError()
+
+
+@asynccontextmanager
+async def bounded_http_client(
+    url: str, max_message_bytes: int = MAX_MCP_MESSAGE_BYTES
+) -> AsyncIterator[TransportStreams]:
+    """The SDK's ``streamable_http_client`` on an HTTP client (with the SDK's
+    timeouts) whose JSON answers are cut off past ``max_message_bytes``."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    logging.getLogger("mcp.client.streamable_http").addFilter(_FILTER)  # idempotent
+    client = httpx2.AsyncClient(
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=_CappedTransport(httpx2.AsyncHTTPTransport(), max_message_bytes),
+    )
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
