@@ -43,8 +43,9 @@ from pydantic import ValidationError
 
 from protocol import ResourceLimits
 
-from ..delegation._mcp import McpServerConfig, parse_mcp_json
+from ..delegation._mcp import McpServerConfig, mcp_server_name_problem, parse_mcp_json
 from ..delegation._settings import SubvisorSettings
+from ..files._printable import printable
 from ..kernel import validation_problems
 from ..policy._rule_config import rules_from_config
 from ..policy._rules import (
@@ -251,6 +252,10 @@ def _check_config_file(
             f"{path}: mcp_servers must be a table of servers ([mcp_servers.NAME] with"
             " command or url)"
         )
+    for name in data.get("mcp_servers") or {}:
+        problem = mcp_server_name_problem(str(name))
+        if problem is not None:
+            raise ConfigError(f"{path}: mcp_servers.{printable(str(name))}: {problem}")
     if in_force is None:
         return
     loosened = _loosened_by_project(data, in_force)

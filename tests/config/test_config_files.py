@@ -69,6 +69,8 @@ def test_project_config_overrides_user_config(
         ("[permission]\nbash = 'sometimes'", "permission 'bash'"),
         ("subagent_depth = 2", "subagent_depth"),
         ("max_turns = ", "is not valid TOML"),
+        # S-MCP-1: `a__b` + `c` and `a` + `b__c` would both be mcp__a__b__c.
+        ('[mcp_servers.a__b]\ncommand = "x"', "mcp_servers.a__b"),
     ],
 )
 def test_bad_config_is_a_clear_error_naming_the_file(
