@@ -17,8 +17,11 @@ Both ends of a worker connection use it. It differs from
   ``_Server.send``), and
   the rest of a partly written frame is written under a cancel shield: a
   cancelled sender must not leave half a frame on the pipe, because the
-  peer would then read garbage. ``close`` wakes a parked writer, so a shielded
-  write to a peer that stopped reading still ends when the pipe is closed.
+  peer would then read garbage. A frame none of which was written yet (the
+  pipe is full) waits unshielded: cancelling it tears nothing, and a sender
+  with a deadline (a ``shutdown`` within its grace) keeps it. ``close`` wakes
+  a parked writer, so a shielded write to a peer that stopped reading still
+  ends when the pipe is closed.
 """
 
 from __future__ import annotations
@@ -98,8 +101,12 @@ class PipeStream:
             return
         self._writing = True
         try:
+            view = memoryview(data)
+            if not sent:
+                # Nothing of it is on the pipe: a cancel here tears no frame.
+                sent = await self._write_some(view)
             with trio.CancelScope(shield=True):
-                await self._write_rest(memoryview(data)[sent:])
+                await self._write_rest(view[sent:])
         finally:
             self._writing = False
             self._write_done.set()
@@ -107,12 +114,17 @@ class PipeStream:
 
     async def _write_rest(self, view: memoryview) -> None:
         while view:
+            view = view[await self._write_some(view) :]
+
+    async def _write_some(self, view: memoryview) -> int:
+        """Wait until the pipe takes some of ``view``; the bytes it took."""
+        while True:
             fd = self._write_fd
             if fd is None:
                 raise trio.ClosedResourceError("pipe was closed during a write")
             try:
                 await trio.lowlevel.wait_writable(fd)
-                view = view[os.write(fd, view) :]
+                return os.write(fd, view)
             except BlockingIOError:
                 continue
             except OSError as exc:

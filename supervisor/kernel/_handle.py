@@ -7,7 +7,15 @@ full buffer stops the reader, which fills the pipe, which blocks the worker:
 backpressure instead of unbounded memory), worker requests to this
 worker's own request handler (whoever drives the worker gave it at spawn),
 whose answer must be the result model of the request's method
-(``protocol.WORKER_METHODS``).
+(``protocol.WORKER_METHODS``). Worker requests get the same backpressure: at
+most ``MAX_ANSWERING`` are answered at once, and a request past it stops the
+reader, where it is, until one of them has been answered (sent whole).
+
+A write to the worker that it does not read stays blocked, and the rest of a
+frame already begun cannot be cancelled (``worker.PipeStream``): a worker
+whose writes make no progress for ``write_stall_s`` is stopped for it by the
+watchdog (``overdue``), and ``shutdown`` sends its ``shutdown`` within its
+grace, so neither waits on the worker for ever.
 
 Each handle holds the worker's ``EventBudget`` (S-SEC-8): every event frame
 is counted on arrival, and whoever records something for the worker charges
@@ -97,6 +105,15 @@ from ._tree_caps import TreeUsage, breach, signal_tree
 __all__ = ["RequestHandler", "RequestRefusedError", "WireTap", "WorkerHandle"]
 
 _READ_SIZE = 256 * 1024
+
+#: Worker requests answered at once, per worker. Each one holds its request
+#: and then its answer frame (each up to a frame, 8 MB) until the worker has
+#: read the answer: without a cap a worker that sends requests and stops
+#: reading grows the supervisor by ~16 MB a request, up to the protocol's 4096
+#: pending ones. Past the cap the reader stops, like for a full event buffer,
+#: so the worker's pipe fills and the worker blocks. 32 is far above what an
+#: agent runs in parallel (its tool calls, one model call, approvals).
+MAX_ANSWERING = 32
 _EOF_AFTER_EXIT_S = 1.0
 
 _ANSWERS = (Response, ErrorReply)
@@ -166,6 +183,7 @@ class WorkerHandle:
         event_buffer: int,
         kill_grace_s: float,
         request_handler: RequestHandler,
+        write_stall_s: float = 30.0,
         wire_tap: WireTap | None = None,
         event_budget: EventBudgetLimits | None = None,
         cgroup: WorkerCgroup | None = None,
@@ -194,6 +212,14 @@ class WorkerHandle:
         self.last_activity = self.started_at
         self._process = process
         self._kill_grace_s = kill_grace_s
+        self._write_stall_s = write_stall_s
+        # Sends begun and not ended, sends ended, and what the watchdog last saw
+        # of them: a write stalls while sends are begun and none ends (``overdue``).
+        self._sends_begun = 0
+        self._sends_ended = 0
+        self._stall_seen = (0, self.started_at)
+        # A slot per worker request being answered (``MAX_ANSWERING``).
+        self._answering = trio.Semaphore(MAX_ANSWERING)
         self._request_handler = request_handler
         self._wire_tap = wire_tap
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
@@ -332,12 +358,15 @@ class WorkerHandle:
 
     async def shutdown(self, grace_s: float = 5.0) -> WorkerExit:
         """Ask the worker to exit; kill it if it has not within ``grace_s``."""
-        if self.alive and self._connection.state is ConnectionState.OPEN:
-            # Else it was asked already (closing), or there is no one to ask (before the
-            # handshake, or after the connection ended): it ends within the grace, or is killed.
-            await self._send_quietly(Shutdown(reason="supervisor asked the worker to stop"))
         if self.alive:
+            # The send counts against the grace too: it waits behind any frame
+            # being written, which a worker that stopped reading never lets end.
             with trio.move_on_after(grace_s):
+                if self._connection.state is ConnectionState.OPEN:
+                    # Else it was asked already (closing), or there is no one to ask (before
+                    # the handshake, or after the connection ended): it ends within the
+                    # grace, or is killed.
+                    await self._send_quietly(Shutdown(reason="supervisor asked the worker to stop"))
                 await self._process.reaped.wait()
             if not self._process.reaped.is_set():
                 await self.terminate(
@@ -449,6 +478,15 @@ class WorkerHandle:
         return f"{tree} over the whole tree by {self.tree_caps}{files}"
 
     @property
+    def reading_paused(self) -> bool:
+        """True while its reader waits for one of the worker's requests to be answered.
+
+        ``MAX_ANSWERING`` of them are being answered: the reader reads no more
+        of its pipe until one has been (backpressure).
+        """
+        return self._answering.statistics().tasks_waiting > 0
+
+    @property
     def stopping(self) -> bool:
         """True once something decided to stop this worker."""
         return self._kill_reason is not None
@@ -480,11 +518,23 @@ class WorkerHandle:
 
         Its fleet asks every worker each round (``Supervisor``), so a timeout
         acts within a round of its deadline. An idle worker that owes no
-        answer is not hung: its idle clock starts again.
+        answer is not hung: its idle clock starts again. A worker none of
+        whose writes ended for ``write_stall_s`` stopped reading its pipe:
+        whatever waits to write to it (an answer, its ``shutdown``) would wait
+        for ever, shielded where a frame is half written.
         """
         wall, idle = self.limits.wall_timeout_s, self.limits.idle_timeout_s
         if wall is not None and now >= self.started_at + wall:
             return ExitKind.WALL_TIMEOUT, f"wall timeout after {wall:g} s"
+        ended, since = self._stall_seen
+        if self._sends_begun == self._sends_ended or ended != self._sends_ended:
+            # Nothing waits to be written, or a write ended since the last round.
+            self._stall_seen = (self._sends_ended, now)
+        elif now >= since + self._write_stall_s:
+            return ExitKind.KILLED, (
+                f"killed: it stopped reading its pipe (a write to it made no progress "
+                f"for {self._write_stall_s:g} s)"
+            )
         if idle is not None and now >= self.last_activity + idle:
             if self.owes_answer():
                 return ExitKind.IDLE_WATCHDOG, (
@@ -615,6 +665,12 @@ class WorkerHandle:
         elif isinstance(message, Progress):
             pass  # no method streams progress (``protocol.Progress``); the connection checked it
         elif isinstance(message, WorkerRequest):
+            # Past the cap, the reader waits here with the baton, as for a full
+            # event buffer (the module docstring's race holds the same way).
+            try:
+                self._answering.acquire_nowait()
+            except trio.WouldBlock:
+                await self._answering.acquire()
             nursery.start_soon(self._answer, message)
         elif isinstance(message, Heartbeat):
             answered = self._heartbeats.get(message.seq)
@@ -634,6 +690,13 @@ class WorkerHandle:
         return None
 
     async def _answer(self, request: WorkerRequest) -> None:
+        """Answer one worker request, then free its slot (``MAX_ANSWERING``)."""
+        try:
+            await self._answer_holding_a_slot(request)
+        finally:
+            self._answering.release()
+
+    async def _answer_holding_a_slot(self, request: WorkerRequest) -> None:
         reply: Response | ErrorReply
         try:
             result = await self._request_handler(self, request)
@@ -671,7 +734,12 @@ class WorkerHandle:
         frame = self._connection.send(message)
         if self._wire_tap is not None:
             self._wire_tap(self.worker_id, frame)
-        await self._pipe.send_all(frame)
+        # Counted, not timed: the watchdog compares counts between its rounds.
+        self._sends_begun += 1
+        try:
+            await self._pipe.send_all(frame)
+        finally:
+            self._sends_ended += 1
 
     async def _send_quietly(self, message: Message) -> None:
         """Send, ignoring a worker that is already gone (its exit explains it).

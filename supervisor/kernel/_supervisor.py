@@ -301,6 +301,7 @@ class Supervisor:
             frame_limits=self._frame_limits,
             event_buffer=self.config.event_buffer,
             kill_grace_s=self.config.kill_grace_s,
+            write_stall_s=self.config.write_stall_s,
             request_handler=handler or default_request_handler,
             wire_tap=self._wire_tap,
             event_budget=self.config.event_budget,

@@ -48,6 +48,10 @@ class SupervisorConfig(BaseModel):
     sample_interval_s: float = Field(default=0.25, gt=0)
     #: Time between SIGTERM and SIGKILL when a worker is stopped.
     kill_grace_s: float = Field(default=2.0, ge=0)
+    #: How long a write to a worker may make no progress (it reads nothing of
+    #: its pipe) before the worker is stopped for it: a frame half written cannot
+    #: be abandoned, so whatever waits to write to it would wait for ever.
+    write_stall_s: float = Field(default=30.0, gt=0)
     #: Events buffered per worker before its reader stops reading (backpressure).
     event_buffer: int = Field(default=1024, ge=1)
     #: What one worker may make the supervisor record before it is stopped (S-SEC-8).

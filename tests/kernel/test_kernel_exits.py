@@ -5,6 +5,7 @@ S-RUN-3 (idle watchdog), DESIGN "Errors" (why a worker ended).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -48,6 +49,7 @@ from supervisor import (
     WorkerRequestError,
 )
 from supervisor.kernel import RequestHandler, find_exception
+from supervisor.kernel._handle import MAX_ANSWERING
 from supervisor.kernel._spawner import ZygoteSpawner
 from tests.support.processes import wait_until_tree_gone
 
@@ -376,3 +378,125 @@ async def test_s_sec_4_the_watchdog_judges_every_worker_of_a_large_fleet() -> No
         assert all(handle.alive for handle in fleet)
         for handle in fleet:
             await handle.kill("test done")
+
+
+async def test_s_sec_8_a_worker_past_its_answering_cap_is_read_no_further() -> None:
+    """S-SEC-8: at most ``MAX_ANSWERING`` of one worker's requests are answered at
+    once; past it the supervisor stops reading that worker's pipe (backpressure)
+    instead of holding every request and its answer, and reads on once they are
+    answered: every request still gets its own answer."""
+    count = 3 * MAX_ANSWERING
+    started = answering = most = 0
+    release = trio.Event()
+
+    async def held(handle: WorkerHandle, request: WorkerRequest) -> EchoResult:
+        nonlocal started, answering, most
+        started += 1
+        answering += 1
+        most = max(most, answering)
+        await release.wait()
+        answering -= 1
+        return EchoResult(value=request.params.value)  # type: ignore[attr-defined]
+
+    async with Supervisor() as sup:
+        handle = await sup.spawn(handler=held)
+        answers: dict[int, Any] = {}
+
+        async def ask(value: int) -> None:
+            answers[value] = (
+                await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value=value))
+            ).value
+
+        with trio.fail_after(30):  # a hang guard, not a measure
+            async with trio.open_nursery() as nursery:
+                for value in range(count):
+                    nursery.start_soon(ask, value)
+                # Until every request is being answered (no cap), or the cap's are
+                # and the reader waits for a slot.
+                while started < count and not (  # noqa: ASYNC110 (the reader's wait: no event)
+                    handle.reading_paused and started >= MAX_ANSWERING
+                ):
+                    await trio.sleep(0.01)
+                assert most == MAX_ANSWERING
+                assert handle.reading_paused
+                release.set()
+        assert answers == {value: value for value in range(count)}
+        assert most == MAX_ANSWERING
+        await handle.shutdown()
+
+
+class _Frames:
+    """A wire tap that sees each frame sent to a worker, and a large one begin."""
+
+    def __init__(self) -> None:
+        self.sent = trio.Event()
+        self.large = trio.Event()
+
+    def __call__(self, worker_id: str, frame: bytes) -> None:
+        self.sent.set()
+        self.sent = trio.Event()
+        if len(frame) > 1024 * 1024:
+            self.large.set()
+
+
+async def _stop_reading_mid_frame(
+    handle: WorkerHandle, nursery: trio.Nursery, frames: _Frames
+) -> None:
+    """Have ``handle``'s worker stop reading, alive, while a frame to it is half written.
+
+    ``hang`` blocks the whole worker, so it reads nothing after it; the echo sent
+    after it is too large for the pipe: its first part is written, the rest waits,
+    shielded (``worker.PipeStream``). Returns once that write began.
+    """
+
+    async def ignore_its_end(method: Any, params: Any) -> None:
+        with contextlib.suppress(
+            WorkerExitedError, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
+            await handle.request(method, params)
+
+    with trio.fail_after(30):  # a hang guard
+        sent = frames.sent
+        nursery.start_soon(ignore_its_end, KERNEL_HANG, HangParams(seconds=3600))
+        await sent.wait()  # in this order on the pipe: the hang, then the echo
+        nursery.start_soon(ignore_its_end, KERNEL_ECHO, EchoParams(value="x" * (4 * 1024 * 1024)))
+        await frames.large.wait()
+
+
+async def test_s_run_3_shutdown_kills_a_worker_that_stopped_reading_within_its_grace() -> None:
+    """S-RUN-3: ``shutdown`` of a worker that stopped reading (alive) while a frame to
+    it is half written sends its ``shutdown`` within the grace, not before it: the
+    worker is killed when the grace ends, and nothing waits on it for ever."""
+    frames = _Frames()
+    config = SupervisorConfig(sample_interval_s=0.05, kill_grace_s=0.2)
+    async with Supervisor(config, wire_tap=frames) as sup:
+        handle = await sup.spawn()
+        async with trio.open_nursery() as nursery:
+            await _stop_reading_mid_frame(handle, nursery, frames)
+            with trio.fail_after(30):  # a hang guard: before, it waited for ever
+                exit = await handle.shutdown(grace_s=0.5)
+        assert exit.kind is ExitKind.KILLED, exit
+        assert exit.reason == "did not exit within 0.5 s of shutdown"
+        # ... and the supervisor serves the next spawn.
+        after = await sup.spawn()
+        assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
+
+
+async def test_s_run_3_a_worker_whose_writes_stall_is_killed_by_the_watchdog() -> None:
+    """S-RUN-3: a worker that stopped reading (alive, owing no answer the idle
+    watchdog would see) while a frame to it is half written is stopped once no write
+    to it ended for ``write_stall_s``, with the reason; the supervisor lives on."""
+    frames = _Frames()
+    config = SupervisorConfig(sample_interval_s=0.05, kill_grace_s=0.2, write_stall_s=0.3)
+    async with Supervisor(config, wire_tap=frames) as sup:
+        handle = await sup.spawn(ResourceLimits(idle_timeout_s=None))
+        async with trio.open_nursery() as nursery:
+            await _stop_reading_mid_frame(handle, nursery, frames)
+            with trio.fail_after(30):  # a hang guard: before, it waited for ever
+                exit = await handle.wait()
+        assert exit.kind is ExitKind.KILLED, exit
+        assert exit.reason == (
+            "killed: it stopped reading its pipe (a write to it made no progress for 0.3 s)"
+        )
+        after = await sup.spawn()
+        assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
