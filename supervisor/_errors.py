@@ -15,6 +15,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
       * RunInterruptedError                         cli
       * ConfigError                                 config
         * UntrustedProjectError                     config
+      * McpAnswerTooLargeError (httpx2.StreamError) delegation
       * FileTooLargeError (OSError)                 files
       * NotARegularFileError (OSError)              files
       * RefusedYamlError (yaml.MarkedYAMLError)     files

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING
 
 import httpx2
 
+from ..kernel import SubvisorError
 from ._mcp_stdio import MAX_MCP_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from mcp.client._transport import TransportStreams
 
-__all__ = ["McpAnswerTooLarge", "bounded_http_client"]
+__all__ = ["McpAnswerTooLargeError", "bounded_http_client"]
 
 
-class McpAnswerTooLarge(httpx2.StreamError):
+class McpAnswerTooLargeError(SubvisorError, httpx2.StreamError):
     """A JSON answer over the limit (a ``StreamError``, which the SDK reports per request)."""
 
 
@@ -37,7 +38,7 @@ class _CappedBody(httpx2.AsyncByteStream):
         async for chunk in self._inner:
             received += len(chunk)
             if received > self._limit:
-                raise McpAnswerTooLarge(
+                raise McpAnswerTooLargeError(
                     f"the MCP server at {self._url} sent an answer over"
                     f" {self._limit // (1024 * 1024)} MiB; it was not read"
                 )
@@ -67,7 +68,7 @@ class _ReportedAsAnError(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, McpAnswerTooLarge)
+        return not isinstance(error, McpAnswerTooLargeError)
 
 
 _FILTER = _ReportedAsAnError()
