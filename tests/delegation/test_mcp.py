@@ -15,7 +15,7 @@ from protocol import ResourceLimits
 from supervisor import RootSession, Subvisor, SubvisorSettings
 from supervisor.delegation._mcp import MAX_MCP_RESULT_BYTES, McpServerConfig
 from tests.support.delegation import agent_call, home_for, write_scenario
-from tests.support.mcp import everything_server
+from tests.support.mcp import everything_server, wait_until_listening
 from worker import BorrowedMcpTool, McpLifecycleError
 
 
@@ -257,13 +257,7 @@ async def test_streamable_http_servers_are_borrowed_too(tmp_path: Path) -> None:
     try:
         url = f"http://127.0.0.1:{port}/mcp"
         with trio.fail_after(20):
-            while True:  # until the server listens
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", port)
-                    await stream.aclose()
-                    break
-                except OSError:
-                    await trio.sleep(0.1)
+            await wait_until_listening(port)
         config = McpServerConfig(url=url)
         async with Subvisor(_settings(tmp_path, {"web": config})) as host:
             assert host.mcp.connected == ("web",)

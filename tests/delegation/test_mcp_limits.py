@@ -8,28 +8,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from protocol import ResourceLimits
-from supervisor import Subvisor, SubvisorSettings
+from supervisor import Subvisor
 from supervisor.delegation._mcp import (
     MAX_MCP_MESSAGE_BYTES,
     McpServerConfig,
 )
-from tests.support.delegation import home_for
+from tests.support.mcp import flood_server, mcp_settings, wait_until_listening
 
-FLOOD = Path(__file__).parents[1] / "mcp_servers" / "flood.py"
 MIB = 1024 * 1024
-
-
-def _flood(*extra_tools: str) -> McpServerConfig:
-    return McpServerConfig(command=sys.executable, args=(str(FLOOD), *extra_tools))
-
-
-def _settings(tmp_path: Path, servers: dict[str, McpServerConfig]) -> SubvisorSettings:
-    return SubvisorSettings(
-        home=home_for(tmp_path),
-        mcp_servers=servers,
-        subagent_limits=ResourceLimits(idle_timeout_s=60),
-    )
 
 
 def _reset_peak_rss() -> bool:
@@ -55,8 +41,8 @@ async def test_a_message_over_the_cap_disconnects_that_server_and_nothing_else(
     whole: the call gets one line saying the server was disconnected, the supervisor's
     memory grows by less than the cap's few multiples, the server's later calls get the
     same line, and another server's calls still work."""
-    servers = {"flood": _flood(), "other": _flood()}
-    async with Subvisor(_settings(tmp_path, servers)) as host:
+    servers = {"flood": flood_server(), "other": flood_server()}
+    async with Subvisor(mcp_settings(tmp_path, servers)) as host:
         assert host.mcp.connected == ("flood", "other")
         small = await host.mcp.call("mcp__flood__blob", {"size": 1000})
         measured = _reset_peak_rss()
@@ -88,8 +74,6 @@ async def test_an_http_servers_json_answer_over_the_cap_is_an_error_not_read_who
     import socket
     import subprocess
 
-    import trio
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -100,16 +84,9 @@ async def test_an_http_servers_json_answer_over_the_cap_is_an_error_not_read_who
         stderr=subprocess.DEVNULL,
     )
     try:
-        while True:  # until the server listens
-            try:
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
-                await stream.aclose()
-                break
-            except OSError:
-                assert server.poll() is None, "the test's HTTP server exited"
-                await trio.sleep(0.1)
+        await wait_until_listening(port, server)
         config = McpServerConfig(url=f"http://127.0.0.1:{port}/mcp")
-        async with Subvisor(_settings(tmp_path, {"web": config})) as host:
+        async with Subvisor(mcp_settings(tmp_path, {"web": config})) as host:
             measured = _reset_peak_rss()
             before = _status_bytes("VmRSS")
             # The SDK's server sends the text twice: a message of about 3 caps.

@@ -7,34 +7,17 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 
-from protocol import ResourceLimits
-from supervisor import Subvisor, SubvisorSettings
+from supervisor import Subvisor
 from supervisor.delegation._mcp import (
-    McpServerConfig,
     mcp_tool_name,
     parse_mcp_json,
     split_mcp_tool_name,
 )
-from tests.support.delegation import home_for
-
-FLOOD = Path(__file__).parents[1] / "mcp_servers" / "flood.py"
-
-
-def _flood(*extra_tools: str) -> McpServerConfig:
-    return McpServerConfig(command=sys.executable, args=(str(FLOOD), *extra_tools))
-
-
-def _settings(tmp_path: Path, servers: dict[str, McpServerConfig]) -> SubvisorSettings:
-    return SubvisorSettings(
-        home=home_for(tmp_path),
-        mcp_servers=servers,
-        subagent_limits=ResourceLimits(idle_timeout_s=60),
-    )
+from tests.support.mcp import flood_server, mcp_settings
 
 
 def test_mcp_json_refuses_server_names_that_make_tool_names_ambiguous(tmp_path: Path) -> None:
@@ -62,9 +45,9 @@ async def test_colliding_names_are_neither_lent_nor_misrouted(
     """S-MCP-1: a server named ``a__b`` (from settings, not a config file) is left out with
     a one-line reason, so lending ``a__b`` lends nothing and ``mcp__a__b__c`` reaches
     server ``a``'s tool ``b__c``; a tool listed twice is kept once, with a warning."""
-    servers = {"a": _flood("b__c", "echo"), "a__b": _flood("c")}
+    servers = {"a": flood_server("b__c", "echo"), "a__b": flood_server("c")}
     with caplog.at_level(logging.WARNING, logger="subvisor"):
-        async with Subvisor(_settings(tmp_path, servers)) as host:
+        async with Subvisor(mcp_settings(tmp_path, servers)) as host:
             connected = host.mcp.connected
             failures = host.mcp.failures
             lent = [spec.name for spec in host.mcp.tool_specs(lent=True)]
