@@ -7,10 +7,11 @@ content: an MCP server (a stdio command runs unsandboxed, with the user's
 environment; a URL is connected from the supervisor), and a provider's
 endpoint or key (``base_url``, ``api_key``, ``api_key_env``, ``api``:
 anything but its timeouts and streaming), which decide where the bearer key
-goes. A file with none of them needs no trust. A server's command runs in
-the supervisor's current directory (a relative ``server.py`` is whatever
-file is there), so trust is bound to that directory as well as to the file
-and its content (``_trust_store``).
+goes. A file with none of them needs no trust. A server's relative paths
+(``server.py``, ``./srv.js``) name files in the supervisor's current
+directory (it starts elsewhere, ``delegation._mcp_launch``), so trust is
+bound to that directory as well as to the file and its content
+(``_trust_store``).
 
 ``TrustGate`` is what a command does with a file the user has not trusted:
 refuse (asking first at a terminal), leave its trust-needing settings out
@@ -34,6 +35,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ..delegation._mcp import McpServerConfig
+from ..delegation._mcp_launch import server_launch
 from ..files._printable import printable
 from ..kernel import validation_problems
 from ..providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
@@ -178,12 +180,13 @@ def _named_files(config: McpServerConfig, workdir: Path, path: Path) -> list[Pat
     if config.url is not None:
         return []
     workdir, project = workdir.resolve(), path.absolute().parent.resolve()
+    base = workdir if config.cwd is None else workdir / config.cwd
     found: list[Path] = []
     for word in (config.command or "", *config.args):
         if not word or word.startswith("-"):
             continue
         try:
-            candidate = (workdir / word).resolve()
+            candidate = (base / word).resolve()
         except (OSError, RuntimeError, ValueError):
             continue
         inside = candidate.is_relative_to(project) or candidate.is_relative_to(workdir)
@@ -300,11 +303,14 @@ def _trust_needing_providers(data: Mapping[str, Any]) -> tuple[str, ...]:
 def _server_detail(name: str, config: McpServerConfig, workdir: Path, named: Sequence[Path]) -> str:
     if config.url is not None:
         return f"MCP server {printable(name)}: connects to {printable(config.url)}"
-    command = shlex.join([config.command or "", *config.args])
+    launch = server_launch(config, workdir)
+    command = shlex.join([launch.command, *launch.args])
     detail = (
         f"MCP server {printable(name)}: runs {printable(command)} outside any sandbox,"
-        f" in {printable(str(workdir))}"
+        f" in {printable(launch.cwd)}"
     )
+    if config.cwd is None:
+        detail += f" (its relative paths are from {printable(str(workdir))})"
     if named:
         shown = ", ".join(printable(str(f)) for f in named)
         detail += f" (trust covers the content of {shown} too, not what it imports)"

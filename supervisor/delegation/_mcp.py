@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import shlex
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -31,6 +30,7 @@ from protocol import McpToolResult, ToolCall, ToolSpec
 from worker.tools import ToolOutput, truncate_text
 
 from ..kernel import validation_problems
+from ._mcp_launch import server_launch
 from ._mcp_stdio import MAX_MCP_MESSAGE_BYTES, bounded_stdio_client
 
 __all__ = [
@@ -99,6 +99,10 @@ class McpServerConfig(BaseModel):
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     url: str | None = None
+    #: Where a stdio server runs, relative to the project; by default ``/``, so
+    #: that nothing a subagent wrote in the project is found by looking it up
+    #: (``_mcp_launch``).
+    cwd: str | None = None
     #: How long connecting and listing tools may take.
     startup_timeout_s: float = Field(default=30.0, gt=0)
     #: How long one tool call may take.
@@ -108,6 +112,8 @@ class McpServerConfig(BaseModel):
     def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give exactly one of command (a stdio server) or url (HTTP)")
+        if self.cwd is not None and self.command is None:
+            raise ValueError("cwd is for a stdio server (command), not a url")
         return self
 
 
@@ -161,9 +167,10 @@ def _json_kind(value: Any) -> str:
 class _Connection:
     """One server's live session, kept open by its own task."""
 
-    def __init__(self, name: str, config: McpServerConfig) -> None:
+    def __init__(self, name: str, config: McpServerConfig, project_dir: Path) -> None:
         self.name = name
         self.config = config
+        self.project_dir = project_dir
         self.session: Any = None
         self.tools: list[ToolSpec] = []
         self.error: str | None = None
@@ -259,11 +266,12 @@ class _Connection:
         from mcp import StdioServerParameters
 
         _quiet_sdk_parse_errors()
-        command = self.config.command or ""
-        if shutil.which(command) is None and not Path(command).exists():
-            raise FileNotFoundError(f"command {command!r} not found")
+        launch = server_launch(self.config, self.project_dir)
         parameters = StdioServerParameters(
-            command=command, args=list(self.config.args), env=dict(self.config.env) or None
+            command=launch.executable(),
+            args=list(launch.args),
+            env=self.config.env | {"PATH": launch.path},
+            cwd=launch.cwd,
         )
         assert stderr is not None
         return bounded_stdio_client(parameters, stderr.errlog, self._on_oversize)
@@ -378,8 +386,15 @@ def _quiet_sdk_parse_errors() -> None:
 class McpHub:
     """The parent's MCP sessions and their startup snapshot."""
 
-    def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
-        self._connections = {name: _Connection(name, cfg) for name, cfg in servers.items()}
+    def __init__(
+        self, servers: Mapping[str, McpServerConfig], project_dir: Path | None = None
+    ) -> None:
+        """``project_dir``: what relative paths in servers' command lines are
+        relative to (default: the current directory)."""
+        project_dir = Path.cwd() if project_dir is None else project_dir
+        self._connections = {
+            name: _Connection(name, cfg, project_dir) for name, cfg in servers.items()
+        }
         for name, connection in self._connections.items():
             # Config files are checked as they are read; this covers other callers.
             if (problem := mcp_server_name_problem(name)) is not None:

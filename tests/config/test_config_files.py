@@ -428,7 +428,7 @@ def test_s_sec_3_trust_is_bound_to_the_directory_commands_run_in(
     monkeypatch.chdir(elsewhere)
     with pytest.raises(UntrustedProjectError, match="is not trusted") as raised:
         load_settings(project)
-    assert f"in {elsewhere}" in "\n".join(raised.value.request.details)
+    assert f"relative paths are from {elsewhere}" in "\n".join(raised.value.request.details)
 
 
 def test_s_sec_3_a_trust_entry_of_the_old_store_asks_again(

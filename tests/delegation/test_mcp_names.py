@@ -55,7 +55,7 @@ async def test_colliding_names_are_neither_lent_nor_misrouted(
             routed = await host.mcp.call("mcp__a__b__c", {})
     assert connected == ("a",)
     assert "'a__b'" in failures["a__b"] and "\n" not in failures["a__b"]
-    assert sorted(lent) == ["mcp__a__b__c", "mcp__a__blob", "mcp__a__echo"]
+    assert sorted(lent) == ["mcp__a__b__c", "mcp__a__blob", "mcp__a__echo", "mcp__a__where"]
     assert lent_a__b == ()
     assert routed.text == "b__c" and not routed.is_error
     assert "mcp__a__echo left out" in caplog.text

@@ -2,11 +2,14 @@
 
 ``blob(size)`` answers with one message holding ``size`` bytes of text, written
 a MiB at a time, so the server never holds it whole. ``echo(text)`` answers
-``text``. Each command-line argument lists one more tool by that name (which
-answers its own name): a name listed twice, or one holding ``__``.
+``text``. ``where()`` answers, as JSON, the directory it runs in and the file
+it runs from (where a server starts, S-SEC-3). Each command-line argument
+lists one more tool by that name (which answers its own name): a name listed
+twice, or one holding ``__``.
 """
 
 import json
+import os
 import sys
 
 out = sys.stdout.buffer
@@ -47,7 +50,7 @@ for line in sys.stdin.buffer:
         }
         send({"jsonrpc": "2.0", "id": ident, "result": result})
     elif method == "tools/list":
-        names = ["blob", "echo", *EXTRA]
+        names = ["blob", "echo", "where", *EXTRA]
         tools = [{"name": n, "description": n, "inputSchema": SCHEMA} for n in names]
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools}})
     elif method == "tools/call":
@@ -56,6 +59,8 @@ for line in sys.stdin.buffer:
             blob(ident, int(arguments["size"]))
         elif name == "echo":
             answer(ident, str(arguments.get("text", "")))
+        elif name == "where":
+            answer(ident, json.dumps({"cwd": os.getcwd(), "file": os.path.abspath(__file__)}))
         else:
             answer(ident, name)
     elif ident is not None:
