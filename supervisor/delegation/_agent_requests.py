@@ -32,6 +32,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import trio
 from pydantic import BaseModel
 
 from protocol import (
@@ -94,7 +95,9 @@ class AgentRequestPolicy:
     ``prepare_model_call`` turns the worker's model request into the call
     the gateway makes and counts it as started (it may refuse with
     ``RequestRefusedError``: past the agent's turns, or while another of
-    its calls is in flight); ``record_model_result`` is then called once,
+    its calls is in flight); it gets the call's cancel scope, which its owner
+    cancels once the turn the call was made for has ended (the worker cannot
+    cancel a request of its own). ``record_model_result`` is then called once,
     however the call ends, with its answer (None: it failed or was cut off,
     and what it cost is unknown). ``tools`` lists the tools a
     permission check may name (None: the rules alone decide). ``coordinator``
@@ -109,7 +112,7 @@ class AgentRequestPolicy:
 
     holder: PolicyHolder
     requester: Requester
-    prepare_model_call: Callable[[ModelRequest], ModelRequest]
+    prepare_model_call: Callable[[ModelRequest, trio.CancelScope], ModelRequest]
     record_model_result: Callable[[ModelRequest, ModelResult | None], None]
     tools: frozenset[str] | None = None
     mcp_tools: frozenset[str] = frozenset()
@@ -193,7 +196,8 @@ class AgentRequestServer:
             raise RequestRefusedError("event_budget", str(exc)) from None
 
     async def _call_model(self, policy: AgentRequestPolicy, asked: ModelRequest) -> ModelResult:
-        prepared = policy.prepare_model_call(asked)
+        scope = trio.CancelScope()
+        prepared = policy.prepare_model_call(asked, scope)
         # Sampling is the user's choice, never the worker's: the effort of the
         # launch's model string ("$effort"), the provider's temperature, and
         # no more tokens than an honest worker asks for.
@@ -206,14 +210,19 @@ class AgentRequestServer:
         )
         result: ModelResult | None = None
         try:
-            result = await self._gateway.call(
-                call, policy.on_model_text, on_wait=policy.on_model_wait
-            )
+            with scope:
+                result = await self._gateway.call(
+                    call, policy.on_model_text, on_wait=policy.on_model_wait
+                )
         except ModelError as exc:
             raise RequestRefusedError("model_error", str(exc)) from None
         finally:
             # Also when the worker's exit cancels the call: the provider got it.
             policy.record_model_result(asked, result)
+        if result is None:
+            raise RequestRefusedError(
+                "model_call_cancelled", "the turn this model call was made for has ended"
+            )
         return result
 
     async def _check_permission(

@@ -386,7 +386,7 @@ class SubagentRun:
             on_model_wait=self._model_wait,
         )
 
-    def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
+    def _prepare_model_call(self, asked: ModelRequest, scope: trio.CancelScope) -> ModelRequest:
         # S-PROF-7: the supervisor keeps the turn limit, whatever the worker
         # does; a call counts as it starts, and an agent makes one at a time.
         if self._calling:

@@ -157,6 +157,8 @@ class _Round:
     last_result: ModelResult | None = None
     #: Cancels the round's ``agent.run``; ``failure`` says why.
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: Cancels its model call in flight, if any, once the round has ended.
+    call_scope: trio.CancelScope | None = None
     failure: ActorAskFailedError | None = None
 
 
@@ -186,8 +188,10 @@ class Actor:
         self._lock = trio.Lock()
         self._handle: WorkerHandle | None = None
         self._round: _Round | None = None
-        #: The round whose model call is in flight (one at a time).
-        self._calling: _Round | None = None
+        #: Model calls in flight (by the worker's request) and the round of each: one
+        #: at a time, but a call of a round that has ended is cancelled and may
+        #: still be unwinding when the next round's first call comes.
+        self._calling: dict[int, _Round] = {}
         # Model calls of failed asks: not in the conversation, but the scripted
         # provider's turn numbering must move past them.
         self._lost_calls = 0
@@ -375,6 +379,10 @@ class Actor:
             raise ActorAskFailedError(definition.label, f"{exc.code}: {exc.message}") from None
         finally:
             self._round = None
+            if round_.call_scope is not None:
+                # The worker cannot cancel its own request; the provider's
+                # answer would come to nobody, and hold the next ask's call.
+                round_.call_scope.cancel()
             spent.calls += round_.calls
             spent.tool_calls += round_.tool_calls
             spent.usage = spent.usage + round_.usage
@@ -509,14 +517,17 @@ class Actor:
             raise RequestRefusedError("escalation_unanswered", str(exc)) from None
         return WorkflowEscalationAnswer(answer=answer)
 
-    def _prepare_model_call(self, asked: ModelRequest) -> ModelRequest:
+    def _prepare_model_call(self, asked: ModelRequest, scope: trio.CancelScope) -> ModelRequest:
         round_ = self._round
         if round_ is None:
             raise RequestRefusedError("no_ask", "this actor is not being asked anything")
         definition = self.definition
         # S-PROF-7: the supervisor keeps each agent.run's turn limit, whatever
         # the worker does; a call counts as it starts, and one at a time.
-        if self._calling is not None:
+        if any(
+            calling.call_scope is not None and not calling.call_scope.cancel_called
+            for calling in self._calling.values()
+        ):
             raise RequestRefusedError(
                 "model_call_in_flight", "this actor's previous model call has not ended"
             )
@@ -537,11 +548,12 @@ class Actor:
             }
         )
         round_.calls += 1
-        self._calling = round_
+        round_.call_scope = scope
+        self._calling[id(asked)] = round_
         return call
 
     def _record_model_result(self, asked: ModelRequest, result: ModelResult | None) -> None:
-        round_, self._calling = self._calling, None
+        round_ = self._calling.pop(id(asked), None)
         if round_ is None or result is None:
             return  # a failed or cut-off call: counted as it started, its cost unknown
         if round_ is not self._round:

@@ -125,10 +125,8 @@ async def test_relative_paths_of_the_command_line_still_name_project_files(
     }
     failures, where = await _where(servers, project)
     assert failures == {}
-    assert where["bare"] == where["dotted"] == {
-        "cwd": NEUTRAL_DIR,
-        "file": str(project / "server.py"),
-    }
+    in_project = {"cwd": NEUTRAL_DIR, "file": str(project / "server.py")}
+    assert where["bare"] == where["dotted"] == in_project
     assert where["command"] == {"cwd": NEUTRAL_DIR, "file": str(script)}
     assert where["here"] == {"cwd": str(project), "file": str(project / "server.py")}
 

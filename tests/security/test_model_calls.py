@@ -284,3 +284,64 @@ async def test_s_prof_7_a_workflow_actors_worker_past_its_max_turns_gets_no_more
     assert str(outcome.value).startswith("failed:")
     assert sent == 2, outcome.value
     assert (ask.status, ask.model_calls) == ("failed", 2)
+
+
+async def test_s_act_1_an_ask_cancelled_mid_model_call_leaves_the_next_ask_its_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-ACT-1, S-SEC-8: a script cancels an ask while its model call is held at the
+    provider; that call is cancelled with the ask (a worker cannot cancel its own
+    request), so the next ask of the same actor gets its call and its answer."""
+    from supervisor.state._paths import database_path
+    from supervisor.workflow import WorkflowJournal, run_workflow
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-KEY")
+    go = tmp_path / "first-call-sent"
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os\n\n"
+        "import trio\n\n"
+        "from supervisor.workflow import agent, workflow\n\n"
+        "@workflow\n"
+        "async def twice(ctx):\n"
+        "    looker = agent('looker', system='You look around.', max_turns=2)\n\n"
+        "    async def first(scope):\n"
+        "        await looker.ask('Look around.')\n\n"
+        "    with trio.CancelScope() as scope:\n"
+        "        async with trio.open_nursery() as nursery:\n"
+        "            nursery.start_soon(first, scope)\n"
+        f"            while not os.path.exists({str(go)!r}):\n"
+        "                await trio.sleep(0.01)\n"
+        "            scope.cancel()\n"
+        "    return await looker.ask('Look again.')\n"
+    )
+    hold = threading.Event()
+    home = home_for(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+
+    async def when_first_call_sent(server: ProviderServer) -> None:
+        # The server's thread appends each request it got: there is no event to wait on.
+        while not server.requests:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+        go.touch()
+
+    with ProviderServer() as server:
+        try:
+            server.enqueue(_held(hold), CannedResponse.json(_answer()))
+            async with Subvisor(_settings(tmp_path, server)) as host:
+                with WorkflowJournal(database_path(home)) as journal:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(when_first_call_sent, server)
+                        outcome = await run_workflow(
+                            host,
+                            script,
+                            journal=journal,
+                            parent_model="openai:gpt-test",
+                            cwd=project,
+                        )
+        finally:
+            hold.set()
+        sent = len(server.requests)
+    assert outcome.value == "still looking", outcome.value
+    assert sent == 2
