@@ -26,6 +26,7 @@ characters escaped: a file cannot redraw the question it is asked about.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ..delegation._mcp import McpServerConfig
-from ..delegation._mcp_launch import server_launch
+from ..delegation._mcp_launch import DIRECTORY_ENTRY_FILES, path_words, server_launch
+from ..files._input_files import open_regular_file
 from ..files._printable import printable
 from ..kernel import validation_problems
 from ..providers import ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL
@@ -173,26 +175,50 @@ def _named_files(config: McpServerConfig, workdir: Path, path: Path) -> list[Pat
     """The regular files in the project of ``path`` (or in ``workdir``) that a server's
     command line names.
 
-    ``python3 server.py``, ``node ./srv.js``: a workspace-write subagent can
-    rewrite them, and the server would run the rewrite outside any sandbox at
-    the next start. Trust is bound to their content too (S-SEC-3).
+    ``python3 server.py``, ``node ./srv.js``, ``node --require=./boot.js``: a
+    workspace-write subagent can rewrite them, and the server would run the
+    rewrite outside any sandbox at the next start. A directory where a script
+    stands (``python3 ./srv``) names the file it runs (``DIRECTORY_ENTRY_FILES``,
+    a ``package.json``'s ``main``). Trust is bound to their content too (S-SEC-3).
     """
     if config.url is not None:
         return []
     workdir, project = workdir.resolve(), path.absolute().parent.resolve()
     base = workdir if config.cwd is None else workdir / config.cwd
     found: list[Path] = []
-    for word in (config.command or "", *config.args):
-        if not word or word.startswith("-"):
-            continue
+    words = [((config.command or ""), False), *path_words(config.args)]
+    for word, as_script in words:
         try:
             candidate = (base / word).resolve()
+            candidates = [candidate]
+            if as_script and candidate.is_dir():
+                candidates = _entry_files(candidate)
         except (OSError, RuntimeError, ValueError):
             continue
-        inside = candidate.is_relative_to(project) or candidate.is_relative_to(workdir)
-        if inside and candidate.is_file() and candidate not in found:
-            found.append(candidate)
+        for named in candidates:
+            inside = named.is_relative_to(project) or named.is_relative_to(workdir)
+            if inside and named.is_file() and named not in found:
+                found.append(named)
     return found
+
+
+#: The most of a ``package.json`` read for its ``main``.
+_MAX_PACKAGE_JSON_BYTES = 1024 * 1024
+
+
+def _entry_files(directory: Path) -> list[Path]:
+    """What an interpreter may run for script ``directory``, resolved."""
+    files = [directory / name for name in DIRECTORY_ENTRY_FILES]
+    package = directory / "package.json"
+    files.append(package)
+    try:
+        with open_regular_file(package) as stream:
+            main = json.loads(stream.read(_MAX_PACKAGE_JSON_BYTES)).get("main")
+        if isinstance(main, str):
+            files.append(directory / main)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        pass
+    return [file.resolve() for file in files]
 
 
 def _digest_with_files(content: bytes, files: Iterable[Path]) -> str:

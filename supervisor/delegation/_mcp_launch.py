@@ -16,7 +16,8 @@ Invariants:
   is one a sandboxed subagent can write.
 - Words of its command line that are paths relative to the project (``.``,
   ``./x``, ``../x``, or a bare word naming a regular file there such as
-  ``server.py``) are made absolute against the project directory, so they
+  ``server.py``; also as an option's value, ``--require=./boot.js``) are made
+  absolute against the project directory, so they
   name what they named when the server started in the project. Those files
   are the project's own code, which the user trusted by content (S-SEC-3,
   ``supervisor.config``); what they import is not covered.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +42,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._mcp import McpServerConfig
 
-__all__ = ["NEUTRAL_DIR", "ServerLaunch", "clean_path", "server_launch"]
+__all__ = [
+    "DIRECTORY_ENTRY_FILES",
+    "NEUTRAL_DIR",
+    "ServerLaunch",
+    "clean_path",
+    "path_words",
+    "server_launch",
+]
 
 #: Where a server with no ``cwd`` of its own starts.
 NEUTRAL_DIR = "/"
@@ -114,13 +123,43 @@ def clean_path(path: str, project_dir: Path) -> tuple[str, tuple[str, ...]]:
     return os.pathsep.join(kept), tuple(dropped)
 
 
+#: What an interpreter runs when its script is a directory: Python's
+#: ``__main__.py``, node's ``index.*`` (or the ``main`` of ``package.json``).
+DIRECTORY_ENTRY_FILES = ("__main__.py", "index.js", "index.mjs", "index.cjs")
+
+
+def path_words(words: Iterable[str]) -> Iterator[tuple[str, bool]]:
+    """Each word of a command's arguments that may name a path, and whether it
+    stands where an interpreter's script does (the first that is not an option).
+
+    An option's value counts too: ``--require=./boot.js`` names ``./boot.js``.
+    """
+    script_seen = False
+    for word in words:
+        if not word:
+            continue
+        if word.startswith("-"):
+            _, equals, value = word.partition("=")
+            if equals and value:
+                yield value, False
+            continue
+        yield word, not script_seen
+        script_seen = True
+
+
 def _explicitly_relative(word: str) -> bool:
     return word in (".", "..") or word.startswith(("./", "../"))
 
 
 def _project_word(word: str, project_dir: Path) -> str:
-    """``word`` made absolute when it is a path relative to the project (module doc)."""
-    if not word or word.startswith("-") or os.path.isabs(word):
+    """``word`` made absolute when it is, or its ``--option=`` value is, a path
+    relative to the project (module doc)."""
+    if word.startswith("-"):
+        option, equals, value = word.partition("=")
+        if equals and value:
+            return f"{option}={_project_word(value, project_dir)}"
+        return word
+    if not word or os.path.isabs(word):
         return word
     candidate = os.path.normpath(os.path.join(project_dir, word))
     if _explicitly_relative(word) or os.path.isfile(candidate):

@@ -524,3 +524,40 @@ def test_s_sec_3_a_trusted_server_whose_project_script_was_rewritten_asks_again(
     assert project.cli("trust", str(path)).returncode == 0
     assert project.run().returncode == 0
     assert pwned.exists() and project.marker.exists()
+
+
+_RUNNER = (
+    "import runpy, sys\n"
+    "path = sys.argv.pop(1).split('=', 1)[1]\n"
+    "sys.argv[0] = path\n"
+    "runpy.run_path(path, run_name='__main__')\n"
+)
+
+
+@pytest.mark.parametrize("named_as", ["option value", "script directory"])
+def test_s_sec_3_trust_covers_a_script_named_as_an_option_value_or_a_directory(
+    project: Project, named_as: str
+) -> None:
+    """S-SEC-3: a server's code named as `--plugin=./server.py` or as the directory
+    `./srv` (whose `__main__.py` Python runs) is covered by trust like `server.py`: a
+    subagent's rewrite of it asks again instead of running outside any sandbox."""
+    if named_as == "option value":
+        (project.dir / "runner.py").write_text(_RUNNER)
+        script = project.dir / "server.py"
+        words = ["runner.py", "--plugin=./server.py"]
+    else:
+        script = project.dir / "srv" / "__main__.py"
+        script.parent.mkdir()
+        words = ["./srv"]
+    script.write_text(MARKER_SERVER)
+    project.server_args = lambda *extra: [*words, str(project.marker), *extra]  # type: ignore[method-assign]
+    path = project.write_mcp_json()
+    trusted = project.cli("trust", str(path))
+    assert trusted.returncode == 0, trusted.stderr
+    assert str(script) in trusted.stdout
+    assert project.run().returncode == 0 and project.marker.exists()
+
+    pwned = project.dir.parent / "rewrite-ran"
+    script.write_text(f"from pathlib import Path\nPath({str(pwned)!r}).touch()\n" + MARKER_SERVER)
+    _assert_refused(project.run(), path, "changed since you trusted it")
+    assert not pwned.exists()
