@@ -19,6 +19,11 @@ Invariants:
   A group whose leader already exited is left to the worker's cgroup or
   tree kill (``signal_tree``), which is how its members die anyway.
 
+- At most ``MAX_KEPT_GROUPS`` are kept, each holding one of the
+  supervisor's fds: the pidfds of leaders that have exited are closed when
+  the count reaches it, and past it a group is not kept. A group not kept
+  still dies with the worker's cgroup or tree kill.
+
 Races: a command may end before its event is read; its pid may even be
 reused by then. The pidfd is opened first and checked last: a leader that
 is alive after the ancestry walk was alive during it, so the walk saw that
@@ -31,7 +36,14 @@ import contextlib
 import os
 import signal
 
-__all__ = ["WorkerProcessGroups", "descends_from"]
+__all__ = ["MAX_KEPT_GROUPS", "WorkerProcessGroups", "descends_from"]
+
+#: Groups kept per worker: far more background jobs than an agent leaves
+#: running, and few enough that a fleet's pidfds stay far from the fd limit.
+MAX_KEPT_GROUPS = 128
+#: Adds refused at the cap between two sweeps for exited leaders: a worker
+#: whose leaders all live cannot make every event cost a sweep.
+_ADDS_PER_SWEEP = 32
 
 # Deeper chains than this are not real process trees.
 _MAX_DEPTH = 4096
@@ -77,11 +89,18 @@ class WorkerProcessGroups:
         self._worker_pid = worker_pid
         self._local = local
         self._leaders: dict[int, int] = {}  # pgid -> pidfd of its leader
+        self._refused_since_sweep = _ADDS_PER_SWEEP
 
     def add(self, pgid: int) -> bool:
         """Keep ``pgid`` if its leader is a live descendant of the worker; say whether kept."""
         if not self._local or pgid <= 1 or pgid in self._leaders:
             return pgid in self._leaders
+        if len(self._leaders) >= MAX_KEPT_GROUPS:
+            if self._refused_since_sweep >= _ADDS_PER_SWEEP:
+                self._sweep()
+            if len(self._leaders) >= MAX_KEPT_GROUPS:
+                self._refused_since_sweep += 1
+                return False
         try:
             pidfd = os.pidfd_open(pgid)
         except OSError:
@@ -97,6 +116,14 @@ class WorkerProcessGroups:
             return False
         self._leaders[pgid] = pidfd
         return True
+
+    def _sweep(self) -> None:
+        """Forget the groups whose leader has exited (closing its pidfd)."""
+        self._refused_since_sweep = 0
+        for pgid, pidfd in list(self._leaders.items()):
+            if not _alive(pidfd):
+                del self._leaders[pgid]
+                os.close(pidfd)
 
     def kill(self) -> None:
         """SIGKILL every kept group whose leader still lives; forget them all."""

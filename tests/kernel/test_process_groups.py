@@ -80,3 +80,29 @@ def test_s_sec_5_a_remote_workers_groups_name_no_local_process() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_s_sec_8_groups_whose_leaders_exited_hold_no_fds() -> None:
+    """S-SEC-8: a worker naming group after group, each leader exiting after its event
+    (one pidfd per group kept), holds at most MAX_KEPT_GROUPS of the supervisor's fds, not
+    one per event; and a live group named after that is still kept and killed."""
+    from supervisor.kernel._process_groups import MAX_KEPT_GROUPS
+
+    groups = WorkerProcessGroups(os.getpid(), local=True)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3 * MAX_KEPT_GROUPS):
+        leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        groups.add(leader.pid)
+        leader.kill()
+        leader.wait()
+    held = len(os.listdir("/proc/self/fd")) - before
+    live = _own_group()
+    try:
+        assert groups.add(live.pid)
+        groups.kill()
+        assert live.wait(timeout=10) == -9
+    finally:
+        live.kill()
+        live.wait()
+    assert held <= MAX_KEPT_GROUPS, held
+    assert len(os.listdir("/proc/self/fd")) <= before
