@@ -192,8 +192,9 @@ class Connection:
         self._pack = _new_packer()
         self._decoder = FrameDecoder(self.limits)
         self._error: ProtocolError | None = None
-        # Ids of requests each side sent and the other has not yet answered.
-        self._pending: dict[Role, set[int]] = {_S: set(), _W: set()}
+        # Ids of requests each side sent and the other has not yet answered,
+        # each with the size of its frame.
+        self._pending: dict[Role, dict[int, int]] = {_S: {}, _W: {}}
         self._ours = self._pending[our_role]
         self._theirs = self._pending[self._peer]
         self._next_id = 0
@@ -223,6 +224,10 @@ class Connection:
         """Requests ``sender`` made that have not been answered yet."""
         return frozenset(self._pending[sender])
 
+    def request_size(self, sender: Role, request_id: int) -> int:
+        """The size of the frame of ``sender``'s pending request ``request_id`` (0: none)."""
+        return self._pending[sender].get(request_id, 0)
+
     def send(self, message: Message) -> bytes:
         """Check that we may send ``message`` now and return its frame."""
         if self._error is not None:
@@ -245,7 +250,9 @@ class Connection:
                 self._fail(exc)
             raise
         try:
-            self._apply(self.our_role, message, self._our_moves, self._ours, self._theirs)
+            self._apply(
+                self.our_role, message, self._our_moves, self._ours, self._theirs, len(frame)
+            )
         except ProtocolError as exc:
             self._fail(exc)
             raise
@@ -274,7 +281,9 @@ class Connection:
         try:
             if not data:
                 return [self._close()]
-            return [self._accept(raw) for raw in self._decoder.feed(data)]
+            objects = self._decoder.feed(data)
+            sizes = self._decoder.sizes
+            return [self._accept(raw, size) for raw, size in zip(objects, sizes, strict=True)]
         except ProtocolError as exc:
             self._fail(exc)
             raise
@@ -293,7 +302,7 @@ class Connection:
         self.state = _CLOSED
         return ConnectionClosed()
 
-    def _accept(self, raw: Any) -> Message:
+    def _accept(self, raw: Any, size: int) -> Message:
         if not isinstance(raw, dict):
             raise RemoteProtocolError(
                 f"frame from {self._peer.value} is a {type(raw).__name__}, not a map"
@@ -318,7 +327,7 @@ class Connection:
             raise RemoteProtocolError(
                 f"invalid {kind!r} message from {self._peer.value}: {where}: {first['msg']}"
             ) from None
-        self._apply(self._peer, message, self._peer_moves, self._theirs, self._ours)
+        self._apply(self._peer, message, self._peer_moves, self._theirs, self._ours, size)
         return message
 
     def _violation(self, sender: Role, message: str, *, limit: str | None = None) -> ProtocolError:
@@ -331,8 +340,9 @@ class Connection:
         sender: Role,
         message: Message,
         moves: dict[str, ConnectionState],
-        senders_requests: set[int],
-        receivers_requests: set[int],
+        senders_requests: dict[int, int],
+        receivers_requests: dict[int, int],
+        size: int,
     ) -> None:
         kind = message.type
         next_state = moves.get(kind)
@@ -342,9 +352,9 @@ class Connection:
                 f"{sender.value} may not send {kind!r} while the connection is {self._state.value}",
             )
         if isinstance(message, _ANSWERS):
-            self._answered(sender, receivers_requests, message.id, kind).discard(message.id)
+            del self._answered(sender, receivers_requests, message.id, kind)[message.id]
         elif isinstance(message, _REQUESTS):
-            self._open_request(sender, senders_requests, message.id)
+            self._open_request(sender, senders_requests, message.id, size)
         elif isinstance(message, Progress):
             self._answered(sender, receivers_requests, message.id, kind)
         elif isinstance(message, Hello):
@@ -371,7 +381,9 @@ class Connection:
                 "installation on both sides",
             )
 
-    def _open_request(self, sender: Role, pending: set[int], request_id: int) -> None:
+    def _open_request(
+        self, sender: Role, pending: dict[int, int], request_id: int, size: int
+    ) -> None:
         if request_id in pending:
             raise self._violation(
                 sender, f"{sender.value} reused request id {request_id} while it is pending"
@@ -382,9 +394,11 @@ class Connection:
                 f"{sender.value} has more than {self.max_pending_requests} pending requests",
                 limit="max_pending_requests",
             )
-        pending.add(request_id)
+        pending[request_id] = size
 
-    def _answered(self, sender: Role, pending: set[int], request_id: int, kind: str) -> set[int]:
+    def _answered(
+        self, sender: Role, pending: dict[int, int], request_id: int, kind: str
+    ) -> dict[int, int]:
         if request_id not in pending:
             raise self._violation(
                 sender,

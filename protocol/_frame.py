@@ -197,6 +197,9 @@ class FrameDecoder:
         self.limits = limits or FrameLimits()
         self._buffer = bytearray()
         self._error: ProtocolError | None = None
+        #: The size of each frame (its header included) whose object the last
+        #: ``feed`` returned, in the same order.
+        self.sizes: list[int] = []
 
     @property
     def buffered(self) -> int:
@@ -228,6 +231,7 @@ class FrameDecoder:
     def _drain(self, data: bytes | bytearray) -> tuple[list[Any], int]:
         """The objects of the complete frames at the start of ``data``, and the bytes they used."""
         out: list[Any] = []
+        sizes = self.sizes = []
         max_size = self.limits.max_frame_size
         pos, available = 0, len(data)
         while available - pos >= _HEADER.size:
@@ -241,6 +245,7 @@ class FrameDecoder:
             if end > available:
                 break
             out.append(self._decode_body(bytes(data[pos + _HEADER.size : end])))
+            sizes.append(end - pos)
             pos = end
         return out, pos
 

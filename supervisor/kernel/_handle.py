@@ -11,6 +11,26 @@ whose answer must be the result model of the request's method
 most ``MAX_ANSWERING`` are answered at once, and a request past it stops the
 reader, where it is, until one of them has been answered (sent whole).
 
+The cap counts requests, and a request, like its answer, may be a whole frame
+(8 MB): so the bytes are capped too. What the supervisor holds for a worker's
+requests, the frames of those being answered and of their encoded answers not
+yet written, is kept within ``ANSWERING_FRAMES`` frames: a request that would
+take it past them stops the reader the same way until answers have been
+written, unless nothing is held (a request larger than the budget is then
+answered alone, so no legal frame waits for ever). An answer is encoded only
+in its turn to be written (``_answer_turn``, one at a time per worker), so at
+most one encoded answer waits on a worker that stopped reading; the others
+wait as the results their handlers returned (an echo's is its request's own
+value). Ordering: only the reader task admits requests (``_dispatch``), and it
+checks and charges a request's bytes with no await in between, so the
+requests admitted never overshoot the budget; an answer's bytes are charged
+without waiting, when it is encoded (it exists by then: waiting would hold it
+anyway), and each request's and answer's bytes are released, and the reader
+woken, once the answer has been written or could not be. Past the budget the
+worker holds at most the budget, one encoded answer, the request the reader
+stopped at and the frame it is reading: a few frames, not ``MAX_ANSWERING``
+requests and answers.
+
 A write to the worker that it does not read stays blocked, and the rest of a
 frame already begun cannot be cancelled (``worker.PipeStream``): a worker
 whose writes make no progress for ``write_stall_s`` is stopped for it by the
@@ -114,9 +134,21 @@ _READ_SIZE = 256 * 1024
 #: so the worker's pipe fills and the worker blocks. 32 is far above what an
 #: agent runs in parallel (its tool calls, one model call, approvals).
 MAX_ANSWERING = 32
+#: The bytes a worker's requests may make the supervisor hold, in frames of
+#: ``max_frame_size``: the frames of the requests being answered plus those of
+#: their answers encoded and not yet written (the module docstring). Without
+#: it ``MAX_ANSWERING`` requests of a frame each and their answers are held:
+#: 0.5 GB for a worker that asks for 8 MB echoes and stops reading. Two: a
+#: request of a whole frame and its answer of a whole frame fit together, so
+#: the largest request is answered without waiting on anything else, and an
+#: agent's usual requests (KBs; a model call of a long conversation, a few MB)
+#: never reach it.
+ANSWERING_FRAMES = 2
 _EOF_AFTER_EXIT_S = 1.0
 
 _ANSWERS = (Response, ErrorReply)
+#: What sending to a worker raises once it is gone (``_send_quietly``).
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError)
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -220,6 +252,12 @@ class WorkerHandle:
         self._stall_seen = (0, self.started_at)
         # A slot per worker request being answered (``MAX_ANSWERING``).
         self._answering = trio.Semaphore(MAX_ANSWERING)
+        # The bytes held for them (``ANSWERING_FRAMES``), the reader while it
+        # waits for some to be freed, and the turn to encode and write an answer.
+        self._answering_budget = ANSWERING_FRAMES * frame_limits.max_frame_size
+        self._answering_bytes = 0
+        self._answering_freed = trio.lowlevel.ParkingLot()
+        self._answer_turn = trio.Lock()
         self._request_handler = request_handler
         self._wire_tap = wire_tap
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
@@ -481,10 +519,11 @@ class WorkerHandle:
     def reading_paused(self) -> bool:
         """True while its reader waits for one of the worker's requests to be answered.
 
-        ``MAX_ANSWERING`` of them are being answered: the reader reads no more
-        of its pipe until one has been (backpressure).
+        ``MAX_ANSWERING`` of them are being answered, or they hold the bytes of
+        ``ANSWERING_FRAMES`` frames: the reader reads no more of its pipe until
+        an answer has been written (backpressure).
         """
-        return self._answering.statistics().tasks_waiting > 0
+        return self._answering.statistics().tasks_waiting > 0 or bool(self._answering_freed)
 
     @property
     def stopping(self) -> bool:
@@ -671,7 +710,16 @@ class WorkerHandle:
                 self._answering.acquire_nowait()
             except trio.WouldBlock:
                 await self._answering.acquire()
-            nursery.start_soon(self._answer, message)
+            size = self._connection.request_size(Role.WORKER, message.id)
+            held = self._answering_bytes
+            if held and held + size > self._answering_budget:
+                try:
+                    await self._wait_for_answering_bytes(size)
+                except BaseException:
+                    self._answering.release()
+                    raise
+            self._answering_bytes += size
+            nursery.start_soon(self._answer, message, size)
         elif isinstance(message, Heartbeat):
             answered = self._heartbeats.get(message.seq)
             if answered is None:
@@ -689,12 +737,20 @@ class WorkerHandle:
             self._ready.set()
         return None
 
-    async def _answer(self, request: WorkerRequest) -> None:
-        """Answer one worker request, then free its slot (``MAX_ANSWERING``)."""
+    async def _wait_for_answering_bytes(self, size: int) -> None:
+        """Wait until a request of ``size`` bytes fits the budget, or nothing is held."""
+        while self._answering_bytes and self._answering_bytes + size > self._answering_budget:
+            await self._answering_freed.park()
+
+    async def _answer(self, request: WorkerRequest, size: int) -> None:
+        """Answer one worker request, then free its slot and its ``size`` bytes."""
         try:
             await self._answer_holding_a_slot(request)
         finally:
             self._answering.release()
+            self._answering_bytes -= size
+            if self._answering_freed:
+                self._answering_freed.unpark_all()
 
     async def _answer_holding_a_slot(self, request: WorkerRequest) -> None:
         reply: Response | ErrorReply
@@ -715,25 +771,47 @@ class WorkerHandle:
                 message=f"{request.method} failed in the supervisor: {type(exc).__name__}: {exc}",
             )
         self.last_activity = trio.current_time()
+        # Encoded in its turn to be written, one at a time (the module docstring).
+        turn = self._answer_turn
         try:
-            await self._send_quietly(reply)
-        except LocalProtocolError as exc:
-            if exc.limit is None:
-                raise  # our own bug: see the module's docstring
-            # Too large for one frame (the connection refused it unchanged):
-            # the worker gets an error it can report instead of waiting.
-            await self._send_quietly(
-                ErrorReply(
-                    id=request.id,
-                    code="too_large",
-                    message=f"the answer to {request.method} is too large to send: {exc}",
-                )
-            )
+            turn.acquire_nowait()
+        except trio.WouldBlock:
+            await turn.acquire()
+        try:
+            with contextlib.suppress(*_GONE):
+                try:
+                    frame = self._frame(reply)
+                except LocalProtocolError as exc:
+                    if exc.limit is None:
+                        raise  # our own bug: see the module's docstring
+                    # Too large for one frame (the connection refused it unchanged):
+                    # the worker gets an error it can report instead of waiting.
+                    frame = self._frame(
+                        ErrorReply(
+                            id=request.id,
+                            code="too_large",
+                            message=f"the answer to {request.method} is too large to send: {exc}",
+                        )
+                    )
+                self._answering_bytes += len(frame)
+                try:
+                    await self._write(frame)
+                finally:
+                    self._answering_bytes -= len(frame)
+        finally:
+            turn.release()
 
     async def _send(self, message: Message) -> None:
+        await self._write(self._frame(message))
+
+    def _frame(self, message: Message) -> bytes:
+        """``message``'s frame, checked against the protocol state (and shown to the wire tap)."""
         frame = self._connection.send(message)
         if self._wire_tap is not None:
             self._wire_tap(self.worker_id, frame)
+        return frame
+
+    async def _write(self, frame: bytes) -> None:
         # Counted, not timed: the watchdog compares counts between its rounds.
         self._sends_begun += 1
         try:
@@ -748,9 +826,7 @@ class WorkerHandle:
         ``RemoteProtocolError`` (it closed its end, or broke the protocol). A
         ``LocalProtocolError`` is our own bug and propagates.
         """
-        with contextlib.suppress(
-            trio.BrokenResourceError, trio.ClosedResourceError, OSError, RemoteProtocolError
-        ):
+        with contextlib.suppress(*_GONE):
             await self._send(message)
 
     def _raise_if_ended(self) -> None:

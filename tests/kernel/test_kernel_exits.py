@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import signal
+import tracemalloc
 from typing import Any, TypeVar
 
 import pytest
@@ -32,6 +33,7 @@ from protocol import (
     EchoParams,
     EchoResult,
     ForbiddenParams,
+    FrameLimits,
     HangParams,
     LocalProtocolError,
     ResourceLimits,
@@ -439,6 +441,11 @@ class _Frames:
             self.large.set()
 
 
+async def _ignore_its_end(handle: WorkerHandle, method: Any, params: Any) -> None:
+    with contextlib.suppress(WorkerExitedError, trio.BrokenResourceError, trio.ClosedResourceError):
+        await handle.request(method, params)
+
+
 async def _stop_reading_mid_frame(
     handle: WorkerHandle, nursery: trio.Nursery, frames: _Frames
 ) -> None:
@@ -449,17 +456,13 @@ async def _stop_reading_mid_frame(
     shielded (``worker.PipeStream``). Returns once that write began.
     """
 
-    async def ignore_its_end(method: Any, params: Any) -> None:
-        with contextlib.suppress(
-            WorkerExitedError, trio.BrokenResourceError, trio.ClosedResourceError
-        ):
-            await handle.request(method, params)
-
     with trio.fail_after(30):  # a hang guard
         sent = frames.sent
-        nursery.start_soon(ignore_its_end, KERNEL_HANG, HangParams(seconds=3600))
+        nursery.start_soon(_ignore_its_end, handle, KERNEL_HANG, HangParams(seconds=3600))
         await sent.wait()  # in this order on the pipe: the hang, then the echo
-        nursery.start_soon(ignore_its_end, KERNEL_ECHO, EchoParams(value="x" * (4 * 1024 * 1024)))
+        nursery.start_soon(
+            _ignore_its_end, handle, KERNEL_ECHO, EchoParams(value="x" * (4 * 1024 * 1024))
+        )
         await frames.large.wait()
 
 
@@ -500,3 +503,79 @@ async def test_s_run_3_a_worker_whose_writes_stall_is_killed_by_the_watchdog() -
         )
         after = await sup.spawn()
         assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
+
+
+async def test_s_sec_8_a_worker_that_stops_reading_holds_a_few_frames_of_the_supervisor() -> None:
+    """S-SEC-8: a worker that sends large requests and stops reading its pipe makes
+    the supervisor hold a few frames for them (a byte budget per worker, the same
+    backpressure as the answering cap), not a request and an answer per slot of
+    ``MAX_ANSWERING`` (before: 16 echoes of 8 MB held 256 MB); the supervisor, and a
+    sibling worker through it, are served meanwhile."""
+    frame = FrameLimits().max_frame_size
+    # An echo request (and its answer) just under a frame; 16 fit the answering cap.
+    value, count = "x" * (frame - 1024), 16
+    started = 0
+    release = trio.Event()
+
+    async def held(handle: WorkerHandle, request: WorkerRequest) -> EchoResult:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return EchoResult(value=request.params.value)  # type: ignore[attr-defined]
+
+    frames = _Frames()
+    config = SupervisorConfig(kill_grace_s=0.2)
+    async with Supervisor(config, wire_tap=frames) as sup:
+        hostile = await sup.spawn(ResourceLimits(idle_timeout_s=None), handler=held)
+        sibling = await sup.spawn()
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            async with trio.open_nursery() as nursery:
+                with trio.fail_after(60):  # a hang guard, not a measure
+                    # One at a time, so each has reached the worker (its echo came
+                    # back) before the next, until the supervisor stops reading it.
+                    for asked in range(count):
+                        nursery.start_soon(
+                            _ignore_its_end, hostile, KERNEL_ASK_SUPERVISOR, EchoParams(value=value)
+                        )
+                        while started <= asked and not hostile.reading_paused:  # noqa: ASYNC110
+                            await trio.sleep(0.01)
+                        if hostile.reading_paused:
+                            break
+                    # Then it stops reading: ``hang`` blocks the whole worker, and
+                    # its frame is on the pipe before any answer.
+                    sent = frames.sent
+                    nursery.start_soon(
+                        _ignore_its_end, hostile, KERNEL_HANG, HangParams(seconds=3600)
+                    )
+                    await sent.wait()
+                    release.set()
+                    await trio.testing.wait_all_tasks_blocked()
+                    held_bytes = tracemalloc.get_traced_memory()[0] - before
+                    # The supervisor, and a sibling through it, are served meanwhile.
+                    assert (
+                        await sibling.request(KERNEL_ASK_SUPERVISOR, EchoParams(value="alive"))
+                    ).value == "alive"
+                    after = await sup.spawn()
+                    assert (await after.request(KERNEL_ECHO, EchoParams(value=1))).value == 1
+                    await hostile.kill("test done")
+        finally:
+            tracemalloc.stop()
+    # At most two requests being answered, the one the reader stopped at, one answer
+    # being written and part of a frame read: 5 frames; before, 2 x 16.
+    assert held_bytes < 6 * frame, f"{held_bytes / 2**20:.0f} MiB held"
+
+
+async def test_s_sec_8_a_request_of_a_whole_frame_is_still_answered() -> None:
+    """S-SEC-8: the byte budget admits a request of the largest frame, and its
+    answer of a whole frame, when the worker holds nothing else: it is answered."""
+    value = "y" * (FrameLimits().max_frame_size - 256)
+    async with Supervisor() as sup:
+        handle = await sup.spawn()
+        with trio.fail_after(60):  # a hang guard
+            # Again and again: each answer written frees what its request held.
+            for _ in range(3):
+                answer = await handle.request(KERNEL_ASK_SUPERVISOR, EchoParams(value=value))
+                assert answer.value == value
+        await handle.shutdown()
