@@ -18,9 +18,11 @@ In order, because each step needs what the next one takes away:
    =================  ========================================================
    mode               rules (everything else the ABI knows is handled, so denied)
    =================  ========================================================
-   read-only          read+execute ``/``; all rights under ``writable_roots``,
-                      ``memory_dir`` and ``temp_dir``; write+truncate on
-                      ``/dev/null`` & co.
+   read-only          read+execute ``/`` but ``/dev``, list all of ``/``;
+                      read ``READABLE_DEVICES`` (``/dev/null``,
+                      ``/dev/urandom`` & co., no terminal); all rights under
+                      ``writable_roots``, ``memory_dir`` and ``temp_dir``;
+                      write+truncate on ``/dev/null`` & co.
    workspace-write    the same; ``writable_roots`` holds the project dir too
    full               all rights everywhere but ``KERNEL_PATHS`` and subvisor's
                       own code, which it may only read
@@ -34,7 +36,9 @@ In order, because each step needs what the next one takes away:
    along the path rather than on the parent (Landlock only grants). That
    costs a little: the parent of subvisor's home cannot be listed, entries
    created in it later are unreachable, and nothing new can be created
-   directly in a project's top directory.
+   directly in a project's top directory. The read grant, which always
+   carves ``/dev``, pays that price in ``/`` (the listing grant does not):
+   a file made there after the worker started can be listed but not read.
    ``memory_dir`` is granted only as reached from ``/`` with no symlink
    (``PathRule.nofollow``): a subagent that swapped a component for a link
    since the supervisor checked it gets no grant there, and the report says so.
@@ -74,6 +78,17 @@ __all__ = [
 
 #: Char devices shells write to (``cmd > /dev/null``); writing them changes nothing.
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full")
+#: The only device nodes a restricted worker may read: the rest of ``DEV``
+#: is out of its read grant. A terminal (``/dev/pts/N``, ``/dev/tty*``) would
+#: give it the user's keystrokes, a password typed anywhere, and a console's
+#: ``/dev/vcs*`` the screen (for uid 0 the kernel checks only the owner, and a
+#: user-run subvisor owns the user's terminals). An allowlist also covers a
+#: terminal opened after the worker started. ``/dev/stdin`` and ``/dev/fd``
+#: lead to ``/proc/self/fd``, granted as ``/proc`` is: a pipe reopened there
+#: is no file Landlock checks, a terminal is checked where it lives.
+READABLE_DEVICES = (*DEVICE_FILES, "/dev/random", "/dev/urandom")
+#: Where device nodes live.
+DEV = "/dev"
 #: Where cgroups are mounted: a uid-0 worker could leave its cgroup through it.
 CGROUP_FS = "/sys/fs/cgroup"
 #: Read-only to every worker, ``full`` too: for uid 0 the kernel checks only the
@@ -187,10 +202,17 @@ def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset
     handled_fs = FsAccess(0)
     if fs:
         handled_fs = all_fs
-        paths.extend(rules_excluding("/", carve, _landlock.READ_ACCESS))
+        # Read everything but devices; list everything, as before, but what
+        # is carved.
+        unread = [*carve, DEV]
+        paths.extend(rules_excluding("/", unread, _landlock.READ_ACCESS))
+        paths.extend(rules_excluding("/", carve, FsAccess.READ_DIR))
+        paths.extend(
+            PathRule(dev, FsAccess.READ_FILE) for dev in READABLE_DEVICES if os.path.exists(dev)
+        )
         for root in writable:
             # A root of "/" would otherwise grant the kernel's settings too.
-            kept = [*carve, *KERNEL_PATHS]
+            kept = [*unread, *KERNEL_PATHS]
             paths.extend(rules_excluding(root, kept, all_fs, nofollow=root == memory))
         paths.extend(PathRule(dev, _DEVICE_ACCESS) for dev in DEVICE_FILES if os.path.exists(dev))
     elif abi >= 1:
