@@ -18,11 +18,13 @@ In order, because each step needs what the next one takes away:
    =================  ========================================================
    mode               rules (everything else the ABI knows is handled, so denied)
    =================  ========================================================
-   read-only          read+execute ``/`` but ``/dev``, list all of ``/``;
-                      read ``READABLE_DEVICES`` (``/dev/null``,
-                      ``/dev/urandom`` & co., no terminal); all rights under
-                      ``writable_roots``, ``memory_dir`` and ``temp_dir``;
-                      write+truncate on ``/dev/null`` & co.
+   read-only          read+execute ``/`` but ``/dev`` and the ``agent-memory``
+                      kept in a hidden home, list all of ``/``; read
+                      ``READABLE_DEVICES`` (``/dev/null``, ``/dev/urandom``
+                      & co., no terminal); all rights under
+                      ``writable_roots``, ``memory_dir`` (the one memory
+                      dir it reads) and ``temp_dir``; write+truncate on
+                      ``/dev/null`` & co.
    workspace-write    the same; ``writable_roots`` holds the project dir too
    full               all rights everywhere but ``KERNEL_PATHS`` and subvisor's
                       own code, which it may only read
@@ -37,8 +39,10 @@ In order, because each step needs what the next one takes away:
    costs a little: the parent of subvisor's home cannot be listed, entries
    created in it later are unreachable, and nothing new can be created
    directly in a project's top directory. The read grant, which always
-   carves ``/dev``, pays that price in ``/`` (the listing grant does not):
-   a file made there after the worker started can be listed but not read.
+   carves ``/dev`` and a hidden home's ``agent-memory``, pays that price
+   along their paths (the listing grant does not): a file made after the
+   worker started in ``/``, or in a directory above subvisor's home (``~``),
+   can be listed but not read.
    ``memory_dir`` is granted only as reached from ``/`` with no symlink
    (``PathRule.nofollow``): a subagent that swapped a component for a link
    since the supervisor checked it gets no grant there, and the report says so.
@@ -98,6 +102,9 @@ CGROUP_FS = "/sys/fs/cgroup"
 #: or raise the supervisor's ``oom_score_adj`` and renice its ``autogroup``).
 KERNEL_PATHS = ("/proc", "/sys")
 #: Kept visible inside a hidden home: profiles' ``memory: user`` dirs (S-PROF-8).
+#: Only the mounts keep them: a restricted worker's rules leave them out of its
+#: read grant and grant its own ``memory_dir`` alone, so no subagent reads
+#: another profile's cross-project memory.
 HOME_KEEP = ("agent-memory",)
 
 _DEVICE_ACCESS = FsAccess.READ_FILE | FsAccess.WRITE_FILE | FsAccess.TRUNCATE
@@ -202,9 +209,15 @@ def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset
     handled_fs = FsAccess(0)
     if fs:
         handled_fs = all_fs
-        # Read everything but devices; list everything, as before, but what
-        # is carved.
-        unread = [*carve, DEV]
+        # Read everything but devices and the memory of other profiles (kept
+        # in a hidden home); list everything, as before, but what is carved.
+        kept_in_home = [
+            os.path.join(h, k)
+            for h in policy.hidden_paths
+            for k in HOME_KEEP
+            if os.path.lexists(os.path.join(h, k))
+        ]
+        unread = [*carve, DEV, *kept_in_home]
         paths.extend(rules_excluding("/", unread, _landlock.READ_ACCESS))
         paths.extend(rules_excluding("/", carve, FsAccess.READ_DIR))
         paths.extend(
