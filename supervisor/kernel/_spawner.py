@@ -42,6 +42,7 @@ from worker import PipeStream
 
 from ._errors import SpawnError
 from ._exit import ProcessStatus
+from ._stderr_relay import StderrRelay, stop_relays
 
 __all__ = [
     "ExecSpawner",
@@ -144,14 +145,23 @@ def _pipe_pair() -> tuple[int, int, int, int]:
     return down_r, down_w, up_r, up_w
 
 
-def launch_python(module: str, args: list[str], env: dict[str, str], inherit: list[int]) -> int:
+def launch_python(
+    module: str,
+    args: list[str],
+    env: dict[str, str],
+    inherit: list[int],
+    *,
+    output_fd: int | None = None,
+) -> int:
     """posix_spawn ``python -m module``, passing the ``inherit`` fds; return its pid.
 
     posix_spawn (not fork) because the supervisor runs trio and may have
     threads; the child is put in its own process group so a terminal's
     Ctrl-C reaches only the supervisor, which then shuts the tree down in
     order. Only the ``inherit`` fds cross: everything else Python opens is
-    close-on-exec.
+    close-on-exec. ``output_fd``: the child's stdout and stderr, in place of
+    ours, and a session of its own, so that it holds no terminal
+    (``StderrRelay``); without it, stdout goes to our stderr.
 
     ``-P``: ``python -m`` would first look for ``module`` in the current
     directory, the project a workspace-write subagent may write; a
@@ -160,19 +170,24 @@ def launch_python(module: str, args: list[str], env: dict[str, str], inherit: li
     """
     for fd in inherit:
         os.set_inheritable(fd, True)
+    # No stdin, and stdout goes to stderr: whatever a worker prints must not
+    # mix into the supervisor's output (``run --json``).
+    file_actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+    ]
+    if output_fd is None:
+        file_actions.append((os.POSIX_SPAWN_DUP2, 2, 1))
+    else:
+        file_actions += [(os.POSIX_SPAWN_DUP2, output_fd, 1), (os.POSIX_SPAWN_DUP2, output_fd, 2)]
     try:
         return os.posix_spawn(
             sys.executable,
             [sys.executable, "-P", "-m", module, *args],
             env,
-            # No stdin, and stdout goes to stderr: whatever a worker prints
-            # must not mix into the supervisor's output (``run --json``).
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, 2, 1),
-            ],
-            setpgroup=0,
+            file_actions=file_actions,
             setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
+            # A new session is a new process group too, with no terminal.
+            **({"setpgroup": 0} if output_fd is None else {"setsid": True}),
         )
     finally:
         for fd in inherit:
@@ -207,6 +222,8 @@ class ExecSpawner:
         self._nice = nice
         self._nursery = nursery
         self._live: dict[int, SpawnedProcess] = {}
+        self._relay = StderrRelay()
+        nursery.start_soon(self._relay.run)
 
     async def spawn(
         self,
@@ -232,6 +249,7 @@ class ExecSpawner:
                 ],
                 self._env,
                 [down_r, up_w, *cgroups],
+                output_fd=self._relay.write_fd,
             )
         except OSError as exc:
             for fd in (down_r, down_w, up_r, up_w):
@@ -259,6 +277,7 @@ class ExecSpawner:
                 os.killpg(process.pid, signal.SIGKILL)
         for process in list(self._live.values()):
             await process.reaped.wait()
+        await stop_relays([self._relay])
 
 
 #: ``sendmsg`` errors that mean the control socket is gone: the zygote's end,
@@ -312,6 +331,8 @@ class ZygoteSpawner:
         # Per zygote started: set once its reports have ended (``_zygote_lost``).
         self._lost_events: dict[trio.socket.SocketType, trio.Event] = {}
         self._closing = False
+        #: One per zygote started: its and its workers' stderr.
+        self._relays: list[StderrRelay] = []
 
     async def start(self) -> trio.socket.SocketType:
         """Start the zygote unless it runs; return its control socket."""
@@ -322,6 +343,7 @@ class ZygoteSpawner:
                 raise SpawnError("the supervisor is shutting down; it starts no more workers")
             launched = trio.current_time()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            relay = StderrRelay()
             try:
                 pid = launch_python(
                     "worker.zygote",
@@ -334,12 +356,16 @@ class ZygoteSpawner:
                     ],
                     self._env,
                     [theirs.fileno()],
+                    output_fd=relay.write_fd,
                 )
             except OSError as exc:
                 ours.close()
                 raise SpawnError(f"could not start the zygote: {exc}") from exc
             finally:
                 theirs.close()
+                relay.close_write_end()
+                self._relays.append(relay)
+                self._nursery.start_soon(relay.run)
             control = trio.socket.from_stdlib_socket(ours)
             pidfd = os.pidfd_open(pid)
             exited = self._zygote_exited = trio.Event()
@@ -546,6 +572,12 @@ class ZygoteSpawner:
             os.close(fd)
 
     async def aclose(self) -> None:
+        try:
+            await self._stop_zygote()
+        finally:
+            await stop_relays(self._relays)
+
+    async def _stop_zygote(self) -> None:
         self._closing = True
         control, self._control = self._control, None
         if control is None:

@@ -81,10 +81,11 @@ async def test_resource_limits_are_applied_before_ready(sup: Supervisor) -> None
     info = await handle.request(KERNEL_INFO, InfoParams())
     assert tuple(info.rlimits["RLIMIT_AS"]) == (4096 * 2**20, 4096 * 2**20)
     assert tuple(info.rlimits["RLIMIT_CORE"]) == (0, 0)
-    # Of pipes, the worker holds only its own two ends: none of the zygote's
-    # or the supervisor's fds leak in.
-    pipes = [target for target in info.fds.values() if target.startswith("pipe:")]
-    assert len(pipes) == 2, info.fds
+    # Of pipes, the worker holds only its own two ends, and as stdout and
+    # stderr the stderr relay's: none of the zygote's or the supervisor's leak in.
+    pipes = [fd for fd, target in info.fds.items() if target.startswith("pipe:")]
+    assert len(pipes) == 4 and {"1", "2"} <= set(pipes), info.fds
+    assert info.fds["1"] == info.fds["2"], info.fds
 
 
 async def test_worker_can_ask_its_supervisor(sup: Supervisor) -> None:
