@@ -12,8 +12,9 @@ or "the project but not its ``.git``" out of a grant. A mount namespace can:
   that a worker that is uid 0 cannot move itself out of its cgroup or raise
   its own limits);
 - a read-only bind mount of each protected path over itself (every
-  ``.git`` a bounded walk finds in a writable root, whose hooks and config
-  run outside any sandbox at the user's next git command there);
+  ``.git``, ``.hg`` and ``.jj`` a bounded walk finds in a writable root,
+  whose hooks and config run outside any sandbox at the user's next git,
+  hg or jj command there);
 - where a writable root has no ``.git``, an empty directory made there and
   bound read-only over itself (``block_creation``), so that no repository
   can be planted at the root for the user's git to find first.
@@ -21,7 +22,8 @@ or "the project but not its ``.git``" out of a grant. A mount namespace can:
 Not covered here: a ``.git`` deeper than ``VCS_WALK_DEPTH`` or past the
 walk's ``VCS_WALK_ENTRIES``, and a repository a worker makes below its root
 (``git init sub``). The supervisor disarms those once the worker's tree has
-ended (``supervisor.kernel._planted_repos``).
+ended (``supervisor.kernel._planted_repos``); it disarms ``.git`` only, so a
+``.hg`` or ``.jj`` planted where none was is not (``VCS_PLACEHOLDERS``).
 
 Whoever holds ``CAP_SYS_ADMIN`` (root, also in most containers) unshares the
 mount namespace alone; anyone else first enters a new user namespace that
@@ -61,6 +63,7 @@ __all__ = [
     "CURRENT",
     "DEVICE_DIRS",
     "VCS_NAMES",
+    "VCS_PLACEHOLDERS",
     "VCS_WALK_DEPTH",
     "VCS_WALK_ENTRIES",
     "MountNamespace",
@@ -86,8 +89,15 @@ _MS_REC = 0x4000
 _MS_SLAVE = 0x80000
 _CAP_SYS_ADMIN = 21
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-#: Version-control metadata whose contents run code later (hooks, config).
-VCS_NAMES = (".git",)
+#: Version-control metadata whose contents run code later: git's hooks and
+#: config (``core.fsmonitor``...), Mercurial's ``.hg/hgrc`` (``[hooks]``,
+#: ``[extensions]``), Jujutsu's ``.jj/repo/config.toml`` (pager, diff and
+#: merge tools). Not ``.svn`` (Subversion runs nothing a working copy names).
+VCS_NAMES = (".git", ".hg", ".jj")
+#: Of ``VCS_NAMES``, made an empty read-only placeholder where a writable root
+#: has none (``missing_vcs_dirs``). Only ``.git``: an empty ``.hg`` or ``.jj``
+#: is a broken repository to hg and jj, not an absent one.
+VCS_PLACEHOLDERS = (".git",)
 #: How deep below a writable root ``vcs_dirs`` looks for ``.git`` (1: in the
 #: root's own subdirectories), and how many directory entries it reads per
 #: root at most. Breadth first, so a bound cuts the deepest first; a ``.git``
@@ -200,7 +210,7 @@ def _hidden_here(path: str) -> bool:
 
 
 def vcs_dirs(roots: Iterable[str]) -> list[str]:
-    """Every ``.git`` (a directory, or a worktree's or submodule's file) in ``roots``.
+    """Every ``VCS_NAMES`` entry in ``roots`` (a ``.git`` dir, or a worktree's file...).
 
     A breadth-first walk of each root, at most ``VCS_WALK_DEPTH`` levels down
     and ``VCS_WALK_ENTRIES`` entries read; symlinks are neither returned nor
@@ -237,7 +247,7 @@ def missing_vcs_dirs(roots: Iterable[str]) -> list[str]:
     return [
         os.path.join(root, name)
         for root in roots
-        for name in VCS_NAMES
+        for name in VCS_PLACEHOLDERS
         if not os.path.lexists(os.path.join(root, name))
     ]
 

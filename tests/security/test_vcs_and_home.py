@@ -2,8 +2,10 @@
 
 A ``.git`` hook or ``core.hooksPath``/``core.fsmonitor`` written by a
 subagent would run outside any sandbox, with the user's environment, at the
-user's next commit. A workspace-write worker therefore gets its project's
-``.git`` read-only, while the rest of the project (top directory included)
+user's next commit (as would a Mercurial ``.hg/hgrc`` hook at the user's next
+``hg status``, or a pager in Jujutsu's ``.jj/repo/config.toml``). A
+workspace-write worker therefore gets its project's ``.git``, ``.hg`` and
+``.jj`` read-only, while the rest of the project (top directory included)
 stays writable. The Landlock-only fallback, for machines where no mount
 namespace can be made, is exercised on the real kernel too.
 """
@@ -199,6 +201,43 @@ async def test_s_sec_3_every_nested_git_in_the_project_is_read_only(tmp_path: Pa
     record = attack.record.sandbox
     assert record is not None
     assert {str(project / p / ".git") for p in ("inner", "a/b/deep", "wt")} <= set(record.read_only)
+
+
+async def test_s_sec_3_mercurial_and_jujutsu_config_are_read_only(tmp_path: Path) -> None:
+    """S-SEC-3 (red team F7): in a Mercurial (and a Jujutsu) project a subagent cannot add a
+    `[hooks]` entry to `.hg/hgrc` (run by the user's next `hg status`, unsandboxed) nor a
+    pager to `.jj/repo/config.toml`; the rest of the project stays writable."""
+    project = tmp_path / "project"
+    (project / ".hg").mkdir(parents=True)
+    (project / ".hg" / "hgrc").write_text("[paths]\ndefault = /tmp/upstream\n")
+    (project / ".hg" / "requires").write_text("store\n")
+    (project / ".jj" / "repo").mkdir(parents=True)
+    (project / ".jj" / "repo" / "config.toml").write_text("")
+    (project / "a.txt").write_text("a\n")
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "printf '[hooks]\\npre-status = touch /tmp/pwned\\n' >> .hg/hgrc; echo rc=$?",
+            "printf '[hooks]\\npre-status = touch /tmp/pwned\\n' > .hg/hgrc-new && "
+            "mv .hg/hgrc-new .hg/hgrc; echo rc=$?",
+            "mv .hg .hg-gone; echo rc=$?",
+            "printf '[ui]\\npager = \"touch /tmp/pwned\"\\n' >> .jj/repo/config.toml; echo rc=$?",
+            "echo b >> a.txt && echo rc=$?",
+        ],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="workspace-write",
+    )
+    *attacks, control = (r.content for r in attack.results)
+    for text in attacks:
+        assert "rc=0" not in text, text
+    assert (project / ".hg" / "hgrc").read_text() == "[paths]\ndefault = /tmp/upstream\n"
+    assert not (project / ".hg" / "hgrc-new").exists()
+    assert (project / ".jj" / "repo" / "config.toml").read_text() == ""
+    assert "rc=0" in control, control
+    record = attack.record.sandbox
+    assert record is not None
+    assert {str(project / ".hg"), str(project / ".jj")} <= set(record.read_only)
 
 
 async def test_s_sec_3_no_repository_can_be_planted_at_a_project_without_one(
