@@ -89,10 +89,20 @@ class SandboxPolicy(_Frozen):
     hidden_paths: tuple[str, ...] = ()
     #: Keep each ``.git`` of a writable root read-only, and ``ROOT/.git`` uncreatable.
     protect_vcs: bool = True
-    #: Directories below the writable roots to keep read-only (absolute,
-    #: resolved): where subvisor's own code lives (a project's virtualenv, a
-    #: source checkout), which the supervisor's later processes load.
+    #: Directories (and files) below the writable roots to keep read-only
+    #: (absolute, resolved): where subvisor's own code lives (a project's
+    #: virtualenv, a source checkout), which the supervisor's later processes
+    #: load, and the user-level files subvisor trusts (user profile dirs, its
+    #: config) where they resolve into a writable root.
     read_only_paths: tuple[str, ...] = ()
+    #: Directories below the writable roots that must keep their place (bound
+    #: over themselves, so none can be renamed): those between a root and a
+    #: user-level path in ``read_only_paths`` or ``uncreatable_paths``.
+    pinned_paths: tuple[str, ...] = ()
+    #: Missing paths below the writable roots where a user-level dir of
+    #: subvisor's would be found: made empty read-only placeholders, as
+    #: ``ROOT/.git`` is, so that nothing can be planted there.
+    uncreatable_paths: tuple[str, ...] = ()
     on_unsupported: OnUnsupported = "error"
     landlock_abi_max: int | None = Field(default=None, ge=0)
 

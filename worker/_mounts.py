@@ -14,10 +14,16 @@ or "the project but not its ``.git``" out of a grant. A mount namespace can:
 - a read-only bind mount of each protected path over itself (every
   ``.git``, ``.hg`` and ``.jj`` a bounded walk finds in a writable root,
   whose hooks and config run outside any sandbox at the user's next git,
-  hg or jj command there);
+  hg or jj command there; and the user-level files and dirs subvisor trusts
+  more than a project's, where they resolve into a writable root);
+- a plain bind of a directory over itself (``pin``), so that it cannot be
+  renamed or removed: each directory between a writable root and such a
+  user-level path, which would otherwise take the read-only mount with it
+  and leave a fresh directory for the user's path to resolve to;
 - where a writable root has no ``.git``, an empty directory made there and
   bound read-only over itself (``block_creation``), so that no repository
-  can be planted at the root for the user's git to find first.
+  can be planted at the root for the user's git to find first (likewise a
+  user-level dir that is missing where a worker could make it).
 
 Not covered here: a ``.git`` deeper than ``VCS_WALK_DEPTH`` or past the
 walk's ``VCS_WALK_ENTRIES``, and a repository a worker makes below its root
@@ -53,6 +59,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -191,6 +198,21 @@ def _read_only(path: str) -> bool:
         return False
 
 
+def _mount_points() -> set[str]:
+    """Where a mount sits in this mount namespace (``/proc/self/mountinfo``, unescaped)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            fields = [line.split() for line in f]
+    except OSError:
+        return set()
+    unescape = re.compile(r"\\([0-7]{3})")
+    return {
+        unescape.sub(lambda m: chr(int(m.group(1), 8)), entry[4])
+        for entry in fields
+        if len(entry) > 4
+    }
+
+
 def _hidden_here(path: str) -> bool:
     """True if our tmpfs already covers ``path`` in this mount namespace.
 
@@ -289,6 +311,8 @@ class MountNamespace:
     error: str = ""
     hidden: list[str] = field(default_factory=list)
     read_only: list[str] = field(default_factory=list)
+    #: Directories bound over themselves, so that none can be renamed (``pin``).
+    pinned: list[str] = field(default_factory=list)
     #: Whether every block device node is covered (``cover_block_devices``).
     devices_covered: bool = False
 
@@ -405,6 +429,36 @@ class MountNamespace:
                 failed.append(str(exc))
                 continue
             self.read_only.append(path)
+        return failed
+
+    def pin(self, paths: Iterable[str]) -> list[str]:
+        """Bind each directory over itself (recursively, writable as it was); what failed.
+
+        A mount point cannot be renamed or removed (``EBUSY``), whatever the
+        rights on its parent: each directory between a writable root and a
+        read-only bind keeps its place, so the path the user's files name
+        keeps leading to what is bound. Recursive, so that what is bound
+        inside stays. Renames into or out of it cross a mount (``EXDEV``:
+        ``mv`` copies instead).
+        """
+        failed = []
+        here: set[str] | None = None
+        for path in paths:
+            if path in self.pinned:
+                continue
+            if here is None:
+                here = _mount_points()
+            if path in here:
+                # Pinned by another worker of the namespace we share (or a mount anyway).
+                self.pinned.append(path)
+                continue
+            try:
+                _mount(path, path, None, _MS_BIND | _MS_REC)
+            except OSError as exc:
+                failed.append(str(exc))
+                continue
+            here.add(path)
+            self.pinned.append(path)
         return failed
 
     def block_creation(self, paths: Iterable[str]) -> list[str]:

@@ -263,12 +263,19 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     if policy.protect_vcs and policy.mode != "full":
         vcs = _mounts.vcs_dirs(policy.writable_dirs)
         absent = _mounts.missing_vcs_dirs(policy.writable_roots)
-    vcs = [*(p for p in policy.read_only_paths if os.path.isdir(p)), *vcs]
+    vcs = [*(p for p in policy.read_only_paths if os.path.lexists(p)), *vcs]
+    absent += policy.uncreatable_paths
     isolate_mounts(policy.hidden_paths, vcs, absent)
     namespace = _mounts.CURRENT
+    # Where a directory on the way to a user-level path could not be pinned,
+    # renaming it would take the bind along: Landlock's carve holds them all.
+    unpinned = bool(namespace.pin(policy.pinned_paths)) if namespace.entered else False
     hidden = [p for p in policy.hidden_paths if p in namespace.hidden]
     vcs += absent
     read_only = [p for p in vcs if p in namespace.read_only]
+    if unpinned:
+        read_only = [p for p in read_only if p not in policy.uncreatable_paths]
+        read_only = [p for p in read_only if p not in policy.read_only_paths]
     carve = [p for p in (*policy.hidden_paths, *vcs) if p not in hidden and p not in read_only]
     if CGROUP_FS not in namespace.hidden:
         carve.append(CGROUP_FS)

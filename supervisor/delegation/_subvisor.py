@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -25,8 +26,15 @@ import trio
 from ..kernel import Supervisor, SupervisorConfig, WireTap
 from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalHandler, QuestionHandler
+from ..profiles._profile_catalog import user_profile_dirs
 from ..providers import ModelGateway, ModelProvider
-from ..state._paths import agent_output_dir, database_path, known_homes, register_home
+from ..state._paths import (
+    HOMES_FILE,
+    agent_output_dir,
+    database_path,
+    known_homes,
+    register_home,
+)
 from ..state._recovery import recover_dead_runs
 from ..state._store import SessionStore
 from ..state._tasks import TaskError, TaskRegistry
@@ -42,6 +50,22 @@ from ._subagents import RunServices, SubagentLaunch, SubagentRun
 __all__ = ["Subvisor"]
 
 log = logging.getLogger("subvisor")
+
+#: In a subvisor home, what a later run trusts as the user's own: its config,
+#: the project files trusted, the user profile dir, the list of homes.
+_HOME_FILES = ("config.toml", "trusted.json", "agents", HOMES_FILE)
+
+
+def _user_level_paths(
+    homes: Iterable[Path], home: Path, plugin_dirs: Iterable[Path]
+) -> tuple[str, ...]:
+    """Every user-level file and dir a run reads with more trust than a project's (S-SEC-3)."""
+    paths = [
+        *(home_dir / name for home_dir in homes for name in _HOME_FILES),
+        *(profile_dir.path for profile_dir in user_profile_dirs(home)),
+        *plugin_dirs,
+    ]
+    return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))
 
 
 class Subvisor:
@@ -77,6 +101,7 @@ class Subvisor:
                 self.home,
                 exc.strerror or exc,
             )
+        homes = known_homes(self.home)
         self.store = SessionStore(database_path(self.home))
         # S-SEC-6: what a dead supervisor left running is ended before anything starts.
         recover_dead_runs(self.store, self.home)
@@ -92,7 +117,10 @@ class Subvisor:
                 ray_address=self.settings.ray_address,
                 # Keys in its config, every session's transcripts (S-SEC-1),
                 # in this home and in any other this process can name.
-                hidden_paths=tuple(str(path) for path in known_homes(self.home)),
+                hidden_paths=tuple(str(path) for path in homes),
+                # What the user put there is trusted more than a project's: no
+                # worker may rewrite it where it resolves into the project.
+                protected_paths=_user_level_paths(homes, self.home, self.settings.plugin_dirs),
                 event_budget=self.settings.event_budget,
             ),
             wire_tap=wire_tap,

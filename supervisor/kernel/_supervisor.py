@@ -48,6 +48,7 @@ from ._spawner import ExecSpawner, SpawnedProcess, Spawner, ZygoteSpawner
 from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, tree_breach
+from ._user_files import protect_below
 from ._worker_tree import refuse_inside_worker_tree
 
 if TYPE_CHECKING:
@@ -458,8 +459,24 @@ class Supervisor:
                     "the project (`pipx install`, or a virtualenv elsewhere), or run with "
                     "`--sandbox read-only`"
                 )
+            user = protect_below(
+                self.config.protected_paths, policy.writable_dirs, self._hidden_paths
+            )
+            if user.refused is not None:
+                raise SpawnError(
+                    f"{policy.mode} refused: {user.refused} leads to a user-level file of "
+                    "subvisor's (a user profile dir, its config) and is, or holds, a writable "
+                    "root or a symlink directly in one, which a worker could rewrite or replace; "
+                    "run from another directory, or with `--sandbox read-only`"
+                )
+            below = (*below, *user.read_only)
             if below:
                 update["read_only_paths"] = tuple(dict.fromkeys((*policy.read_only_paths, *below)))
+            if user.pinned:
+                update["pinned_paths"] = user.pinned
+            if user.uncreatable:
+                update["uncreatable_paths"] = user.uncreatable
+                self._vcs_placeholders.update(user.uncreatable)
         else:
             # Every place is writable in full: every place of the code is read-only.
             update["read_only_paths"] = tuple(dict.fromkeys((*policy.read_only_paths, *own_code())))

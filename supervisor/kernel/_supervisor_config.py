@@ -61,6 +61,11 @@ class SupervisorConfig(BaseModel):
     #: ``Subvisor`` puts its home here (keys in config, the database, sockets,
     #: every session's output). Resolved to real paths when the zygote starts.
     hidden_paths: tuple[str, ...] = ()
+    #: User-level files and dirs subvisor trusts more than a project's (user
+    #: profile dirs, its config and trust store, user plugin dirs): wherever
+    #: one resolves into a worker's writable root, the worker gets it
+    #: read-only (S-SEC-3, S-SBX-3; ``_user_files``). Resolved on every spawn.
+    protected_paths: tuple[str, ...] = ()
     #: Caps over each worker's whole process tree (S-SEC-4): ``auto`` uses a
     #: cgroup per worker where one can be made, else samples the tree;
     #: ``sampling`` always samples. Both enforce; cgroups act at once.
