@@ -145,7 +145,9 @@ class SandboxReport(BaseModel):
     ``/proc/PID/environ`` of every process outside it);
     ``privileges_dropped`` whether it holds no capability in any set and has
     ``no_new_privs``; ``ipc_namespace`` whether it has an IPC namespace of its
-    own (its SysV IPC and message queues end with its tree); ``syscall_filter``
+    own (its SysV IPC and message queues end with its tree); ``processes_hidden``
+    whether its ``/proc`` shows only the processes it may ptrace-read (its own
+    tree), not every command line on the machine; ``syscall_filter``
     whether its seccomp filter is in force (which ``network_denied`` also needs);
     ``reserved_space_capped`` whether its file-size cap also refuses space
     reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp).
@@ -169,6 +171,7 @@ class SandboxReport(BaseModel):
     landlock_domain: bool = False
     privileges_dropped: bool = False
     ipc_namespace: bool = False
+    processes_hidden: bool = False
     syscall_filter: bool = False
     reserved_space_capped: bool = False
     reason: str = ""

@@ -49,6 +49,16 @@ namespace when the tree's last process ends (S-SEC-4, S-SEC-5), and no
 worker sees another's. It needs ``CAP_SYS_ADMIN`` where the worker is: root,
 or the user namespace ``enter`` made (the zygote's, inherited by fork).
 
+Each worker also mounts a procfs of its own over ``/proc`` in a mount
+namespace of its own (``private_proc``), with ``hidepid=ptraceable``: a
+process appears there only to those that may ptrace-read it, which for a
+worker (no capability, in a Landlock domain, beside non-dumpable workers,
+zygote and supervisor) is its own tree and nothing else (S-SEC-1). The
+host's ``/proc`` shows every process's command line to anyone: a stdio MCP
+server's token in its arguments, another session's prompt. It needs
+``CAP_SYS_ADMIN`` in the user namespace that owns the PID namespace, so it
+is not made where a worker had to enter a user namespace of its own.
+
 Invariant: ``unshare`` runs while the process has one thread (the kernel
 refuses ``CLONE_NEWUSER``, and ``CLONE_NEWNS`` implies an unshared fs).
 """
@@ -77,6 +87,7 @@ __all__ = [
     "enter_ipc_namespace",
     "isolate_temp_dir",
     "missing_vcs_dirs",
+    "private_proc",
     "vcs_dirs",
 ]
 
@@ -94,6 +105,7 @@ _MS_REMOUNT = 0x20
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_SLAVE = 0x80000
+_MNT_DETACH = 0x2
 _CAP_SYS_ADMIN = 21
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 #: Version-control metadata whose contents run code later: git's hooks and
@@ -289,6 +301,63 @@ def isolate_temp_dir(path: str) -> str:
     parent, name = os.path.split(path.rstrip("/"))
     # Its own record: CURRENT describes the namespace shared with the zygote.
     return "; ".join(MountNamespace(how="mount namespace").hide([parent], keep=[name]))
+
+
+PROC = "/proc"
+#: Only what the reader may ptrace-read shows, whatever its groups (``invisible``
+#: exempts the mount's ``gid``, root's group by default: a uid-0 worker saw all).
+#: Per mount since Linux 5.8, which alone knows ``ptraceable`` (older kernels
+#: share one procfs per PID namespace, where the option would reach the host's
+#: ``/proc``: they refuse it).
+PROC_OPTIONS = "hidepid=ptraceable"
+
+
+def _mount_points(under: str) -> list[str]:
+    """Mount points strictly below ``under`` in this namespace, outermost first."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 5:
+                continue
+            point = fields[4].encode().decode("unicode_escape")  # \040 and the like
+            if point.startswith(under.rstrip("/") + "/") and point not in found:
+                found.append(point)
+    return [p for p in found if not any(p.startswith(q + "/") for q in found if q != p)]
+
+
+def private_proc() -> str:
+    """Mount a procfs with ``PROC_OPTIONS`` on ``/proc`` in a new mount namespace; why not, or "".
+
+    The new namespace is this process's own, so what it forks shares it and
+    its zygote and siblings keep theirs. Mounts the host made inside
+    ``/proc`` (a container's masks over ``/proc/kcore``, a read-only
+    ``/proc/sys``) are bound back over the new procfs; where one cannot be,
+    the new procfs is taken off again. Same PID namespace: the pids it shows
+    are the host's.
+    """
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        return str(_errno_error("unshare(CLONE_NEWNS)"))
+    kept = []
+    try:
+        for point in _mount_points(PROC):
+            with contextlib.suppress(OSError):
+                kept.append((point, os.open(point, os.O_PATH | os.O_CLOEXEC)))
+        try:
+            flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+            _mount("proc", PROC, "proc", flags, PROC_OPTIONS)
+        except OSError as exc:
+            return str(exc)
+        try:
+            for point, fd in kept:
+                _mount(f"/proc/self/fd/{fd}", point, None, _MS_BIND | _MS_REC)
+        except OSError as exc:
+            _libc.umount2(PROC.encode(), _MNT_DETACH)
+            return f"{exc} (the host's mounts inside {PROC} could not be kept)"
+    finally:
+        for _, fd in kept:
+            os.close(fd)
+    return ""
 
 
 def enter_ipc_namespace() -> str:

@@ -12,6 +12,9 @@ In order, because each step needs what the next one takes away:
    zygote worker finds the namespace made by its zygote; an exec'd one
    makes it here. Then the worker's own IPC namespace, never shared (S-SEC-4,
    S-SEC-5): its SysV shared memory and message queues end with its tree.
+   Last a procfs of its own over ``/proc`` with ``hidepid=ptraceable``, in a
+   mount namespace of its own (S-SEC-1): other processes, whose command lines
+   hold MCP servers' tokens and other sessions' prompts, do not show.
 2. **Landlock** (S-SBX-1), in every mode, since a Landlock domain also bars
    ptrace and ``/proc/PID/{environ,mem}`` of every process outside it:
 
@@ -320,6 +323,11 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
     ipc_error = _mounts.enter_ipc_namespace()
     if ipc_error:
         missing.append(f"no IPC namespace of its own: {ipc_error}")
+    # Its own procfs, in a mount namespace of its own: no other process's
+    # command line (an MCP server's token, another session's prompt) shows.
+    proc_error = _mounts.private_proc()
+    if proc_error:
+        missing.append(f"other processes' command lines are visible in /proc: {proc_error}")
     domain = False
     if abi >= 1:
         ruleset, writable = _ruleset(policy, abi, carve)
@@ -366,6 +374,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             # Landlock alone lets MPTCP and SCTP connect out.
             "network_denied": report.network_denied and not filter_error,
             "ipc_namespace": not ipc_error,
+            "processes_hidden": not proc_error,
             "syscall_filter": not filter_error,
             "reserved_space_capped": file_size_cap and not filter_error,
             "hidden": hidden,

@@ -210,6 +210,17 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
         )
         checks.append(
             Check(
+                "other processes hidden",
+                full.processes_hidden,
+                "every worker has a /proc of its own (hidepid=ptraceable): it sees its own "
+                "tree's processes, no other process's command line"
+                if full.processes_hidden
+                else "NOT enforced: every process's command line is readable by a worker "
+                f"({full.reason})",
+            )
+        )
+        checks.append(
+            Check(
                 "ipc namespace",
                 full.ipc_namespace,
                 "every worker has an IPC namespace of its own: its shared memory, semaphores "

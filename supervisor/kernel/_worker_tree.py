@@ -14,6 +14,13 @@ takes a user namespace that the worker's seccomp filter refuses. Where
 ``/proc`` does not name us at all (a PID namespace whose processes it cannot
 see), nothing can be proven and the process counts as inside.
 
+Hidden links: in a worker, ``/proc`` shows only what the process may
+ptrace-read (``hidepid=ptraceable``, S-SEC-1), and the worker itself, being
+non-dumpable, is not among that: the walk from its Bash stops below it. A
+link that ``/proc`` does not show but that exists (``kill(pid, 0)`` does
+not answer ``ESRCH``) is hidden, not gone: the walk ends there, inside, and
+names it. Never "outside" for what could not be seen.
+
 Races: a process may exit while we walk its ancestry, and its children are
 re-parented to the nearest child subreaper above it (a worker is one). A
 vanished link (or the process asked about) therefore starts the walk again
@@ -66,6 +73,22 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return comm, int(fields[1])
 
 
+def _exists(pid: int) -> bool:
+    """True if process ``pid`` exists (as a zombie too), visible in ``/proc`` or not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: there, but not ours to signal
+    return True
+
+
+def _hidden(pid: int) -> bool:
+    """True if ``pid`` exists but ``/proc`` does not show it (``hidepid``)."""
+    return not os.path.exists(f"/proc/{pid}") and _exists(pid)
+
+
 def _proc_pid() -> int | None:
     """This process's pid as ``/proc`` names it; None if ``/proc`` does not name it."""
     try:
@@ -80,7 +103,8 @@ UNSETTLED = -1
 
 
 def worker_tree_ancestor(pid: int | None = None) -> int | None:
-    """The pid of the nearest subvisor worker or zygote at or above ``pid`` (default: us).
+    """The pid of the nearest subvisor worker or zygote at or above ``pid`` (default: us),
+    or of the nearest process there that ``/proc`` hides (see Hidden links).
 
     Pids are those of ``/proc``'s namespace; where ``/proc`` does not name this
     process, None (``inside_worker_tree_reason`` tells that case apart).
@@ -97,6 +121,8 @@ def worker_tree_ancestor(pid: int | None = None) -> int | None:
                 return None
             stat = _stat(current)
             if stat is None:
+                if _hidden(current):
+                    return current  # a hidden link counts as a worker (see Hidden links)
                 break  # gone under us: climb again from the start
             comm, ppid = stat
             if comm in TREE_PROCESS_NAMES:
@@ -132,6 +158,8 @@ def inside_worker_tree_reason() -> str | None:
     if ancestor is None and TREE_ENV not in os.environ:
         return None
     where = f"process {ancestor}" if ancestor is not None else os.environ[TREE_ENV]
+    if ancestor is not None and _hidden(ancestor):
+        where += ", which /proc hides from it as a worker is hidden from its tree"
     return f"this process runs inside a subvisor worker tree ({where})"
 
 

@@ -38,21 +38,66 @@ _ANCESTORS = """
 pid=$$
 for i in 1 2 3 4 5 6; do
   pid=$(awk '{{print $4}}' /proc/$pid/stat)
-  [ "$pid" -le 1 ] && break
+  [ -z "$pid" ] || [ "$pid" -le 1 ] && break
   echo "== $pid $(cat /proc/$pid/comm)"
   tr '\\0' '\\n' < /proc/$pid/environ 2>&1 | grep -E 'MARKER|denied|not permitted' | head -2
   {py} -c "{mem}" $pid 2>&1 | tail -1
   {py} -c "{attach}" $pid
   cat /proc/$pid/root{home}/config.toml 2>&1 | head -1
 done
+{py} -c "{hidden}" {home}
 echo "sweep $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MARKER)"
 grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|CapInh|NoNewPrivs)' /proc/self/status
 """
 
 
+#: Where a worker's /proc shows only its own tree (S-SEC-1), the walk above stops
+#: below the worker: this finds every process below our pid that exists (``kill 0``
+#: does not answer ESRCH) but /proc does not show, and tries each one's environ,
+#: memory, ptrace and root. ``hidden N``, then what it got (``[]``: nothing).
+HIDDEN = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def there(pid):\n"
+    "    try:\n"
+    "        os.kill(pid, 0)\n"
+    "    except ProcessLookupError:\n"
+    "        return False\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    return not os.path.exists(f'/proc/{pid}')\n"
+    "hidden = [pid for pid in range(2, os.getpid()) if there(pid)]\n"
+    "got = []\n"
+    "for pid in hidden:\n"
+    "    for what in ('environ', 'mem', 'root' + sys.argv[1] + '/config.toml'):\n"
+    "        try:\n"
+    "            with open(f'/proc/{pid}/{what}', 'rb') as f:\n"
+    "                got.append((pid, what, f.read(200)))\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    if libc.ptrace(16, pid, 0, 0) == 0:\n"
+    "        got.append((pid, 'attach'))\n"
+    "        libc.ptrace(17, pid, 0, 0)\n"
+    "print('hidden', len(hidden))\n"
+    "print('hidden got', got)\n"
+)
+
+
 def ancestors(home: str, py: str = PY) -> str:
-    """The ancestor walk, reading ``home``'s config through each /proc/PID/root."""
-    return _ANCESTORS.format(py=py, mem=_MEM, attach=_ATTACH, home=home)
+    """The ancestor walk, reading ``home``'s config through each /proc/PID/root, then
+    every process /proc hides (``HIDDEN``)."""
+    hidden = HIDDEN.replace('"', '\\"')
+    return _ANCESTORS.format(py=py, mem=_MEM, attach=_ATTACH, home=home, hidden=hidden)
+
+
+def reached_past_the_zygote(answer: str) -> bool:
+    """Whether the walk named the zygote, or found it (and more) among hidden processes."""
+    counts = [
+        int(line.split()[1])
+        for line in answer.splitlines()
+        if line.startswith("hidden ") and line.split()[1].isdigit()
+    ]
+    return "subvisor-zygote" in answer or (bool(counts) and counts[0] >= 2)
 
 
 @pytest.fixture
@@ -79,9 +124,9 @@ def test_s_sec_1_no_ancestor_gives_up_a_key_by_environ_memory_ptrace_or_root(
         tmp_path, [ancestors(str(keyed))], home=keyed, mode=mode, network=network
     )
     assert "MARKER" not in answer, answer
-    assert "subvisor-zygote" in answer  # the walk really went past the zygote
-    assert answer.count("attach -1") >= 3
-    assert "mem b" not in answer
+    assert reached_past_the_zygote(answer), answer
+    assert "attach -1" in answer
+    assert "mem b" not in answer and "hidden got []" in answer, answer
     assert "sweep 0" in answer
     for name in ("CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"):
         assert f"{name}:\t0000000000000000" in answer, answer
@@ -206,14 +251,19 @@ def _text(text: str) -> CannedResponse:
     )
 
 
-#: Waits for the gateway's process, then tries its environ, memory and ptrace, and sweeps.
+#: Looks for the gateway's process by name, tries its environ, memory and ptrace;
+#: then every process /proc hides (the gateway among them, where /proc is the
+#: worker's own); and sweeps.
 _GATEWAY = """
-for i in $(seq 100); do gw=$(pgrep -x subvisor-gw | head -1); [ -n "$gw" ] && break; sleep 0.1; done
+gw=$(pgrep -x subvisor-gw | head -1)
 echo "gateway=$gw"
+if [ -n "$gw" ]; then
 tr '\\0' '\\n' < /proc/$gw/environ 2>&1 | grep -E 'MARKER|denied|not permitted' | head -2
 {py} -c "{mem}" $gw 2>&1 | tail -1
 {py} -c "{attach}" $gw
 ls -l /proc/$gw/fd/ 2>&1 | head -1
+fi
+{py} -c "{hidden}" /
 echo "sweep $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c MARKER)"
 """
 
@@ -222,7 +272,8 @@ def test_s_sec_1_a_gateway_process_gives_up_no_key(tmp_path: Path, keyed: Path) 
     """S-SEC-1: with the gateway's processes relaying the model traffic (the subagent's own
     calls among it), the subagent's Bash finds the process, and gets no key from it: not its
     environment (which holds none), nor its memory, nor by ptrace, nor its fds."""
-    attack = _GATEWAY.format(py=PY, mem=_MEM, attach=_ATTACH)
+    hidden = HIDDEN.replace('"', '\\"')
+    attack = _GATEWAY.format(py=PY, mem=_MEM, attach=_ATTACH, hidden=hidden)
     with ProviderServer() as server:
         (keyed / "config.toml").write_text(
             "[gateway]\nprocesses = 1\npool_after = 1\n"
@@ -250,7 +301,9 @@ def test_s_sec_1_a_gateway_process_gives_up_no_key(tmp_path: Path, keyed: Path) 
     assert root is not None
     [child] = store.list_child_sessions(root.session_id)
     [result] = [m.content for m in store.messages(child.session_id) if m.role == "tool"]
-    assert "gateway=" in result and "gateway=\n" not in result, result
+    # Found by name, or among the processes /proc hides (with the zygote and supervisor).
+    assert "gateway=\n" not in result or reached_past_the_zygote(result), result
     assert "MARKER" not in result, result
     assert "mem b" not in result and "attach 0" not in result, result
+    assert "hidden got []" in result, result
     assert "sweep 0" in result, result

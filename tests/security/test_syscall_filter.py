@@ -9,6 +9,7 @@ sockets, which those rules do not name at all, sent datagrams to any host.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -16,28 +17,49 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.support.attack import Attack, bash_attack
 
 PY = sys.executable
 # Bash's parent is the worker; above it the zygote, then the supervisor (this process).
-PIDS = (
-    "w=$PPID; z=$(awk '{print $4}' /proc/$w/stat); s=$(awk '{print $4}' /proc/$z/stat); "
-    'echo "zygote=$(cat /proc/$z/comm) supervisor=$s"; '
-)
+# A worker's /proc shows neither (S-SEC-1): this process finds its zygote child and
+# leaves the pid in a file, which the attack reads (the name shows it found the zygote).
+
+
+async def _leave_zygote_pid(path: Path) -> None:
+    """Write the pid of this process's child named subvisor-zygote to ``path``, once it runs."""
+    me = str(os.getpid())
+    while True:
+        for pid in os.listdir("/proc"):
+            try:
+                stat = await trio.Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
+            if pid.isdigit() and comm == "subvisor-zygote" and rest.split()[1] == me:
+                await trio.Path(path).write_text(f"{pid} {comm}\n")
+                return
+        await trio.sleep(0.05)
 
 
 async def test_s_sec_2_prlimit_on_the_supervisor_or_zygote_is_refused(tmp_path: Path) -> None:
     """S-SEC-2: `prlimit --pid` on the zygote or the supervisor fails (EPERM), so no
     RLIMIT_CPU of 1 s gets them SIGKILLed. The attack re-sets each one's own RLIMIT_NOFILE
     (a change of nothing) so that the test process is never at risk; `ulimit` on itself works."""
-    attack = PIDS + (
+    found = tmp_path / "zygote.pid"
+    attack = (
+        f"until [ -s {found} ]; do sleep 0.05; done; read z name < {found}; s={os.getpid()}; "
+        'echo "zygote=$name supervisor=$s"; '
         "for v in $z $s; do "
         "lim=$(prlimit --pid $v --nofile --raw --noheadings | awk '{print $2\":\"$3}'); "
         'prlimit --pid $v --nofile=$lim; echo "prlimit $v rc=$?"; done; '
         'ulimit -S -n 512; echo "ulimit rc=$?"'
     )
-    done = await bash_attack(tmp_path, [attack], mode="workspace-write")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_leave_zygote_pid, found)
+        done = await bash_attack(tmp_path, [attack], mode="workspace-write")
+        nursery.cancel_scope.cancel()
     out = done.output()
     assert "zygote=subvisor-zygote" in out, out
     assert out.count("rc=1") == 2 and "Operation not permitted" in out, out
