@@ -53,9 +53,10 @@ In order, because each step needs what the next one takes away:
    included; ``no_new_privs``.
 4. **Seccomp** (``_seccomp``), in every mode, after any user namespace step 1
    needed: no ``prlimit`` or scheduling change on another process (S-SEC-2),
-   no user namespace (S-SEC-7); under network deny no socket but TCP and
-   local ones (UDP, ICMP, MPTCP and SCTP escape Landlock's TCP rules); with a
-   file-size cap no space reserved past a file's end (S-SEC-4).
+   no user namespace (S-SEC-7), no kernel keyring (S-SEC-1, S-SEC-2); under
+   network deny no socket but TCP and local ones (UDP, ICMP, MPTCP and SCTP
+   escape Landlock's TCP rules); with a file-size cap no space reserved past a
+   file's end (S-SEC-4).
 
 Where the kernel falls short, ``on_unsupported="error"`` applies nothing and
 reports why (the supervisor then refuses the launch); ``"warn"`` applies the

@@ -23,6 +23,11 @@ this module builds the classic-BPF program by hand and installs it with
   nested supervisor from the worker-tree check;
 - refuses ``io_uring_setup`` with ``ENOSYS``: io_uring ops (its
   ``FALLOCATE``, its ``SOCKET``) bypass the filter, which sees only system calls;
+- refuses the kernel keyring, ``add_key``, ``request_key`` and ``keyctl``,
+  with ``ENOSYS`` (as Docker's default profile does) (S-SEC-1, S-SEC-2): the
+  per-uid keyrings (``@u``, ``@us``) are not namespaced, so a worker read and
+  overwrote the keys its user keeps there, and planted keys that outlive its
+  run, a channel to the next worker of that uid, of any session;
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
   native arch value under other numbers.
 
@@ -137,14 +142,20 @@ class _Abi(NamedTuple):
     clone: int
     socket: int
     socketcall: int | None
+    #: ``add_key``, ``request_key``, ``keyctl``: refused in every worker.
+    keyring: tuple[int, int, int]
 
 
 #: ``AUDIT_ARCH_*`` of each known ABI, with its numbers.
 _ABIS = {
-    0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None),  # x86_64
-    0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102),  # i386
-    0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None),  # aarch64
-    0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None),  # arm EABI
+    # x86_64
+    0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None, (248, 249, 250)),
+    # i386
+    0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102, (286, 287, 288)),
+    # aarch64
+    0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None, (217, 218, 219)),
+    # arm EABI
+    0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None, (309, 310, 311)),
 }
 _X86_64 = 0xC000003E
 #: ``os.uname().machine`` values whose ABIs ``_ABIS`` covers.
@@ -169,6 +180,7 @@ def _rules(abi: _Abi, *, deny_network: bool, cap_reserved_space: bool) -> list[t
     asm: list[tuple[object, ...]] = [
         ("jeq", _IO_URING_SETUP, "nosys", None),
         ("jeq", _CLONE3, "nosys", None),
+        *(("jeq", nr, "nosys", None) for nr in abi.keyring),
         *(("jeq", nr, "arg0_zero", None) for nr in own_process),
         ("jeq", abi.setpriority, "setpriority", None),
         ("jeq", abi.ioprio_set, "ioprio", None),

@@ -2,7 +2,8 @@
 
 S-SEC-2 (prlimit and scheduling of another process), S-SEC-7 (no user
 namespace), S-SBX-1 (network deny: no MPTCP or SCTP socket), S-SEC-4
-(reserved space), each under x86_64, i386, aarch64 and arm.
+(reserved space), S-SEC-1 and S-SEC-2 (no kernel keyring), each under x86_64,
+i386, aarch64 and arm.
 """
 
 from __future__ import annotations
@@ -107,3 +108,22 @@ def test_s_sec_4_fallocate_and_the_other_abis() -> None:
     assert _decide(X86_64, 0x40000000 | 1, 1) == errno.ENOSYS
     assert _decide(X86_64, 425) == errno.ENOSYS
     assert _decide(0xC0000028, 1) == errno.ENOSYS
+
+
+# (arch, add_key, request_key, keyctl)
+KEYRING = [
+    (X86_64, 248, 249, 250),
+    (I386, 286, 287, 288),
+    (AARCH64, 217, 218, 219),
+    (ARM, 309, 310, 311),
+]
+
+
+@pytest.mark.parametrize("abi", KEYRING, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sec_1_and_s_sec_2_the_kernel_keyring_is_refused(abi: tuple[int, ...]) -> None:
+    """S-SEC-1, S-SEC-2: add_key, request_key and keyctl get ENOSYS in every filter (the per-uid
+    keyrings are shared by every process of the uid, whatever its session)."""
+    arch, *calls = abi
+    for nr in calls:
+        for deny, cap in ((False, False), (True, True)):
+            assert _decide(arch, nr, 0, 0, 0, -4 & 0xFFFFFFFF, deny=deny, cap=cap) == errno.ENOSYS
