@@ -312,17 +312,10 @@ PROC = "/proc"
 PROC_OPTIONS = "hidepid=ptraceable"
 
 
-def _mount_points(under: str) -> list[str]:
-    """Mount points strictly below ``under`` in this namespace, outermost first."""
-    found: list[str] = []
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) < 5:
-                continue
-            point = fields[4].encode().decode("unicode_escape")  # \040 and the like
-            if point.startswith(under.rstrip("/") + "/") and point not in found:
-                found.append(point)
+def _mount_points_below(under: str) -> list[str]:
+    """The outermost mount points strictly below ``under`` in this namespace."""
+    prefix = under.rstrip("/") + "/"
+    found = sorted((p for p in _mount_points() if p.startswith(prefix)), key=len)
     return [p for p in found if not any(p.startswith(q + "/") for q in found if q != p)]
 
 
@@ -340,7 +333,7 @@ def private_proc() -> str:
         return str(_errno_error("unshare(CLONE_NEWNS)"))
     kept = []
     try:
-        for point in _mount_points(PROC):
+        for point in _mount_points_below(PROC):
             with contextlib.suppress(OSError):
                 kept.append((point, os.open(point, os.O_PATH | os.O_CLOEXEC)))
         try:
