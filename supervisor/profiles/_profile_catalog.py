@@ -320,32 +320,31 @@ def _bare(entry: ProfileEntry) -> str:
 #: Entries one profile dir's walk reads at most: a link to ``/`` in a repository's
 #: ``.claude/agents`` must not make every catalog load walk the machine.
 WALK_ENTRIES = 20_000
+#: Levels of directories below a profile dir that are scanned: a subagent can nest
+#: thousands, and no profile is that deep.
+WALK_DEPTH = 32
 
 
 def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
     """Profile files under ``root``, sorted per dir, following links but never in a loop.
 
-    At most ``WALK_ENTRIES`` entries are read; past that the walk stops, said in ``ignored``.
+    Top-down and depth first, as ``os.walk`` goes, but without recursion (a
+    subagent can nest directories deeper than Python's stack). At most
+    ``WALK_ENTRIES`` entries are read and ``WALK_DEPTH`` levels below ``root``;
+    what is left unscanned is said in ``ignored``, on one line each.
     """
     if not root.is_dir():
         return
     visited: set[tuple[int, int]] = set()
     budget = WALK_ENTRIES
-
-    def on_error(exc: OSError) -> None:
-        ignored[str(exc.filename)] = f"cannot be scanned: {exc.strerror or exc}"
-
-    for current, subdirs, files in os.walk(root, onerror=on_error, followlinks=True):
-        try:
-            stat = os.stat(current)
-        except OSError as exc:
-            on_error(exc)
-            subdirs[:] = []
+    too_deep: list[Path] = []
+    todo: list[tuple[Path, int]] = [(root, 0)]
+    while todo:
+        current, depth = todo.pop()
+        listed = _list_dir(current, visited, ignored)
+        if listed is None:
             continue
-        if (stat.st_dev, stat.st_ino) in visited:
-            subdirs[:] = []
-            continue
-        visited.add((stat.st_dev, stat.st_ino))
+        subdirs, files = listed
         budget -= len(subdirs) + len(files)
         if budget < 0:
             ignored[str(root)] = (
@@ -353,13 +352,45 @@ def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
                 "profiles below that were not loaded"
             )
             return
-        subdirs[:] = sorted(
-            d for d in subdirs if not d.startswith(".") and not d.startswith(_TASK_OUTPUT_PREFIX)
-        )
-        for name in sorted(files):
-            path = Path(current) / name
+        for name in files:
+            path = current / name
             if not name.startswith(".") and path.suffix.lower() in PROFILE_SUFFIXES:
                 yield path
+        subdirs = [d for d in subdirs if not d.startswith((".", _TASK_OUTPUT_PREFIX))]
+        if subdirs and depth == WALK_DEPTH:
+            too_deep += (current / d for d in subdirs)
+            continue
+        todo += ((current / d, depth + 1) for d in reversed(subdirs))
+    if too_deep:
+        more = f" and {len(too_deep) - 1} more" if len(too_deep) > 1 else ""
+        ignored[str(too_deep[0])] = (
+            f"not scanned: more than {WALK_DEPTH} directories deep below {root}{more};"
+            " profiles there were not loaded"
+        )
+
+
+def _list_dir(
+    path: Path, visited: set[tuple[int, int]], ignored: dict[str, str]
+) -> tuple[list[str], list[str]] | None:
+    """The sorted subdir and other names of ``path``; None if it was seen or cannot be read."""
+    try:
+        info = os.stat(path)
+        if (info.st_dev, info.st_ino) in visited:
+            return None
+        visited.add((info.st_dev, info.st_ino))
+        with os.scandir(path) as entries:
+            subdirs: list[str] = []
+            files: list[str] = []
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir()  # a link to a dir counts: links are followed
+                except OSError:
+                    is_dir = False
+                (subdirs if is_dir else files).append(entry.name)
+    except OSError as exc:
+        ignored[str(exc.filename or path)] = f"cannot be scanned: {exc.strerror or exc}"
+        return None
+    return sorted(subdirs), sorted(files)
 
 
 def _default_name(path: Path, root: Path, dialect: ProfileDialect) -> str:
