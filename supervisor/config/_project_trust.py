@@ -26,10 +26,14 @@ characters escaped: a file cannot redraw the question it is asked about.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
 import shlex
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,7 +67,7 @@ _KEY_HEADERS = {"openai": "Authorization", "anthropic": "x-api-key"}
 _DEFAULT_URLS = {"openai": OPENAI_DEFAULT_BASE_URL, "anthropic": ANTHROPIC_DEFAULT_BASE_URL}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TrustRequest:
     """A project file whose settings wait for trust, and exactly what they would do."""
 
@@ -71,14 +75,20 @@ class TrustRequest:
     path: Path
     #: The directory its commands run in (the supervisor's): trust is bound to it too.
     workdir: Path
-    #: sha256 of the exact bytes that were read and parsed.
-    digest: str
+    #: Computes ``digest``, once, when first asked: the files a server names are read
+    #: only where there is a trusted digest to compare with, or a question to ask.
+    hashed: Callable[[], str] = field(repr=False, compare=False)
     #: MCP servers it would start or connect.
     servers: tuple[str, ...]
     #: Providers whose endpoint or key it sets.
     providers: tuple[str, ...]
     #: One line per server or provider: command, args, env names, cwd; or URL and key.
     details: tuple[str, ...]
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 of the exact bytes that were read and parsed, and of the files it names."""
+        return self.hashed()
 
     def effect(self) -> str:
         """What trusting it lets happen, in a few words."""
@@ -136,8 +146,13 @@ class TrustGate:
         """The files of ``requests`` whose settings may take effect."""
         admitted: set[Path] = set()
         for request in requests:
+            if self.untrusted == "trust-this-run":
+                admitted.add(request.path)
+                continue
             trusted = store.digest_of(request.path, request.workdir)
-            if trusted == request.digest or self.untrusted == "trust-this-run":
+            if self.untrusted == "leave-out" and trusted is None:
+                continue  # nothing to compare: none of the files it names is read
+            if trusted == request.digest:
                 admitted.add(request.path)
                 continue
             if self.untrusted == "leave-out":
@@ -163,8 +178,10 @@ def mcp_json_trust_request(
     details = tuple(
         _server_detail(name, config, workdir, named[name]) for name, config in servers.items()
     )
-    digest = _digest_with_files(content, [f for files in named.values() for f in files])
-    return TrustRequest(path.absolute(), workdir, digest, tuple(servers), (), details)
+    hashed = functools.partial(
+        _digest_with_files, content, [f for files in named.values() for f in files]
+    )
+    return TrustRequest(path.absolute(), workdir, hashed, tuple(servers), (), details)
 
 
 #: Past this size a named file counts by its size and ctime instead of its bytes.
@@ -222,23 +239,80 @@ def _entry_files(directory: Path) -> list[Path]:
 
 
 def _digest_with_files(content: bytes, files: Iterable[Path]) -> str:
-    """``content_digest`` of the file, and of the project ``files`` its servers' commands name."""
+    """``content_digest`` of the file, and of the project ``files`` its servers' commands name.
+
+    At most ``_HASHED_BYTES_IN_ALL`` bytes are read in all, smallest files first,
+    each file once however many names it has: a file past that (or past
+    ``_MAX_HASHED_BYTES``) counts by its size and ctime, which any rewrite
+    changes, so a repository naming many large (sparse) files costs one read
+    of 64 MiB at most, not one per name.
+    """
     files = list(dict.fromkeys(files))
     if not files:
         return content_digest(content)
-    parts = [content]
+    infos: dict[Path, os.stat_result | OSError] = {}
     for file in files:
         try:
-            info = file.stat()
-            if info.st_size <= _MAX_HASHED_BYTES:
-                fingerprint = content_digest(file.read_bytes())
-            else:
-                # ctime, which no process can set back, not mtime.
-                fingerprint = f"{info.st_size}:{info.st_ctime_ns}"
+            infos[file] = os.stat(file)
         except OSError as exc:
-            fingerprint = f"unreadable: {exc.strerror}"
+            infos[file] = exc
+    first: dict[tuple[int, int], Path] = {}
+    hashed: set[Path] = set()
+    budget = _HASHED_BYTES_IN_ALL
+    found = [(file, info) for file, info in infos.items() if isinstance(info, os.stat_result)]
+    for file, info in sorted(found, key=lambda item: item[1].st_size):
+        if first.setdefault((info.st_dev, info.st_ino), file) != file:
+            continue
+        if info.st_size <= min(budget, _MAX_HASHED_BYTES):
+            hashed.add(file)
+            budget -= info.st_size
+    parts = [content]
+    for file in files:
+        named = infos[file]
+        if isinstance(named, OSError):
+            fingerprint = f"unreadable: {named.strerror}"
+        elif first[(named.st_dev, named.st_ino)] != file:
+            fingerprint = f"same file as {first[(named.st_dev, named.st_ino)]}"
+        elif file in hashed:
+            fingerprint = _file_digest(file, named)
+        else:
+            fingerprint = _size_and_ctime(named)
         parts.append(f"\0{file}\0{fingerprint}".encode())
     return content_digest(b"".join(parts))
+
+
+#: Bytes read in all to hash the files one project file's servers name.
+_HASHED_BYTES_IN_ALL = 64 * 1024 * 1024
+
+
+def _size_and_ctime(info: os.stat_result) -> str:
+    # ctime, which no process can set back, not mtime.
+    return f"{info.st_size}:{info.st_ctime_ns}"
+
+
+def _file_digest(file: Path, info: os.stat_result) -> str:
+    """sha256 of ``file`` (``info``: its stat), reading no more than its size then."""
+    try:
+        # Non-blocking: a FIFO swapped in after the stat cannot hang the open.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    with open(fd, "rb", buffering=0) as opened:
+        now = os.fstat(fd)
+        same = (now.st_dev, now.st_ino, now.st_size) == (info.st_dev, info.st_ino, info.st_size)
+        if not same or not stat.S_ISREG(now.st_mode):
+            return _size_and_ctime(now)  # changed since the stat: not read
+        digest = hashlib.sha256()
+        left = info.st_size + 1  # one more byte: whether it grew
+        try:
+            while left > 0 and (chunk := opened.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror}"
+        if left == 0:
+            return _size_and_ctime(os.fstat(fd))  # grew while read
+        return digest.hexdigest()
 
 
 def toml_trust_request(
@@ -272,8 +346,8 @@ def toml_trust_request(
         details.append(placement)
     if not details:
         return None
-    digest = _digest_with_files(content, files)
-    return TrustRequest(path.absolute(), workdir, digest, tuple(servers), providers, tuple(details))
+    hashed = functools.partial(_digest_with_files, content, files)
+    return TrustRequest(path.absolute(), workdir, hashed, tuple(servers), providers, tuple(details))
 
 
 #: Where agents run: a project file may only move them to a cluster once trusted,
