@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace, *, demo: bool) -> int:
             SafeConsole(stderr=True).print(
                 "[red]no model configured[/]: pass --model provider:model (for example "
                 "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, or scripted:scenario.yaml), "
-                "set SUBVISOR_MODEL, or put `model = ...` in subvisor.toml"
+                "set SUBVISOR_MODEL, or put `model = ...` in $SUBVISOR_HOME/config.toml"
             )
             return 2
     tune_collector()
@@ -415,7 +415,7 @@ def _mcp(args: argparse.Namespace) -> int:
         raise BadInputError(
             "no model configured: pass --model provider:model (for example openai:gpt-4o-mini "
             "or scripted:scenario.yaml), set SUBVISOR_MODEL, or put `model = ...` in "
-            "subvisor.toml"
+            "$SUBVISOR_HOME/config.toml"
         )
     tune_collector()
     return mcp_command(

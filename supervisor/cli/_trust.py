@@ -96,8 +96,8 @@ def trust_command(path: Path, *, list_trusted: bool = False, revoke: bool = Fals
     requests = [r for r in project_trust_requests(project_dir) if trust_path(r.path) in named]
     if not requests:
         print(
-            f"nothing at {printable(str(path))} needs trust: no MCP servers and no provider"
-            " endpoints or keys"
+            f"nothing at {printable(str(path))} needs trust: no MCP servers, provider"
+            " endpoints or keys, model or placement"
         )
         return 0
     for request in requests:

@@ -20,8 +20,12 @@ user from that repository:
   loosen what the user's rules (or the default) answer is refused;
 - numeric caps (S-SEC-3): a project value above the one otherwise in force
   (user config or default) is refused, and ``home`` cannot come from it;
-- MCP servers and provider endpoints or keys (S-SEC-3) take effect only
-  once the user trusted the file's exact content (``supervisor.config._project_trust``).
+- MCP servers, provider endpoints or keys, the root agent's ``model`` and
+  ``placement`` (S-SEC-3) take effect only once the user trusted the file's
+  exact content (``supervisor.config._project_trust``);
+- a ``scripted:`` model (S-SEC-3) is refused outright: the root's tools run
+  unsandboxed in the supervisor, and a subagent could rewrite the scenario
+  after the user trusted the file.
   This module is the one reader of project files and applies the trust
   gate itself, so no command can skip it.
 
@@ -57,9 +61,11 @@ from ..policy._rules import (
     Ruleset,
     parse_permission_mode,
 )
+from ..providers import ModelStringError, parse_model_string
 from ..state._paths import subvisor_home
 from ._errors import ConfigError
 from ._project_trust import (
+    ROOT_MODEL_KEYS,
     TrustGate,
     TrustRequest,
     mcp_json_trust_request,
@@ -271,6 +277,24 @@ def _check_config_file(
             f"{path} sets home: subvisor's home cannot come from a project's config (S-SEC-3);"
             f" set SUBVISOR_HOME or home in {_user_config()}"
         )
+    for key in ROOT_MODEL_KEYS:
+        if _is_scripted(data.get(key)):
+            raise ConfigError(
+                f"{path} sets {key} = {printable(repr(data[key]))}: a project's config may not"
+                " make the root agent a script, whose tools would run unsandboxed in the"
+                f" supervisor (S-SEC-3); pass --model, or set {key} in {_user_config()}"
+            )
+
+
+def _is_scripted(model: Any) -> bool:
+    """Whether ``model`` is a model string of the ``scripted`` provider."""
+    if not isinstance(model, str):
+        return False  # left to validation
+    try:
+        spec = parse_model_string(model)
+    except ModelStringError:
+        return False  # not a model string: no provider takes it
+    return spec is not None and spec.provider == "scripted"
 
 
 _DEFAULT_PERMISSION = SubvisorSettings.model_fields["permission"].get_default(

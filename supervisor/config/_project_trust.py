@@ -1,13 +1,16 @@
 """What in a project's files waits for the user's trust, and the gate that asks (S-SEC-3).
 
 A repository, or a subagent that wrote into it, controls the project's
-``.mcp.json`` and ``subvisor.toml``. Three kinds of setting there act outside
+``.mcp.json`` and ``subvisor.toml``. Four kinds of setting there act outside
 every sandbox, so they take effect only once the user trusted that exact
 content: an MCP server (a stdio command runs unsandboxed, with the user's
-environment; a URL is connected from the supervisor), and a provider's
+environment; a URL is connected from the supervisor), a provider's
 endpoint or key (``base_url``, ``api_key``, ``api_key_env``, ``api``:
 anything but its timeouts and streaming), which decide where the bearer key
-goes. A file with none of them needs no trust. A server's relative paths
+goes, the root agent's ``model`` (the root's tools run in the supervisor,
+unsandboxed: the model that drives them is the user's choice; a ``scripted:``
+one is refused outright, ``_config_files``), and where agents run
+(``placement``). A file with none of them needs no trust. A server's relative paths
 (``server.py``, ``./srv.js``) name files in the supervisor's current
 directory (it starts elsewhere, ``delegation._mcp_launch``), so trust is
 bound to that directory as well as to the file and its content
@@ -84,6 +87,8 @@ class TrustRequest:
     providers: tuple[str, ...]
     #: One line per server or provider: command, args, env names, cwd; or URL and key.
     details: tuple[str, ...]
+    #: The root agent's model it picks, if any.
+    model: str | None = None
 
     @functools.cached_property
     def digest(self) -> str:
@@ -104,6 +109,10 @@ class TrustRequest:
                 f" (provider{'s' if len(self.providers) > 1 else ''}"
                 f" {', '.join(map(printable, self.providers))})"
             )
+        if self.model is not None:
+            parts.append(f"run the root agent, unsandboxed, on the model {printable(self.model)}")
+        if not parts:
+            parts.append("move agents to a Ray cluster")
         return " and ".join(parts)
 
 
@@ -344,10 +353,30 @@ def toml_trust_request(
     placement = _placement_detail(data)
     if placement is not None:
         details.append(placement)
+    model = _root_model(data)
+    if model is not None:
+        details.append(
+            f"model {printable(model)}: the root agent (and every subagent that inherits)"
+            " runs on it; the root's tools run unsandboxed, in the supervisor"
+        )
     if not details:
         return None
     hashed = functools.partial(_digest_with_files, content, files)
-    return TrustRequest(path.absolute(), workdir, hashed, tuple(servers), providers, tuple(details))
+    return TrustRequest(
+        path.absolute(), workdir, hashed, tuple(servers), providers, tuple(details), model
+    )
+
+
+#: Keys of a project file that pick the root agent's model: ``SubvisorSettings.model``
+#: (a workflow's actors fall back to it as well).
+ROOT_MODEL_KEYS = ("model",)
+
+
+def _root_model(data: Mapping[str, Any]) -> str | None:
+    for key in ROOT_MODEL_KEYS:
+        if key in data:
+            return str(data[key])
+    return None
 
 
 #: Where agents run: a project file may only move them to a cluster once trusted,
@@ -370,7 +399,7 @@ def without_trust_needing(data: Mapping[str, Any]) -> dict[str, Any]:
     kept = {
         key: value
         for key, value in data.items()
-        if key != "mcp_servers" and key not in _PLACEMENT_KEYS
+        if key != "mcp_servers" and key not in _PLACEMENT_KEYS and key not in ROOT_MODEL_KEYS
     }
     untrusted = _trust_needing_providers(data)
     if untrusted:

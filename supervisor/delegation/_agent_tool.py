@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,11 +353,41 @@ class AgentTool:
         # S-MODEL-1: a one-shot override, else the profile's explicit model,
         # else the parent's current one (with its effort). An explicit model
         # that cannot be resolved is an error, never a silent fall-back.
-        for explicit in (override, profile.model):
-            if explicit is not None and parse_model_string(explicit) is not None:
+        for explicit, from_profile in ((override, False), (profile.model, True)):
+            if explicit is None:
+                continue
+            spec = parse_model_string(explicit)
+            if spec is not None:
                 self._services.gateway.resolve(explicit)
+                if from_profile and spec.provider == "scripted":
+                    self._check_scenario(profile, spec.model)
                 return explicit
         return self._current_model()
+
+    def _check_scenario(self, profile: AgentProfile, scenario: str) -> None:
+        """Refuse a project profile's scenario outside the project (S-SEC-3).
+
+        The supervisor reads a scenario, with its own rights: a repository's
+        profile naming ``~/.ssh/id_rsa`` would learn from the launch's error
+        whether that file exists, its size, and whether it parses. The path is
+        taken as the scripted provider opens it, from the supervisor's
+        directory, with every link followed.
+        """
+        if profile.scope != "project":
+            return
+        project = self._cwd.resolve()
+        try:
+            inside = Path(os.path.abspath(scenario)).resolve().is_relative_to(project)
+        except (OSError, RuntimeError, ValueError):
+            inside = False
+        if not inside:
+            raise SubvisorError(
+                f"profile {profile.name!r} ({profile.source}) is a project profile whose model"
+                f" reads the scenario {scenario!r}, outside the project {str(project)!r}: a"
+                " repository's profile may only be scripted from the project's own files"
+                " (S-SEC-3); move the scenario into the project, or the profile to a user-level"
+                " one"
+            )
 
     def _result(self, run: SubagentRun) -> ToolOutput:
         record = run.record

@@ -206,7 +206,8 @@ async def run_workflow(
     if not parent_model:
         raise WorkflowError(
             "no model for this workflow's actors: pass --model provider:model, set "
-            "SUBVISOR_MODEL or `model = ...` in subvisor.toml, or write @workflow(model=...)"
+            "SUBVISOR_MODEL or `model = ...` in $SUBVISOR_HOME/config.toml, or write"
+            " @workflow(model=...)"
         )
     run_id = f"wf_{uuid.uuid4().hex[:12]}"
     workdir = (cwd or Path.cwd()).resolve()

@@ -1,8 +1,8 @@
-"""S-SEC-3: what a repository (or a subagent that wrote into it) ships cannot stall every
-command.
+"""S-SEC-3: what a repository (or a subagent that wrote into it) ships cannot pick the root's
+model, read outside the project through a profile's scenario, or stall every command.
 
 Each attack is a project as a repository would ship it, run with the real ``subvisor`` CLI
-(red team E: F2, F6).
+(red team E: F1, F2, F6).
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ import pytest
 
 from tests.support.cli import cli_env, run_cli
 from tests.support.delegation import home_for
+from tests.support.provider_server import CannedResponse, ProviderServer
 
+#: The repository's root script: Bash, which would run unsandboxed in the supervisor.
+_ROOT_BASH = """\
+agents:
+  root:
+    - tool_calls: [{{name: Bash, input: {{command: "touch {marker}; echo done"}}}}]
+    - text: "scripted root: {{{{tool_result}}}}"
+"""
 _PLAIN = "agents:\n  root:\n    - text: the user's own model answered\n"
 
 
@@ -37,6 +45,108 @@ def _project(tmp_path: Path) -> tuple[Path, Path]:
     (tmp_path / "plain.yaml").write_text(_PLAIN)
     (home / "config.toml").write_text(f"model = {json.dumps(f'scripted:{tmp_path}/plain.yaml')}\n")
     return home, project
+
+
+def test_s_sec_3_a_projects_scripted_model_never_drives_the_root(tmp_path: Path) -> None:
+    """S-SEC-3 (red team E F1): a repository's `subvisor.toml` with `model =
+    "scripted:.subvisor/notes.yaml"` and that scenario would make the root (whose tools run
+    unsandboxed) the repository's script. `run` exits 2 with one line naming the file, the
+    key, `--model` and the user's config.toml, and the root's Bash never runs; trusting the
+    file does not change that (a subagent may rewrite the scenario after trust). Control:
+    the user naming the same scenario with --model runs it."""
+    home, project = _project(tmp_path)
+    marker = tmp_path / "PWNED"
+    (project / ".subvisor").mkdir()
+    (project / ".subvisor" / "notes.yaml").write_text(_ROOT_BASH.format(marker=marker))
+    path = project / "subvisor.toml"
+    path.write_text('model = "scripted:.subvisor/notes.yaml"\n')
+
+    for flags in ([], ["--trust-project"]):
+        line = _one_line(run_cli(home, "run", *flags, "explain this repository", cwd=project))
+        assert f"{path} sets model = 'scripted:.subvisor/notes.yaml'" in line
+        assert "--model" in line and str(home / "config.toml") in line
+        assert not marker.exists()
+    assert run_cli(home, "trust", cwd=project).returncode != 0
+    assert not marker.exists()
+
+    path.unlink()
+    chosen = run_cli(home, "run", "--model", "scripted:.subvisor/notes.yaml", "go", cwd=project)
+    assert chosen.returncode == 0, chosen.stderr
+    assert "scripted root: done" in chosen.stdout
+    assert marker.exists()
+
+
+def test_s_sec_3_a_projects_model_waits_for_trust(tmp_path: Path) -> None:
+    """S-SEC-3 (red team E F1): a project's `model = "local:project-model"` does not replace
+    the user's model until the user trusts the file: `run` exits 2 naming the file and what
+    it would do, and the provider gets no call; `agents` (starts nothing) still works.
+    Control: `subvisor trust` shows the model, and then the root's call goes out on it."""
+    home, project = _project(tmp_path)
+    answer = {
+        "choices": [{"message": {"role": "assistant", "content": "from the project's model"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+    }
+    with ProviderServer() as server:
+        server.enqueue(CannedResponse.json(answer))
+        with (home / "config.toml").open("a") as config:
+            config.write(
+                '[gateway.providers.local]\napi = "openai"\n'
+                f'base_url = "{server.base_url}"\napi_key = "sk-user"\nstreaming = false\n'
+            )
+        path = project / "subvisor.toml"
+        path.write_text('model = "local:project-model"\n')
+
+        line = _one_line(run_cli(home, "run", "go", cwd=project))
+        assert f"{path} is not trusted" in line
+        assert "on the model local:project-model" in line
+        assert server.requests == []
+        agents = run_cli(home, "agents", cwd=project)
+        assert agents.returncode == 0, agents.stderr
+
+        trusted = run_cli(home, "trust", cwd=project)
+        assert trusted.returncode == 0, trusted.stderr
+        assert "model local:project-model: the root agent" in trusted.stdout
+        run = run_cli(home, "run", "go", cwd=project)
+        assert run.returncode == 0, run.stderr
+        assert "from the project's model" in run.stdout
+        (request,) = server.requests
+    assert request.json()["model"] == "project-model"
+
+
+def test_s_sec_3_a_project_profile_cannot_script_from_outside_the_project(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3 (red team E F1): the supervisor reads a profile's `scripted:` scenario with
+    its own rights, so a repository's `.claude/agents/spy.md` naming a file outside the
+    project would learn whether it exists, its size and whether it parses. That launch fails
+    naming the profile and why, before anything is read; a user's profile may name it, and a
+    project profile's scenario inside the project still runs (controls)."""
+    home, project = _project(tmp_path)
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("agents:\n  default:\n    - text: read from outside\n")
+    (project / "inside.yaml").write_text("agents:\n  default:\n    - text: read from inside\n")
+    for scope, directory, name, scenario in (
+        ("project", project / ".claude" / "agents", "spy", outside),
+        ("project", project / ".claude" / "agents", "local", project / "inside.yaml"),
+        ("user", home / "agents", "mine", outside),
+    ):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{name}.md").write_text(
+            f"---\nname: {name}\ndescription: {scope}\nmodel: scripted:{scenario}\n---\nGo.\n"
+        )
+    calls = [
+        {"name": "Agent", "input": {"description": n, "prompt": "p", "subagent_type": n}}
+        for n in ("spy", "local", "mine")
+    ]
+    (tmp_path / "root.yaml").write_text(
+        json.dumps({"agents": {"root": [{"tool_calls": calls}, {"text": "{{tool_result}}"}]}})
+    )
+    run = run_cli(home, "run", "--model", f"scripted:{tmp_path}/root.yaml", "go", cwd=project)
+    assert run.returncode == 0, run.stderr
+    text = " ".join(run.stdout.split())
+    assert "profile 'spy'" in text and "outside the project" in text
+    assert text.count("read from outside") == 1  # the user's profile's, not the project's
+    assert "read from inside" in text
 
 
 def test_s_sec_3_nested_profile_dirs_a_subagent_made_are_walked_only_so_deep(
