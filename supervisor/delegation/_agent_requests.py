@@ -18,6 +18,10 @@ Invariants:
 - A request that makes the supervisor record or queue something costs the
   worker one event of its budget (S-SEC-8), and a coordinator message its
   size; once the budget is spent every such request is refused with why.
+- A borrowed MCP tool runs only when the agent's rules allow that call
+  (S-SEC-1, S-MCP-1): an honest worker's ``permission.check`` that allowed
+  it (asked the user, perhaps) is consumed by the one call with the same
+  name and input; a call without one is decided here as a check would be.
 - A worker only ever reaches what its policy lends it: MCP tools by name,
   tools by name when the policy lists them, the desk with its own identity,
   a workflow's creator only when it is that workflow's actor (``escalate``).
@@ -27,10 +31,14 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 from pydantic import BaseModel
@@ -72,7 +80,7 @@ from ..providers import ModelError, ModelGateway
 from ..state._store import SessionStore
 from ._mcp import McpHub
 
-__all__ = ["MODEL_MAX_TOKENS", "AgentRequestPolicy", "AgentRequestServer"]
+__all__ = ["MAX_MCP_GRANTS", "MODEL_MAX_TOKENS", "AgentRequestPolicy", "AgentRequestServer"]
 
 #: The most tokens a worker's model call may ask for: what an honest worker
 #: asks (it never sets ``max_tokens``); there is no setting to raise it.
@@ -86,6 +94,47 @@ _RECORDING = (
     UserQuestionRequest,
     WorkflowEscalateRequest,
 )
+
+
+#: The most allowed checks of MCP calls one agent's worker holds unspent; past
+#: it the oldest is dropped (its call, if it comes, is decided afresh).
+MAX_MCP_GRANTS: int = 16
+
+
+class McpGrants:
+    """Allowed permission checks of borrowed MCP calls, each spent by one call.
+
+    Keyed by the tool's name and its input's canonical JSON, so a grant
+    covers exactly the call that was checked, once.
+    """
+
+    def __init__(self) -> None:
+        self._held: collections.deque[tuple[str, str]] = collections.deque(maxlen=MAX_MCP_GRANTS)
+
+    @staticmethod
+    def _key(tool: str, tool_input: object) -> tuple[str, str] | None:
+        try:
+            text = json.dumps(tool_input, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            return None  # never granted: such a call is decided when it comes
+        return tool, hashlib.sha256(text.encode()).hexdigest()
+
+    def grant(self, tool: str, tool_input: object) -> None:
+        """Record that this call was allowed."""
+        key = self._key(tool, tool_input)
+        if key is not None:
+            self._held.append(key)
+
+    def consume(self, tool: str, tool_input: object) -> bool:
+        """Spend a grant of this call; False when none is held."""
+        key = self._key(tool, tool_input)
+        if key is None:
+            return False
+        try:
+            self._held.remove(key)
+        except ValueError:
+            return False
+        return True
 
 
 @dataclass(slots=True)
@@ -108,6 +157,7 @@ class AgentRequestPolicy:
     to the worker), ``on_model_wait`` whether a call waits for a model slot.
     ``escalate`` puts a workflow actor's question to the workflow's creator
     and returns the answer (None: this agent is no workflow's actor).
+    ``mcp_grants`` holds its worker's allowed checks of MCP calls not yet made.
     """
 
     holder: PolicyHolder
@@ -128,6 +178,7 @@ class AgentRequestPolicy:
         "EscalateQuestion is for actors of a workflow a root agent created; nobody here "
         "answers it: decide for yourself and say what you assumed"
     )
+    mcp_grants: McpGrants = dataclasses.field(default_factory=McpGrants)
 
 
 class AgentRequestServer:
@@ -233,6 +284,18 @@ class AgentRequestServer:
             return PermissionVerdict(
                 allowed=False, reason=f"{tool} is not one of this agent's tools"
             )
+        verdict = await self._decide(policy, handle, tool, tool_input)
+        if verdict.allowed and tool in policy.mcp_tools:
+            policy.mcp_grants.grant(tool, tool_input)
+        return verdict
+
+    async def _decide(
+        self,
+        policy: AgentRequestPolicy,
+        handle: WorkerHandle,
+        tool: str,
+        tool_input: Mapping[str, Any],
+    ) -> PermissionVerdict:
         requester = dataclasses.replace(policy.requester, budget=handle.budget)
         decision = await self._desk.authorize(policy.holder, tool, tool_input, requester)
         return PermissionVerdict(allowed=decision.action == "allow", reason=decision.reason)
@@ -243,6 +306,15 @@ class AgentRequestServer:
         name = request.params.name
         if name not in policy.mcp_tools:
             raise RequestRefusedError("not_lent", f"{name} was not lent to this agent")
+        arguments = request.params.arguments
+        if not policy.mcp_grants.consume(name, arguments):
+            # No check allowed this very call (a preapproved tool skips it, a
+            # hostile worker may too): the rules decide it now, asking if they say so.
+            verdict = await self._decide(policy, handle, name, arguments)
+            if not verdict.allowed:
+                raise RequestRefusedError(
+                    "permission_denied", verdict.reason or f"{name} is not allowed"
+                )
         session, budget = policy.mcp_progress_session, handle.budget
         if session is None:
             return await self._mcp.call(name, request.params.arguments)
