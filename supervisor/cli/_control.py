@@ -106,6 +106,9 @@ MAX_REQUEST_BYTES = 64 * 1024
 #: Refused connections logged per session; the rest are refused silently.
 _LOGGED_REFUSALS = 20
 
+#: Connections ended by an unexpected error logged per session (with the traceback).
+_LOGGED_INTERNAL_ERRORS = 20
+
 #: A ``transcript`` reply stops adding messages past this many bytes (one at least).
 _TRANSCRIPT_REPLY_BYTES = 1024 * 1024
 
@@ -118,6 +121,13 @@ _FOLLOW_BACKLOG = 1024
 
 #: The lifecycle events ``follow`` passes on (the others do not change a transcript).
 _FOLLOWED = frozenset({"text.streamed", "message.appended", "task.ended"})
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """True when ``exc`` says only that the client went away (also inside a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError)
 
 
 class _LineStream:
@@ -167,37 +177,56 @@ class _ControlServer:
         # psutil measures CPU% between two calls on the same Process object.
         self._processes: dict[int, psutil.Process] = {}
         self._refusals = 0
+        self._internal_errors = 0
 
     async def serve(self, stream: trio.SocketStream) -> None:
+        """Answer one connection; whatever goes wrong ends it alone, never the session."""
         conn = _LineStream(stream)
         async with stream:
             try:
-                if not await self._admit(conn):
+                await self._serve(conn)
+            except Exception as exc:
+                if _client_gone(exc):
                     return
-                while True:
-                    try:
-                        line = await conn.receive_line()
-                    except ControlRequestError as exc:
-                        await conn.send({"ok": False, "error": str(exc), "code": exc.code})
-                        return
-                    if line is None:
-                        return
-                    if not line.strip():
-                        continue
-                    try:
-                        request = parse_request(line)
-                    except ControlRequestError as exc:
-                        await conn.send({"ok": False, "error": str(exc), "code": exc.code})
-                        continue
-                    if isinstance(request, SubscribeOp):
-                        await self._subscribe(conn)
-                        return
-                    if isinstance(request, FollowOp):
-                        await self._follow(conn, request)
-                        return
-                    await conn.send(await self._answer(request))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the client went away
+                # A bug one request found: that connection gets one line and is closed;
+                # the channel and the session's agents go on (S-OBS-1).
+                self._internal_errors += 1
+                if self._internal_errors <= _LOGGED_INTERNAL_ERRORS:
+                    log.error(
+                        "control channel of session %s: a request failed; its connection"
+                        " was closed",
+                        self.session_id,
+                        exc_info=exc,
+                    )
+                error = f"internal error ({type(exc).__name__}); this connection is closed"
+                with contextlib.suppress(Exception):
+                    await conn.send({"ok": False, "error": error, "code": "internal_error"})
+
+    async def _serve(self, conn: _LineStream) -> None:
+        if not await self._admit(conn):
+            return
+        while True:
+            try:
+                line = await conn.receive_line()
+            except ControlRequestError as exc:
+                await conn.send({"ok": False, "error": str(exc), "code": exc.code})
+                return
+            if line is None:
+                return
+            if not line.strip():
+                continue
+            try:
+                request = parse_request(line)
+            except ControlRequestError as exc:
+                await conn.send({"ok": False, "error": str(exc), "code": exc.code})
+                continue
+            if isinstance(request, SubscribeOp):
+                await self._subscribe(conn)
+                return
+            if isinstance(request, FollowOp):
+                await self._follow(conn, request)
+                return
+            await conn.send(await self._answer(request))
 
     async def _admit(self, conn: _LineStream) -> bool:
         """Check the peer (S-SEC-2); a refused one gets one error line and is logged."""

@@ -44,6 +44,10 @@ CONTROL_OPS: tuple[ControlOp, ...] = get_args(ControlOp)
 #: How many subagents a ``list`` page shows unless asked.
 DEFAULT_PAGE_SIZE = 20
 
+#: The last ``list`` page one may ask for: its rows' offset stays a 64-bit integer,
+#: as SQLite needs, at every page size.
+MAX_PAGE = (2**63 - 1) // MAX_PAGE_SIZE
+
 
 class ControlRequestError(SubvisorError, ValueError):
     """A request the channel cannot answer; ``code`` says what kind of mistake it was."""
@@ -68,7 +72,7 @@ class ListOp(_Op):
     """One page of the session's subagents, finished ones too (S-OBS-1)."""
 
     op: Literal["list"] = "list"
-    page: int = Field(default=1, ge=1, le=2**62)
+    page: int = Field(default=1, ge=1, le=MAX_PAGE)
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
 
 
@@ -139,6 +143,16 @@ CONTROL_REQUEST: TypeAdapter[ControlRequest] = TypeAdapter(ControlRequest)
 
 def parse_request(line: bytes) -> ControlRequest:
     """The request on one line; ``ControlRequestError`` saying what to send instead."""
+    try:
+        return _parse(line)
+    except RecursionError:
+        # Nested deeper than Python parses or prints; a line under the length cap can be.
+        raise ControlRequestError(
+            'request nested too deeply: send one flat JSON object per line, such as {"op": "list"}'
+        ) from None
+
+
+def _parse(line: bytes) -> ControlRequest:
     try:
         raw = json.loads(line)
     except ValueError as exc:
