@@ -96,6 +96,7 @@ _CAPS: tuple[tuple[str, ...], ...] = (
     ("max_subagents_per_session",),
     ("max_turns",),
     ("root_max_turns",),
+    ("root_max_notification_calls",),
     ("subagent_depth",),
     *(("subagent_limits", name) for name in ResourceLimits.model_fields),
     ("gateway", "max_concurrency"),

@@ -16,8 +16,10 @@ Invariants:
 - Every model call the policy lets start is accounted once it ends, also one
   that failed or was cut off by the worker's exit (S-PROF-7, S-SEC-8).
 - A request that makes the supervisor record or queue something costs the
-  worker one event of its budget (S-SEC-8), and a coordinator message its
-  size; once the budget is spent every such request is refused with why.
+  worker one event of its budget (S-SEC-8), and a coordinator message the
+  size it adds to the parent's transcript; once the budget is spent every
+  such request is refused with why. An agent's coordinator messages past
+  ``MAX_MESSAGES_PER_AGENT`` are refused too.
 - A borrowed MCP tool runs only when the agent's rules allow that call
   (S-SEC-1, S-MCP-1): an honest worker's ``permission.check`` that allowed
   it (asked the user, perhaps) is consumed by the one call with the same
@@ -79,6 +81,7 @@ from ..policy._policy import PolicyHolder
 from ..providers import ModelError, ModelGateway
 from ..state._store import SessionStore
 from ._mcp import McpHub
+from ._notifications import message_cost
 
 __all__ = ["MAX_MCP_GRANTS", "MODEL_MAX_TOKENS", "AgentRequestPolicy", "AgentRequestServer"]
 
@@ -226,9 +229,12 @@ class AgentRequestServer:
             if isinstance(request, CoordinatorMessageRequest):
                 if policy.coordinator is None:
                     raise RequestRefusedError("not_available", policy.no_coordinator)
-                # The text waits in memory, then joins the parent's transcript.
-                handle.budget.charge(size=text_size(request.params.text))
-                policy.coordinator(request.params.text)
+                # The text waits in memory, then joins the parent's transcript: the
+                # budget is charged what it adds there, framing included (S-SEC-8).
+                # Past its message cap the parent's queue refuses it, saying why.
+                text = request.params.text
+                handle.budget.charge(size=text_size(text) - len(text) + message_cost(text))
+                policy.coordinator(text)
                 return CoordinatorReceipt()
             if isinstance(request, WorkflowEscalateRequest):
                 if policy.escalate is None:

@@ -6,6 +6,13 @@ the parent session's ``CommandQueue`` until the parent's loop takes them,
 between steps of a running turn or as a new turn, and ``format_command_turn``
 merges what was taken together into one model turn.
 
+A child cannot flood its parent (S-SEC-8): one agent may queue at most
+``MAX_MESSAGES_PER_AGENT`` messages of ``MAX_MESSAGE_CHARS_PER_AGENT``
+characters for its parent in all (past that its request is refused, saying
+why); a turn carries each sender's messages in one block, the peer guidance
+once, and at most ``MAX_MESSAGE_CHARS_PER_TURN`` characters of messages, the
+rest named by a marker.
+
 Each task notifies once (the registry's ``notified`` flag, S-NOTE-3). No
 session is ever rewound to another branch (no root edits its history), so
 there are no old-branch notifications to drop.
@@ -16,16 +23,20 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import trio
 
+from ..kernel import RequestRefusedError
 from ..state._task_record import TaskRecord
 
 __all__ = [
+    "MAX_MESSAGES_PER_AGENT",
+    "MAX_MESSAGE_CHARS_PER_AGENT",
+    "MAX_MESSAGE_CHARS_PER_TURN",
     "MAX_NOTIFICATION_CHARS",
     "MID_TURN_NOTE",
     "NOTIFICATION_PREFIX",
@@ -36,6 +47,7 @@ __all__ = [
     "CommandQueue",
     "build_task_notification",
     "format_command_turn",
+    "message_cost",
     "subagent_message_command",
     "task_notification_command",
 ]
@@ -53,6 +65,18 @@ NOTIFICATION_PREFIX = "[SYSTEM NOTIFICATION - NOT USER INPUT]"
 
 #: Notification size limit (S-NOTE-1).
 MAX_NOTIFICATION_CHARS = 120_000
+
+#: Messages one agent may queue for its parent, in all (S-SEC-8): progress notes
+#: and questions, not a stream; past it the agent's request is refused.
+MAX_MESSAGES_PER_AGENT = 50
+
+#: Characters one agent's messages to its parent may have, in all (S-SEC-8): what is
+#: longer belongs in its answer, whose notification has its own cap.
+MAX_MESSAGE_CHARS_PER_AGENT = MAX_NOTIFICATION_CHARS
+
+#: Characters of subagents' messages one parent turn carries (S-SEC-8); the
+#: rest are left out, and a marker says how many and where they are.
+MAX_MESSAGE_CHARS_PER_TURN = MAX_NOTIFICATION_CHARS
 
 # Summaries quote these; the full text is in <result>/<error> and the output file.
 _MAX_DESCRIPTION_CHARS = 200
@@ -170,6 +194,23 @@ PEER_MESSAGE_GUIDANCE = (
 )
 
 
+#: What wraps one message in a turn, beyond its escaped text and sender:
+#: ``<subagent-message from="">``, its end, line breaks and the guidance.
+_MESSAGE_WRAPPING = len('<subagent-message from="">\n\n</subagent-message>\n') + len(
+    PEER_MESSAGE_GUIDANCE
+)
+
+
+def message_cost(text: str) -> int:
+    """What a message from a child may add to its parent's transcript, in characters.
+
+    Its escaped text, plus the wrapping and guidance a turn with it alone
+    gives it (the budget is charged this, S-SEC-8); the sender's name is
+    the supervisor's and is not counted.
+    """
+    return len(_escape(text)) + _MESSAGE_WRAPPING
+
+
 def subagent_message_command(agent_id: str, text: str) -> Command:
     """A child's RespondToCoordinator message, queued with priority ``next`` (S-MSG-2)."""
     return Command(
@@ -181,16 +222,54 @@ def subagent_message_command(agent_id: str, text: str) -> Command:
 
 
 class CommandQueue:
-    """One parent session's pending commands, FIFO."""
+    """One parent session's pending commands, FIFO.
 
-    def __init__(self) -> None:
+    A subagent may queue at most ``max_messages_per_agent`` messages, of
+    ``max_message_chars_per_agent`` characters, in all.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_messages_per_agent: int = MAX_MESSAGES_PER_AGENT,
+        max_message_chars_per_agent: int = MAX_MESSAGE_CHARS_PER_AGENT,
+    ) -> None:
         self._commands: deque[Command] = deque()
+        self._max_messages = max_messages_per_agent
+        self._max_chars = max_message_chars_per_agent
+        #: Messages, and their characters, each agent has queued so far.
+        self._messages_from: Counter[str] = Counter()
+        self._chars_from: Counter[str] = Counter()
         self._arrived = trio.Event()
         #: When each task's notification was handed to the reader (epoch seconds).
         self.delivered_at: dict[str, float] = {}
 
     def enqueue(self, command: Command) -> None:
-        """Queue a command and wake ``wait``."""
+        """Queue a command and wake ``wait``.
+
+        Raises ``RequestRefusedError`` (``message_limit``) for a subagent's
+        message past its ``max_messages_per_agent`` or its
+        ``max_message_chars_per_agent``: the agent is told why.
+        """
+        if command.kind == "subagent-message":
+            sender = command.task_id or "unknown"
+            if self._messages_from[sender] >= self._max_messages:
+                raise RequestRefusedError(
+                    "message_limit",
+                    f"this agent has sent its coordinator {self._max_messages} messages, the "
+                    "most one agent may send; nothing more is delivered: put the rest in your "
+                    "final answer",
+                )
+            left = self._max_chars - self._chars_from[sender]
+            if len(command.text) > left:
+                raise RequestRefusedError(
+                    "message_limit",
+                    f"this message has {len(command.text)} characters and this agent may send "
+                    f"its coordinator {left} more ({self._max_chars} in all); it was not "
+                    "delivered: send a shorter one, or put it in your final answer",
+                )
+            self._messages_from[sender] += 1
+            self._chars_from[sender] += len(command.text)
         self._commands.append(command)
         self._arrived.set()
         self._arrived = trio.Event()
@@ -231,16 +310,25 @@ MID_TURN_NOTE = (
 )
 
 
-def format_command_turn(commands: Sequence[Command], *, mid_turn: bool = False) -> str:
+def format_command_turn(
+    commands: Sequence[Command],
+    *,
+    mid_turn: bool = False,
+    max_message_chars: int = MAX_MESSAGE_CHARS_PER_TURN,
+) -> str:
     """One model turn for commands taken together (S-NOTE-2, S-MSG-2, S-MSG-3).
 
     User input comes first, as written (``user_steer`` when ``mid_turn``).
     Notifications and subagent messages follow under
     ``[SYSTEM NOTIFICATION - NOT USER INPUT]``, separated by blank lines; a
-    subagent's message is escaped and wrapped in ``<subagent-message
-    from="ID">`` so it cannot pose as markup, and framed as a peer's
-    (``subagent_reply``). ``mid_turn`` marks commands injected between the
-    steps of a running turn (the ``*_steer`` forms).
+    subagent's messages are escaped and wrapped, in the order sent, in one
+    ``<subagent-message from="ID">`` block per sender (where its first one
+    falls) so they cannot pose as markup, and framed once as a peer's
+    (``subagent_reply``). Past ``max_message_chars`` characters of messages
+    in all (S-SEC-8), a message's head ends the turn's messages and each
+    sender's block says how many of its messages and characters were left
+    out. ``mid_turn`` marks commands injected between the steps of a running
+    turn (the ``*_steer`` forms).
     """
     if not commands:
         raise ValueError("format_command_turn needs at least one command")
@@ -248,17 +336,70 @@ def format_command_turn(commands: Sequence[Command], *, mid_turn: bool = False) 
     if user_parts and mid_turn:
         user_parts = ["The user sent this while you were working:\n" + "\n\n".join(user_parts)]
     system_parts: list[str] = []
+    blocks: dict[str, _MessageBlock] = {}
+    room = max_message_chars
     for command in commands:
         if command.kind in ("task-notification", "workflow-question"):
             system_parts.append(command.text)
         elif command.kind == "subagent-message":
-            sender = _escape(command.task_id or "unknown").replace('"', "&quot;")
-            system_parts.append(
-                f'<subagent-message from="{sender}">\n{_escape(command.text)}\n'
-                f"</subagent-message>\n{PEER_MESSAGE_GUIDANCE}"
-            )
+            sender = command.task_id or "unknown"
+            block = blocks.get(sender)
+            if block is None:
+                block = blocks[sender] = _MessageBlock(sender, len(system_parts))
+                system_parts.append("")
+            room -= block.add(command.text, room)
+    if blocks:
+        for block in blocks.values():
+            system_parts[block.index] = block.render()
+        last = max(block.index for block in blocks.values())
+        system_parts[last] += f"\n{PEER_MESSAGE_GUIDANCE}"
     if system_parts:
         if mid_turn:
             system_parts.append(MID_TURN_NOTE)
         user_parts.append("\n\n".join([NOTIFICATION_PREFIX, *system_parts]))
     return "\n\n".join(user_parts)
+
+
+class _MessageBlock:
+    """One sender's messages in a turn: those that fit, and a count of those left out."""
+
+    def __init__(self, sender: str, index: int) -> None:
+        self.sender = sender
+        self.index = index
+        self.texts: list[str] = []
+        self.left_out = 0
+        self.chars_left_out = 0
+
+    def add(self, text: str, room: int) -> int:
+        """Take ``text`` (escaped) within ``room`` characters; return the characters taken.
+
+        Each message taken also costs the two characters that separate it.
+        """
+        escaped = _escape(text)
+        if len(escaped) + 2 <= room:
+            self.texts.append(escaped)
+            return len(escaped) + 2
+        self.left_out += 1
+        if room <= 2:
+            self.chars_left_out += len(text)
+            return 0
+        escaped_lengths = itertools.accumulate(len(_ESCAPES.get(char, char)) for char in text)
+        cut = bisect.bisect_right(list(escaped_lengths), room - 2)
+        if cut:
+            self.texts.append(_escape(text[:cut]))
+        self.chars_left_out += len(text) - cut
+        return room
+
+    def render(self) -> str:
+        sender = _escape(self.sender).replace('"', "&quot;")
+        body = "\n\n".join(self.texts)
+        if self.left_out:
+            plural = "s" if self.left_out != 1 else ""
+            marker = (
+                f"[... {self.chars_left_out} characters of {self.left_out} message{plural} "
+                f"from {self.sender} left out: a turn carries at most "
+                f"{MAX_MESSAGE_CHARS_PER_TURN} characters of subagents' messages; what the "
+                f"agent sent is in its transcript (subvisor logs {self.sender})]"
+            )
+            body = f"{body}\n{_escape(marker)}" if body else _escape(marker)
+        return f'<subagent-message from="{sender}">\n{body}\n</subagent-message>'

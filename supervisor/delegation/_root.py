@@ -162,6 +162,7 @@ class RootSession:
             self.session_id, parent_id=None, task_type="root", model=model, cwd=str(cwd)
         )
         self.queue = host.command_queue(self.session_id)
+        self._notification_calls = host.settings.root_max_notification_calls
         #: The root as the asker of approvals and questions.
         self.requester = Requester(
             root_session_id=self.session_id,
@@ -266,21 +267,58 @@ class RootSession:
         After the root answers, wait for the session's background agents and
         workflows: each batch of notifications becomes a new root turn, and
         the run ends only when none is left and the root has answered the
-        last notification. A run that fails ends its session ``failed``;
-        one cancelled leaves the status to whoever cancelled it.
+        last notification. Those turns may make ``root_max_notification_calls``
+        model calls in all (S-SEC-8); what arrives after that, but the user's
+        own input, is not given to the root, and the run ends ``partial``, its
+        answer saying how many.
+        A run that fails ends its session ``failed``; one cancelled leaves the
+        status to whoever cancelled it.
         """
         try:
             outcome = await self.ask(prompt)
+            calls_left = self._notification_calls
+            withheld = 0
             while self._has_background_work(self.session_id) or len(self.queue):
                 await self.queue.wait()
                 commands = self.queue.take()
-                if commands:
-                    outcome = await self.loop.run(format_command_turn(commands))
+                if not commands:
+                    continue
+                if calls_left <= 0:
+                    # S-SEC-8: a flood of messages cannot buy the root more calls;
+                    # the user's own input still gets its turn.
+                    users = [command for command in commands if command.kind == "user"]
+                    if not withheld and len(users) < len(commands):
+                        self._store.append_event(
+                            self.session_id,
+                            "notifications.withheld",
+                            {"root_max_notification_calls": self._notification_calls},
+                        )
+                    withheld += len(commands) - len(users)
+                    if users:
+                        outcome = await self.loop.run(format_command_turn(users))
+                    continue
+                before = self.loop.model_calls
+                outcome = await self.loop.run(format_command_turn(commands))
+                calls_left -= self.loop.model_calls - before
+            if withheld:
+                outcome = _withheld_outcome(outcome, withheld, self._notification_calls)
         except Exception as exc:
             self._store.set_session_status(self.session_id, "failed", str(exc) or None)
             raise
         self._store.set_session_status(self.session_id, outcome.status)
         return outcome
+
+
+def _withheld_outcome(outcome: AgentOutcome, withheld: int, calls: int) -> AgentOutcome:
+    """``outcome`` made ``partial``, saying that ``withheld`` commands never reached the root."""
+    note = (
+        f"[subvisor: {withheld} notification{'s' if withheld != 1 else ''} or message"
+        f"{'s' if withheld != 1 else ''} from background agents arrived after the root had made "
+        f"its {calls} model calls for them (root_max_notification_calls) and were not given to "
+        "it; see subvisor ps and subvisor logs TASK_ID]"
+    )
+    text = f"{outcome.text}\n\n{note}" if outcome.text else note
+    return outcome.model_copy(update={"status": "partial", "text": text})
 
 
 def root_usage(root: RootSession, *, created_at: float) -> TaskUsage:

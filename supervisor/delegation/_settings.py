@@ -32,6 +32,11 @@ class SubvisorSettings(BaseModel):
     max_turns: int = Field(default=4, ge=1)
     #: Model turns the root agent may take per user turn.
     root_max_turns: int = Field(default=50, ge=1)
+    #: Model calls the root may make, in one session, for the turns that background
+    #: agents' notifications and messages start (S-SEC-8, S-RUN-8); once spent (a turn
+    #: begun runs to its end) they are no longer given to the root, and ``subvisor
+    #: run`` ends ``partial`` saying so.
+    root_max_notification_calls: int = Field(default=500, ge=0)
     #: Per-subagent process caps; ``idle_timeout_s`` is the S-RUN-3 watchdog.
     subagent_limits: ResourceLimits = ResourceLimits(memory_mb=2048, idle_timeout_s=600)
     #: What one subagent's worker may make the supervisor record: events and the

@@ -138,6 +138,7 @@ _CAP_KEYS: list[tuple[tuple[str, ...], int]] = [
     (("max_subagents_per_session",), 1),
     (("max_turns",), 1),
     (("root_max_turns",), 1),
+    (("root_max_notification_calls",), 0),
     (("subagent_depth",), 0),
     (("subagent_limits", "memory_mb"), 1),
     (("subagent_limits", "cpu_seconds"), 1),

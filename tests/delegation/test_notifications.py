@@ -12,6 +12,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from supervisor.delegation._notifications import (
+    MAX_MESSAGE_CHARS_PER_TURN,
     MID_TURN_NOTE,
     NOTIFICATION_PREFIX,
     PEER_MESSAGE_GUIDANCE,
@@ -19,9 +20,11 @@ from supervisor.delegation._notifications import (
     CommandQueue,
     build_task_notification,
     format_command_turn,
+    message_cost,
     subagent_message_command,
     task_notification_command,
 )
+from supervisor.kernel import RequestRefusedError
 from supervisor.state._store import SessionStore
 from supervisor.state._task_record import TaskRecord, TaskUsage
 from supervisor.state._tasks import TaskRegistry
@@ -269,3 +272,59 @@ def test_mid_turn_commands_use_the_steer_presentations_s_msg_3() -> None:
     assert turn.startswith("The user sent this while you were working:\nalso do Y")
     assert turn.endswith(MID_TURN_NOTE)
     assert MID_TURN_NOTE not in format_command_turn([note])
+
+
+def test_s_sec_8_s_msg_3_messages_coalesce_per_sender_with_the_guidance_once() -> None:
+    """S-SEC-8, S-MSG-3: one sender's messages taken together are one block, in order,
+    where its first one fell; the peer guidance is said once for the turn."""
+    note = task_notification_command(ended(result="done"))
+    commands = [
+        subagent_message_command("agent_1", "a1"),
+        note,
+        subagent_message_command("agent_2", "b1"),
+        subagent_message_command("agent_1", "a2 <x>"),
+    ]
+    assert format_command_turn(commands) == "\n\n".join(
+        [
+            NOTIFICATION_PREFIX,
+            '<subagent-message from="agent_1">\na1\n\na2 &lt;x&gt;\n</subagent-message>',
+            note.text,
+            f'<subagent-message from="agent_2">\nb1\n</subagent-message>\n{PEER_MESSAGE_GUIDANCE}',
+        ]
+    )
+
+
+@given(count=st.integers(min_value=1, max_value=3_000), size=st.integers(1, 5_000))
+def test_s_sec_8_a_turn_carries_at_most_its_share_of_messages(count: int, size: int) -> None:
+    """S-SEC-8: however many messages are taken together, the turn holds at most
+    MAX_MESSAGE_CHARS_PER_TURN characters of them (plus one block and marker per sender);
+    what was left out is counted, in characters and messages, and named where it is."""
+    commands = [subagent_message_command(f"agent_{i % 2}", "Q" * size) for i in range(count)]
+    turn = format_command_turn(commands)
+    assert turn.count("Q") <= MAX_MESSAGE_CHARS_PER_TURN
+    assert len(turn) <= MAX_MESSAGE_CHARS_PER_TURN + 2 * 600 + len(PEER_MESSAGE_GUIDANCE)
+    assert turn.count(PEER_MESSAGE_GUIDANCE) == 1
+    left_out = count * size - turn.count("Q")
+    counted = sum(int(n) for n in re.findall(r"\[\.\.\. (\d+) characters of", turn))
+    assert counted == left_out
+    if left_out:
+        assert "(subvisor logs agent_" in turn
+
+
+def test_s_sec_8_an_agent_may_queue_only_so_many_messages() -> None:
+    """S-SEC-8: past its count or its characters, an agent's message is refused, saying
+    why (the agent's model reads it); another agent and other commands are unaffected."""
+    queue = CommandQueue(max_messages_per_agent=3, max_message_chars_per_agent=10)
+    for text in ("a", "b", "c"):
+        queue.enqueue(subagent_message_command("agent_1", text))
+    with pytest.raises(RequestRefusedError, match="sent its coordinator 3 messages") as refused:
+        queue.enqueue(subagent_message_command("agent_1", "d"))
+    assert refused.value.code == "message_limit"
+    with pytest.raises(RequestRefusedError, match="may send its coordinator 10 more"):
+        queue.enqueue(subagent_message_command("agent_2", "z" * 11))
+    queue.enqueue(subagent_message_command("agent_2", "z" * 10))
+    queue.enqueue(task_notification_command(ended(result="done")))
+    assert [c.text for c in queue.take()][:4] == ["a", "b", "c", "z" * 10]
+    # What a message is charged: at least what it adds to a turn alone, sender aside.
+    alone = format_command_turn([subagent_message_command("", "<&>")])
+    assert message_cost("<&>") >= len(alone) - len(NOTIFICATION_PREFIX) - 2 - len("unknown")
