@@ -70,6 +70,7 @@ from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     FAULT_MEMORY,
     FLOOD,
+    MAX_EVENT_CONTAINERS,
     MESSAGE,
     PROCESS_GROUP,
     TOOL_FINISHED,
@@ -77,6 +78,7 @@ from ._events import (
     WORKER_EVENT_NAMES,
     WORKER_EVENTS,
     Event,
+    EventJsonObject,
     EventSpec,
     FaultMemoryEvent,
     FloodEvent,
@@ -91,6 +93,8 @@ from ._events import (
     ToolStarted,
     ToolStartedEvent,
     WorkerEventName,
+    event_input,
+    json_containers,
 )
 from ._frame import FrameDecoder, FrameLimits, encode_frame
 from ._messages import (
@@ -213,6 +217,7 @@ __all__ = [
     "LINK_CHUNK",
     "LINK_TOKEN_BYTES",
     "MAX_CONTROL_DATAGRAM",
+    "MAX_EVENT_CONTAINERS",
     "MCP_CALL_TOOL",
     "MESSAGE",
     "MODEL_CALL",
@@ -261,6 +266,7 @@ __all__ = [
     "EchoResult",
     "ErrorReply",
     "Event",
+    "EventJsonObject",
     "EventSpec",
     "FaultMemoryEvent",
     "FloodEvent",
@@ -378,4 +384,6 @@ __all__ = [
     "encode_frame",
     "encode_link_frame",
     "encode_node_control",
+    "event_input",
+    "json_containers",
 ]

@@ -125,6 +125,7 @@ ForbiddenFrame = Literal[
     "oversized",
     "unknown_event",
     "bad_event",
+    "container_event",
 ]
 
 

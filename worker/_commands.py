@@ -213,8 +213,18 @@ _FORBIDDEN_FRAMES: dict[ForbiddenFrame, bytes] = {
 }
 
 
+def _container_event() -> bytes:
+    """A tool.started of 32,000 empty lists (64 KB, within the frame's own limits): the
+    input that cost the supervisor 100 ms to validate and record (S-SEC-8). Built when
+    asked for, not by every worker that imports this module."""
+    data = {"call_id": "c", "name": "Bash", "input": {"k": [[[]]] * 16_000}}
+    return _raw_frame({"type": "event", "name": "tool.started", "data": data})
+
+
 async def _forbidden(params: ForbiddenParams, ctx: CommandContext) -> NoReturn:
-    await ctx.link.write_raw(_FORBIDDEN_FRAMES[params.kind])
+    kind = params.kind
+    frame = _container_event() if kind == "container_event" else _FORBIDDEN_FRAMES[kind]
+    await ctx.link.write_raw(frame)
     await trio.sleep_forever()
 
 

@@ -28,6 +28,7 @@ import trio
 from protocol import (
     AGENT_RUN,
     AGENT_STEER,
+    MAX_EVENT_CONTAINERS,
     AgentOutcome,
     AgentRunSpec,
     ChatMessage,
@@ -43,6 +44,7 @@ from protocol import (
     ToolSpec,
     ToolStarted,
     Usage,
+    json_containers,
 )
 from worker.agent import ASK_USER_QUESTION_SPEC, RESPOND_TO_COORDINATOR_SPEC
 from worker.tools import LocalToolSet
@@ -87,6 +89,13 @@ log = logging.getLogger("subvisor")
 
 
 _NO_SANDBOX = SandboxPolicy()
+
+#: How long one commit of a worker's event batch may take before the loop
+#: runs other tasks (S-SEC-8); a normal batch fits in one.
+_RECORD_SLICE_SECONDS = 0.005
+#: What one JSON map or array of an event is charged to the worker's budget,
+#: in bytes: about what an empty one takes in memory (S-SEC-8).
+_CONTAINER_CHARGE = 64
 
 
 def new_agent_id() -> str:
@@ -555,21 +564,37 @@ class SubagentRun:
         return outcome
 
     async def _record_events(self, handle: WorkerHandle) -> None:
-        store = self._store
         while True:
             try:
                 batch = await handle.receive_event_batch()
             except WorkerExitedError:
                 return
-            if handle.budget.reason is not None:
-                continue  # S-SEC-8: spent; the handle is stopping the worker
-            # One commit for whatever arrived together.
-            with store.batch():
-                for event in batch:
-                    try:
-                        self._record_event(event, handle)
-                    except EventBudgetExceededError:
-                        break  # what was recorded before it stays
+            done = 0
+            while done < len(batch) and handle.budget.reason is None:
+                if done:
+                    # S-SEC-8: a long batch gives the loop back between its slices.
+                    await trio.lowlevel.checkpoint()
+                done = self._record_slice(batch, done, handle)
+            # With the budget spent, the rest is dropped: the handle is stopping the worker.
+
+    def _record_slice(self, batch: list[Event], start: int, handle: WorkerHandle) -> int:
+        """Record ``batch[start:]`` in one commit, or as much of it as fits in one slice.
+
+        Returns where the next slice starts. A slice ends after
+        ``_RECORD_SLICE_SECONDS``, so other tasks run between the slices of a
+        long batch (the transaction is closed first: a task that writes
+        meanwhile must not join, and be undone with, this one).
+        """
+        deadline = time.perf_counter() + _RECORD_SLICE_SECONDS
+        with self._store.batch():
+            for index in range(start, len(batch)):
+                try:
+                    self._record_event(batch[index], handle)
+                except EventBudgetExceededError:
+                    return len(batch)  # what was recorded before it stays
+                if time.perf_counter() > deadline:
+                    return index + 1
+        return len(batch)
 
     def _record_event(self, event: Event, handle: WorkerHandle) -> None:
         store, registry, budget = self._store, self._registry, handle.budget
@@ -582,7 +607,15 @@ class SubagentRun:
         elif isinstance(data, ProcessGroupStarted):
             handle.process_groups.add(data.pgid)
         else:
-            fields = data.model_dump(mode="python")
+            if isinstance(data, ToolStarted):
+                # S-SEC-8: a map or array costs the supervisor far more than
+                # its JSON bytes (an empty list is two): each is charged as
+                # what it holds in memory.
+                containers = json_containers(data.input, MAX_EVENT_CONTAINERS)
+                budget.charge(size=containers * _CONTAINER_CHARGE)
+            # The model's fields as validated (plain values: a tool's input is
+            # kept as decoded), without a walk through model_dump.
+            fields = dict(data.__dict__)
             store.append_event(session, event.name, fields, budget=budget)
             if isinstance(data, ToolStarted | ToolFinished):
                 # S-APR-2: the parent's timeline shows the child's tool activity

@@ -9,6 +9,7 @@ budget; a normal run under the same budget is untouched.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -18,9 +19,12 @@ import trio
 from protocol import (
     KERNEL_ECHO,
     KERNEL_FLOOD,
+    KERNEL_FORBIDDEN,
+    MAX_EVENT_CONTAINERS,
     EchoParams,
     FloodItem,
     FloodParams,
+    ForbiddenParams,
     ResourceLimits,
 )
 from supervisor import (
@@ -191,3 +195,58 @@ async def test_s_sec_8_control_a_normal_subagent_under_the_same_budget_completes
     assert record.status == "completed", record.error
     assert record.worker_exit is None
     assert record.result == "counted"
+
+
+async def test_s_sec_8_an_event_of_many_empty_containers_is_refused_before_it_is_recorded(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-8: a worker's tool.started whose input is 32,000 empty lists (64 KB, within
+    every frame limit, but 100 ms of the supervisor's CPU to validate and record, where a
+    normal event takes tens of microseconds) is a protocol violation naming
+    MAX_EVENT_CONTAINERS: it ends the worker, and nothing of it is recorded or delivered."""
+    received: list[object] = []
+    async with Supervisor() as sup:
+        handle = await sup.spawn()
+        async with trio.open_nursery() as nursery:
+
+            async def consume() -> None:
+                async for event in handle.events():
+                    received.append(event)
+
+            nursery.start_soon(consume)
+            # A hang guard, not a measure: an accepted event would leave the worker waiting.
+            with trio.fail_after(60), pytest.raises(WorkerExitedError) as raised:
+                await handle.request(KERNEL_FORBIDDEN, ForbiddenParams(kind="container_event"))
+    exit = raised.value.exit
+    assert exit.kind is ExitKind.PROTOCOL_VIOLATION
+    assert f"MAX_EVENT_CONTAINERS ({MAX_EVENT_CONTAINERS})" in exit.reason
+    assert received == []
+
+
+async def test_s_sec_8_control_a_model_input_of_many_containers_is_shown_not_refused(
+    tmp_path: Path,
+) -> None:
+    """Control: an honest subagent whose model wrote a tool input past
+    MAX_EVENT_CONTAINERS completes; its transcript keeps the whole input, its timeline's
+    tool.started a note of its size in place of it."""
+    rows = [[index] for index in range(2 * MAX_EVENT_CONTAINERS)]
+    turns = [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "true", "rows": rows}}]},
+        {"text": "done"},
+    ]
+    record = await _delegate(tmp_path, turns)
+    assert record.status == "completed", record.error
+    assert record.child_session_id is not None
+    with sqlite3.connect(database_path(home_for(tmp_path))) as db:
+        [started] = db.execute(
+            "SELECT data FROM events WHERE session_id = ? AND name = 'tool.started'",
+            (record.child_session_id,),
+        ).fetchall()
+        transcript = db.execute(
+            "SELECT message FROM messages WHERE session_id = ?", (record.child_session_id,)
+        ).fetchall()
+    assert json.loads(started[0])["input"] == {
+        "omitted": f"more than {MAX_EVENT_CONTAINERS} JSON maps and arrays"
+    }
+    calls = [c for (m,) in transcript for c in json.loads(m).get("tool_calls", [])]
+    assert [c["input"]["rows"] for c in calls] == [rows]

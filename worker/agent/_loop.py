@@ -27,6 +27,7 @@ from protocol import (
     ToolFinished,
     ToolStarted,
     Usage,
+    event_input,
 )
 
 from ..tools import ToolOutput
@@ -124,7 +125,8 @@ class AgentLoop:
         async def run_one(index: int) -> None:
             call = calls[index]
             await self._events.emit(
-                TOOL_STARTED, ToolStarted(call_id=call.id, name=call.name, input=call.input)
+                TOOL_STARTED,
+                ToolStarted(call_id=call.id, name=call.name, input=event_input(call.input)),
             )
             output = await self._tools.call(call)
             outputs[index] = output
