@@ -9,11 +9,19 @@ child's and, mirrored, its parent's (S-APR-2).
 
 "Allow always" grows the asking agent's own rules (``PolicyHolder.policy``)
 and nobody else's.
+
+A long check (:data:`INLINE_COMMAND`) runs on the desk's one thread slot, and
+each requester (an agent, by its origin) has at most one long check waiting
+for it (S-SEC-8): the slot's queue is FIFO, so whoever asks waits behind at
+most one check of each other requester, however many a worker keeps in
+flight (one worker's 31 checks of a 130 KB line kept a sibling's 6 KB
+heredoc waiting 7.5 s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import trio
@@ -54,6 +62,14 @@ def _decide(
     return decision
 
 
+@dataclass(slots=True)
+class _Turns:
+    """One requester's place at the long-check slot: one check at a time, and who waits."""
+
+    limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
+    users: int = 0
+
+
 class ApprovalDesk:
     """The rules first, then the session's approval and question handlers."""
 
@@ -72,6 +88,8 @@ class ApprovalDesk:
         self.question_handler = question_handler
         #: Long checks run one at a time: a worker sending many cannot take every thread.
         self._long_checks = trio.CapacityLimiter(1)
+        #: Each requester's turn at ``_long_checks``, while it has a long check.
+        self._turns: dict[tuple[str, str | None], _Turns] = {}
 
     async def authorize(
         self,
@@ -82,14 +100,13 @@ class ApprovalDesk:
     ) -> PolicyDecision:
         """Decide one tool call by ``agent``'s rules, asking the approval handler on ``ask``.
 
-        A long Bash command is checked on a thread (:data:`INLINE_COMMAND`), one at a time.
+        A long Bash command is checked on a thread (:data:`INLINE_COMMAND`), one at a time,
+        and one per requester at a time.
         """
         headless = self.approval_handler is None
         command = tool_input.get("command")
         if isinstance(command, str) and len(command) > INLINE_COMMAND:
-            decision = await trio.to_thread.run_sync(
-                _decide, agent.policy, tool, tool_input, headless, limiter=self._long_checks
-            )
+            decision = await self._long_check(requester, agent.policy, tool, tool_input, headless)
         else:
             decision = _decide(agent.policy, tool, tool_input, headless)
         event: dict[str, Any] = {
@@ -120,6 +137,30 @@ class ApprovalDesk:
         if decision.action == "deny":
             self._record(requester, "PermissionDenied", {**event, "reason": decision.reason})
         return decision
+
+    async def _long_check(
+        self,
+        requester: Requester,
+        policy: ToolPolicy,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        headless: bool,
+    ) -> PolicyDecision:
+        """``_decide`` on the thread slot, after the requester's earlier long checks."""
+        key = (requester.origin.kind, requester.origin.agent_id)
+        turns = self._turns.get(key)
+        if turns is None:
+            turns = self._turns[key] = _Turns()
+        turns.users += 1
+        try:
+            async with turns.limiter:
+                return await trio.to_thread.run_sync(
+                    _decide, policy, tool, tool_input, headless, limiter=self._long_checks
+                )
+        finally:
+            turns.users -= 1
+            if not turns.users:
+                del self._turns[key]
 
     async def ask(self, question: UserQuestion, requester: Requester) -> QuestionAnswer:
         """Put an agent's AskUserQuestion to the question handler (S-APR-1)."""

@@ -13,6 +13,7 @@ from unittest import mock
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -126,3 +127,44 @@ async def test_a_long_command_is_checked_off_the_event_loop() -> None:
     assert holder.threads[0] is threading.current_thread()
     assert holder.threads[1] is not threading.current_thread()
     await trio.lowlevel.checkpoint()
+
+
+class _Gated:
+    """A policy holder whose checks note who asked, then wait for the test's gate."""
+
+    def __init__(self, name: str, order: list[str], gate: threading.Event) -> None:
+        self.name, self.order, self.gate = name, order, gate
+        self.policy = self
+
+    def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
+        self.order.append(self.name)
+        self.gate.wait()
+        return PolicyDecision("allow")
+
+
+async def test_s_sec_8_a_siblings_long_check_waits_behind_one_of_a_hogs_not_all() -> None:
+    """S-SEC-8: a worker keeping 31 long checks in flight does not queue a sibling's long
+    check behind all of them (red team: a 6 KB heredoc waited 7.5 s behind 31 checks of a
+    130 KB line). Each requester has one long check at a time at the desk's one thread
+    slot, so the sibling's runs right after the hog's one that was running when it asked;
+    still one long check runs at a time. Counted, not timed."""
+    desk = ApprovalDesk(store=mock.Mock(), approval_handler=None)
+    order: list[str] = []
+    gate = threading.Event()
+    hog, sibling = _Gated("hog", order, gate), _Gated("sibling", order, gate)
+    long = {"command": "a;" * INLINE_COMMAND}
+    asked = {
+        name: Requester("s", ApprovalOrigin("subagent", name), "d", ())
+        for name in ("hog", "sibling")
+    }
+    async with trio.open_nursery() as nursery:
+        for _ in range(31):
+            nursery.start_soon(desk.authorize, hog, "Bash", long, asked["hog"])
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(desk.authorize, sibling, "Bash", long, asked["sibling"])
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == ["hog"]  # one long check at a time: the others wait
+        gate.set()
+    assert order.index("sibling") == 1
+    assert order.count("hog") == 31
+    assert desk._turns == {}  # nobody left waiting: nothing kept per requester
