@@ -135,9 +135,11 @@ class _Gated:
     def __init__(self, name: str, order: list[str], gate: threading.Event) -> None:
         self.name, self.order, self.gate = name, order, gate
         self.policy = self
+        self.started = threading.Event()
 
     def check(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision:
         self.order.append(self.name)
+        self.started.set()
         self.gate.wait()
         return PolicyDecision("allow")
 
@@ -158,13 +160,20 @@ async def test_s_sec_8_a_siblings_long_check_waits_behind_one_of_a_hogs_not_all(
         for name in ("hog", "sibling")
     }
     async with trio.open_nursery() as nursery:
-        for _ in range(31):
-            nursery.start_soon(desk.authorize, hog, "Bash", long, asked["hog"])
-        await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(desk.authorize, sibling, "Bash", long, asked["sibling"])
-        await trio.testing.wait_all_tasks_blocked()
-        assert order == ["hog"]  # one long check at a time: the others wait
-        gate.set()
+        # The gate opens whatever happens: a check waiting on it holds its thread,
+        # which no cancellation reaches, and the nursery would wait for it forever.
+        try:
+            for _ in range(31):
+                nursery.start_soon(desk.authorize, hog, "Bash", long, asked["hog"])
+            # A task waiting for its thread counts as blocked before the thread ran.
+            await trio.to_thread.run_sync(hog.started.wait)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(desk.authorize, sibling, "Bash", long, asked["sibling"])
+            await trio.testing.wait_all_tasks_blocked()
+            running = list(order)
+        finally:
+            gate.set()
+    assert running == ["hog"]  # one long check at a time: the others wait
     assert order.index("sibling") == 1
     assert order.count("hog") == 31
     assert desk._turns == {}  # nobody left waiting: nothing kept per requester
