@@ -174,7 +174,7 @@ from ._node import (
     encode_link_frame,
     encode_node_control,
 )
-from ._process_names import WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
+from ._process_names import SUPERVISOR_PROCESS_NAME, WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
 from ._sandbox import (
     NETWORK_ABI,
     NetworkMode,
@@ -227,6 +227,7 @@ __all__ = [
     "PROCESS_GROUP",
     "PROTOCOL_VERSION",
     "SUPERVISOR_METHODS",
+    "SUPERVISOR_PROCESS_NAME",
     "SUPERVISOR_REQUEST_METHODS",
     "TOOL_FINISHED",
     "TOOL_STARTED",

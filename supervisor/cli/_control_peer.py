@@ -7,7 +7,11 @@ serves only a process that
 
 - runs as our uid (anyone on the machine could otherwise connect), and
 - is not inside a subvisor worker tree (``supervisor.kernel._worker_tree``): no
-  subagent, nor anything it started, detached or not, steers its siblings.
+  subagent, nor anything it started, detached or not, steers its siblings;
+- was not started by a supervisor, this session's or any other's (one named
+  ``subvisor-sup`` above it, ``supervisor.kernel._supervisor_mark``): the MCP
+  servers a supervisor lends its agents, its gateway and a root agent's tools
+  act for a model, not for the user.
 
 Races: ``SO_PEERCRED`` holds the credentials of the process that called
 ``connect``, taken at that moment, so the check is on the process that
@@ -33,9 +37,9 @@ from dataclasses import dataclass
 
 import trio
 
-from ..kernel import in_worker_tree
+from ..kernel import UNSETTLED, in_worker_tree, supervisor_ancestor
 
-__all__ = ["PeerCredentials", "peer_credentials", "refusal"]
+__all__ = ["PeerCredentials", "peer_credentials", "refusal", "started_by_a_supervisor"]
 
 #: ``SO_PEERPIDFD`` from ``<asm-generic/socket.h>`` (Python 3.11 lacks the name).
 _SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
@@ -94,6 +98,7 @@ def refusal(sock: _Socket, peer: PeerCredentials) -> str | None:
         return f"process {peer.pid} cannot be checked ({exc.strerror})"
     try:
         inside = in_worker_tree(peer.pid)
+        started = started_by_a_supervisor(peer.pid)
         if pidfd is not None and _has_exited(pidfd):
             return f"process {peer.pid} exited before it could be checked"
     finally:
@@ -105,4 +110,26 @@ def refusal(sock: _Socket, peer: PeerCredentials) -> str | None:
             f"process {peer.pid} runs inside a subvisor worker tree: subagents cannot use"
             " the control channel (S-SEC-2)"
         )
+    if started is not None:
+        return f"{started}: it cannot use the control channel (S-SEC-2)"
     return None
+
+
+def started_by_a_supervisor(pid: int) -> str | None:
+    """Why ``pid`` counts as started by a subvisor supervisor; None if it does not.
+
+    One with a supervisor above it (any session's), or whose ancestry could not
+    be settled (fail closed).
+    """
+    above = supervisor_ancestor(pid)
+    if above is None:
+        return None
+    if above == UNSETTLED:
+        return (
+            f"the ancestry of process {pid} kept changing (or it is gone), so it cannot be "
+            "shown not to be started by a subvisor supervisor"
+        )
+    return (
+        f"process {pid} was started by subvisor supervisor {above} (an MCP server, gateway "
+        "or tool of its agents, acting for a model)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -586,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         disk_full_error,
         find_exception,
         refuse_inside_worker_tree,
+        supervisor_marked,
     )
     from ._input import BadInputError, check_text_arguments
 
@@ -595,7 +597,10 @@ def main(argv: list[str] | None = None) -> int:
             # Before any config is read or any file written (S-SEC-7).
             refuse_inside_worker_tree()
         check_text_arguments(args)
-        code: int = args.handler(args)
+        # While it runs, what this process starts acts for a model (S-SEC-2).
+        starts = args.command in _STARTS_A_SUPERVISOR
+        with supervisor_marked() if starts else contextlib.nullcontext():
+            code: int = args.handler(args)
     except (BadInputError, ConfigError, NestedSupervisorError) as exc:
         # One line, however narrow the terminal.
         SafeConsole(stderr=True).print(

@@ -14,10 +14,15 @@ Invariants:
 - On loopback without a token, each connection's peer is found through the
   kernel (``_tcp_peer``) and served only if it runs as our uid outside every
   subvisor worker tree: a subagent with network access must not call the
-  Agent tool from below (S-SEC-2). Nor is a process this server started: the
-  MCP servers it lends to its agents run outside every worker tree, and one
-  that fetches a URL an agent names would otherwise be a subagent's way in.
-  Anything that cannot be told is refused.
+  Agent tool from below (S-SEC-2). Nor is a process any supervisor started,
+  this one or another session's (one named ``subvisor-sup`` above it,
+  ``supervisor.kernel._supervisor_mark``): the MCP servers a supervisor lends
+  to its agents run outside every worker tree, and one that fetches a URL an
+  agent names would otherwise be a subagent's way in, to this session or to
+  any other. Anything that cannot be told is refused.
+- Another uid is refused on the uid ``/proc/net/tcp`` gives, before any walk
+  of ``/proc``; at most ``_WALKERS`` walks run at once, on threads of their
+  own, so a flood of connections cannot take every worker thread.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from hypercorn.typing import ASGIFramework
 from mcp.server.lowlevel import Server
 
 from ..kernel import descends_from, in_worker_tree
+from ._control_peer import started_by_a_supervisor
 from ._tcp_peer import socket_holders, tcp_socket
 
 __all__ = [
@@ -133,10 +139,13 @@ class LoopbackPeerGate:
 
     #: Verdicts kept, by socket inode: a connection is checked once.
     _KEPT = 1024
+    #: Walks of ``/proc`` at once (each takes a thread while it runs).
+    _WALKERS = 4
 
     def __init__(self, app: AsgiApp) -> None:
         self._app = app
         self._verdicts: dict[int, str | None] = {}
+        self._walkers = trio.CapacityLimiter(self._WALKERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass lifespan events and requests from allowed peers through; refuse the rest."""
@@ -154,18 +163,23 @@ class LoopbackPeerGate:
         if found is None:
             return f"no socket of {client[0]}:{client[1]} is connected here"
         uid, inode = found
+        if uid != os.geteuid():
+            # Known from the socket table: another user costs no walk of /proc.
+            return f"uid {uid} is not this server's owner (uid {os.geteuid()})"
         if inode not in self._verdicts:
-            # A walk of every process's fds: off the event loop.
-            holders = await trio.to_thread.run_sync(socket_holders, inode)
+            # A walk of every process's fds and ancestries: off the event loop.
+            verdict = await trio.to_thread.run_sync(_holders_refusal, inode, limiter=self._walkers)
             if len(self._verdicts) >= self._KEPT:
                 self._verdicts.pop(next(iter(self._verdicts)))
-            self._verdicts[inode] = _peer_refusal(uid, holders)
+            self._verdicts[inode] = verdict
         return self._verdicts[inode]
 
 
-def _peer_refusal(uid: int, holders: tuple[int, ...]) -> str | None:
-    if uid != os.geteuid():
-        return f"uid {uid} is not this server's owner (uid {os.geteuid()})"
+def _holders_refusal(inode: int) -> str | None:
+    return _peer_refusal(socket_holders(inode))
+
+
+def _peer_refusal(holders: tuple[int, ...]) -> str | None:
     if not holders:
         return (
             "the connecting process cannot be checked (gone, or not ours to see), and a "
@@ -183,6 +197,10 @@ def _peer_refusal(uid: int, holders: tuple[int, ...]) -> str | None:
             f"process {ours[0]} was started by this server (an MCP server it lends to its "
             "agents): agents cannot use this server through it (S-SEC-2)"
         )
+    for pid in holders:
+        why = started_by_a_supervisor(pid)
+        if why is not None:
+            return f"{why}: it cannot use this server (S-SEC-2)"
     return None
 
 

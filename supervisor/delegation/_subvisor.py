@@ -23,7 +23,13 @@ from typing import Any, Self
 import httpx
 import trio
 
-from ..kernel import Supervisor, SupervisorConfig, WireTap
+from ..kernel import (
+    Supervisor,
+    SupervisorConfig,
+    WireTap,
+    mark_supervisor,
+    unmark_supervisor,
+)
 from ..policy._approval_desk import ApprovalDesk
 from ..policy._approvals import ApprovalHandler, QuestionHandler
 from ..profiles._profile_catalog import user_profile_dirs
@@ -166,6 +172,10 @@ class Subvisor:
         self.stopping_reason: str | None = None
 
     async def __aenter__(self) -> Self:
+        # Named a supervisor first and last: its gateway and MCP servers act for a model
+        # (S-SEC-2); the stack's first callback runs after all the rest is closed.
+        mark_supervisor()
+        self._stack.callback(unmark_supervisor)
         try:
             await self._stack.enter_async_context(self.gateway)
             await self._stack.enter_async_context(self.fleet)

@@ -37,11 +37,19 @@ from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, m
 from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
 from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
-from ._worker_tree import in_worker_tree, inside_worker_tree_reason, refuse_inside_worker_tree
+from ._supervisor_mark import mark_supervisor, supervisor_marked, unmark_supervisor
+from ._worker_tree import (
+    UNSETTLED,
+    in_worker_tree,
+    inside_worker_tree_reason,
+    refuse_inside_worker_tree,
+    supervisor_ancestor,
+)
 
 __all__ = [
     "CTIME_SLACK_S",
     "LANDLOCK_ABI_MAX_ENV",
+    "UNSETTLED",
     "EventBudget",
     "EventBudgetExceededError",
     "EventBudgetLimits",
@@ -74,10 +82,14 @@ __all__ = [
     "inside_worker_tree_reason",
     "landlock_abi_max_from_env",
     "launch_python",
+    "mark_supervisor",
     "mode_enforcement",
     "reap_child",
     "refuse_inside_worker_tree",
+    "supervisor_ancestor",
+    "supervisor_marked",
     "text_size",
     "tune_collector",
+    "unmark_supervisor",
     "validation_problems",
 ]

@@ -46,6 +46,7 @@ from ._sandbox_support import (
 )
 from ._spawner import ExecSpawner, SpawnedProcess, Spawner, ZygoteSpawner
 from ._supervisor_config import SpawnMode, SupervisorConfig
+from ._supervisor_mark import mark_supervisor, unmark_supervisor
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, tree_breach
 from ._user_files import protect_below
@@ -114,6 +115,7 @@ class Supervisor:
         self._spawners: dict[SpawnMode, Spawner] = {}
         self._ray: RaySpawner | None = None
         self._closed = False
+        self._marked = False
         self._landlock_abi_max = landlock_abi_max_from_env()
         self._temp_dirs = WorkerTempDirs()
         #: ``ROOT/.git`` of writable roots that had none when a worker got them:
@@ -150,6 +152,9 @@ class Supervisor:
                     "held below the supervisor by its nice value alone",
                     self._cgroups.cpu_weight_error,
                 )
+        # What we start outside a worker tree acts for a model (S-SEC-2): it is marked by us.
+        mark_supervisor()
+        self._marked = True
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         env = worker_environment(self.tree_id)
         self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
@@ -228,6 +233,9 @@ class Supervisor:
             await trio.to_thread.run_sync(self._temp_dirs.close)
             await trio.to_thread.run_sync(self._remove_vcs_placeholders)
         self._sweeps.close()
+        if self._marked:
+            self._marked = False
+            unmark_supervisor()
 
     def _remove_vcs_placeholders(self) -> None:
         """Remove each placeholder ``.git`` still empty, now that no worker's namespace binds it.

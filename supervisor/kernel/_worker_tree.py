@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 
-from protocol import WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
+from protocol import SUPERVISOR_PROCESS_NAME, WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
 
 from ._environment import TREE_ENV
 from ._errors import NestedSupervisorError
@@ -47,6 +47,7 @@ __all__ = [
     "in_worker_tree",
     "inside_worker_tree_reason",
     "refuse_inside_worker_tree",
+    "supervisor_ancestor",
     "worker_tree_ancestor",
 ]
 
@@ -114,8 +115,25 @@ def worker_tree_ancestor(pid: int | None = None) -> int | None:
     start = _proc_pid() if pid is None else pid
     if start is None:
         return None
+    return _nearest_named(start, TREE_PROCESS_NAMES, include_start=True)
+
+
+def supervisor_ancestor(pid: int) -> int | None:
+    """The pid of the nearest supervisor strictly above ``pid``; None if none (S-SEC-2).
+
+    A supervisor names itself ``SUPERVISOR_PROCESS_NAME`` while it runs
+    (``supervisor.kernel._supervisor_mark``), so whatever it started, its MCP
+    servers, gateway and a root agent's tools, has one above it. ``pid`` itself
+    is not looked at: a supervisor is its user's. ``UNSETTLED`` where the
+    ancestry kept changing, ran too deep, or ``pid`` is gone (see Races).
+    """
+    return _nearest_named(pid, frozenset({SUPERVISOR_PROCESS_NAME}), include_start=False)
+
+
+def _nearest_named(start: int, names: frozenset[str], *, include_start: bool) -> int | None:
+    """The nearest process named one of ``names`` above (or at) ``start``; see Races."""
     for _ in range(_WALKS):
-        current = start
+        current, above_start = start, False
         for _ in range(_MAX_DEPTH):
             if current <= 0:
                 return None
@@ -125,9 +143,9 @@ def worker_tree_ancestor(pid: int | None = None) -> int | None:
                     return current  # a hidden link counts as a worker (see Hidden links)
                 break  # gone under us: climb again from the start
             comm, ppid = stat
-            if comm in TREE_PROCESS_NAMES:
+            if comm in names and (above_start or include_start):
                 return current
-            current = ppid
+            current, above_start = ppid, True
         else:
             return UNSETTLED  # deeper than any real process tree
     return UNSETTLED

@@ -527,6 +527,78 @@ async def test_s_sec_2_an_mcp_server_it_lends_cannot_drive_the_loopback_http_ser
     assert "status 403" in answer and "was started by this server" in answer, answer
 
 
+async def test_s_sec_2_another_sessions_mcp_server_cannot_drive_the_loopback_http_server(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-2 across sessions: session A (a second `subvisor mcp --http`) lends a fetching
+    MCP server to its subagent, which POSTs initialize to session B's URL. The fetcher is no
+    descendant of B, but a supervisor (A, named subvisor-sup) is above it: B refuses it (403),
+    so no agent of B's, with B's model and rights, can be launched from A. Control: the same
+    POST from a plain process of the user's (no supervisor above it) is served (200)."""
+    homes = {side: home_for(tmp_path / side) for side in "ab"}
+    projects = {side: tmp_path / side / "project" for side in "ab"}
+    for side in "ab":
+        homes[side].mkdir(parents=True)
+        projects[side].mkdir(parents=True)
+    url_file, script = tmp_path / "url", tmp_path / "fetcher.py"
+    script.write_text(_FETCHER)
+    (homes["a"] / "config.toml").write_text(
+        f'[permission]\n"*" = "allow"\n[mcp_servers.fetcher]\ncommand = "{sys.executable}"\n'
+        f'args = ["{script}", "{url_file}"]\n'
+    )
+    (homes["b"] / "config.toml").write_text('[permission]\n"*" = "allow"\n')
+    hello = json.dumps(_HELLO)
+    model_a = write_scenario(
+        tmp_path / "deputy.yaml",
+        {
+            "deputy": [
+                {"tool_calls": [{"name": "mcp__fetcher__post", "input": {"body": hello}}]},
+                {"text": "deputy said: {{tool_result}}"},
+            ]
+        },
+    )
+    model_b = write_scenario(tmp_path / "b.yaml", {"launched": [{"text": "B ran an agent"}]})
+    async with (
+        http_server(homes["b"], model_b, projects["b"]) as url_b,
+        http_server(homes["a"], model_a, projects["a"]) as url_a,
+        Client(url_a) as client,
+    ):
+        url_file.write_text(url_b)
+        answer = _text(await client.call_tool("Agent", _agent("deputy", kind="general-purpose")))
+        plain = await trio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, "-c", _PLAIN_POST, url_b, hello],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        )
+    assert "status 403" in answer and "started by subvisor supervisor" in answer, answer
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.startswith("status 200"), plain.stdout
+
+
+_HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "deputy", "version": "0"},
+    },
+}
+
+#: The fetcher's POST, from a process of the user's: ``URL BODY``.
+_PLAIN_POST = """
+import sys
+import httpx2
+headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+reply = httpx2.post(sys.argv[1], content=sys.argv[2], headers=headers)
+print(f"status {reply.status_code} {reply.text[:300]}")
+"""
+
+
 def test_http_beyond_loopback_needs_a_flag_and_a_token(
     home: Path, model: str, project: Path
 ) -> None:

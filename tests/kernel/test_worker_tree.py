@@ -17,8 +17,15 @@ import time
 
 import pytest
 
-from protocol import WORKER_PROCESS_NAME
-from supervisor.kernel import _worker_tree, in_worker_tree
+from protocol import SUPERVISOR_PROCESS_NAME, WORKER_PROCESS_NAME
+from supervisor.kernel import (
+    UNSETTLED,
+    Supervisor,
+    SupervisorConfig,
+    _worker_tree,
+    in_worker_tree,
+    supervisor_ancestor,
+)
 
 # A parent named like a worker starts a child in a user + PID namespace of its own,
 # which asks whether it is inside a worker tree.
@@ -111,3 +118,48 @@ def test_s_sec_2_a_process_gone_before_it_is_checked_counts_as_inside() -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     assert in_worker_tree(gone.pid)
+
+
+def test_s_sec_2_a_supervisor_above_a_process_is_found_and_a_gone_one_is_unsettled() -> None:
+    """S-SEC-2: ``supervisor_ancestor`` names the nearest process called subvisor-sup strictly
+    above a pid (a grandchild of one is found; the supervisor itself is not above itself);
+    a process gone before the walk cannot be shown outside (UNSETTLED)."""
+    script = (
+        "import ctypes, subprocess, sys\n"
+        f"ctypes.CDLL(None).prctl(15, b'{SUPERVISOR_PROCESS_NAME}', 0, 0, 0)\n"
+        "child = subprocess.Popen(\n"
+        "    ['sh', '-c', 'sleep 60 & echo $!; wait'], stdout=subprocess.PIPE\n"
+        ")\n"
+        "print(child.stdout.readline().decode().strip(), flush=True)\n"
+        "child.wait()\n"
+    )
+    sup = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sup.stdout is not None
+        grandchild = int(sup.stdout.readline())
+        assert supervisor_ancestor(grandchild) == sup.pid
+        assert supervisor_ancestor(sup.pid) is None  # the test process is no supervisor
+        assert supervisor_ancestor(os.getpid()) is None
+    finally:
+        sup.kill()
+        sup.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, signal.SIGKILL)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert supervisor_ancestor(gone.pid) == UNSETTLED
+
+
+async def test_s_sec_2_a_library_supervisor_bears_the_marker_while_open() -> None:
+    """S-SEC-2: the library's Supervisor names its process subvisor-sup while it is open,
+    so what it starts can be told apart; closed, the process has its own name back."""
+    own = _comm()
+    assert own != SUPERVISOR_PROCESS_NAME
+    async with Supervisor(SupervisorConfig(spawn_mode="exec")):
+        assert _comm() == SUPERVISOR_PROCESS_NAME
+    assert _comm() == own
+
+
+def _comm() -> str:
+    with open("/proc/self/comm") as f:
+        return f.read().strip()

@@ -370,3 +370,103 @@ def test_s_sec_2_a_connection_whose_connecting_process_has_exited_is_refused() -
             conn, _ = listener.accept()
             with conn:
                 assert refusal(conn, peer_credentials(conn)) is None
+
+
+#: A stdio MCP server a session lends its agents: its one tool asks the control channel
+#: named in the file argv[1] for the task list, and says what came back.
+ASKER = r"""
+import json, socket, sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("asker")
+
+
+@server.tool()
+def ask() -> str:
+    '''Ask the control channel in the file named on the command line for its tasks.'''
+    address = Path(sys.argv[1]).read_text()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(30)
+        conn.connect("\0" + address[1:] if address.startswith("@") else address)
+        conn.sendall(json.dumps({"op": "tasks"}).encode() + b"\n")
+        return "reply " + conn.makefile("rb").readline().decode().strip()
+
+
+server.run("stdio")
+"""
+
+
+def test_s_sec_2_another_sessions_mcp_server_is_refused(tmp_path: Path) -> None:
+    """S-SEC-2 across sessions: session A's subagent has a stdio MCP server A lends it (outside
+    every worker tree, no descendant of B) ask session B's control channel for its tasks. A
+    supervisor (A, named subvisor-sup) is above that server, so B refuses it: an agent cannot
+    list, read or stop another session's agents through what its supervisor started. Control:
+    the same request from a plain process of the user's is answered."""
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    home_b, project_b = home_for(tmp_path / "b"), readme_project(tmp_path / "b")
+    home_a, project_a = home_for(tmp_path / "a"), readme_project(tmp_path / "a")
+    done, address_file, script = tmp_path / "done", tmp_path / "address", tmp_path / "asker.py"
+    script.write_text(ASKER)
+    home_a.mkdir(parents=True, exist_ok=True)
+    (home_a / "config.toml").write_text(
+        f'[permission]\n"*" = "allow"\n[mcp_servers.asker]\ncommand = "{PY}"\n'
+        f'args = ["{script}", "{address_file}"]\n'
+    )
+    run_b = _start_run(
+        home_b,
+        project_b,
+        write_scenario(
+            tmp_path / "b.yaml",
+            {
+                "root": [{"tool_calls": [agent_call("holder", "hold")]}, {"text": "held"}],
+                "holder": _waiter(done),
+            },
+        ),
+    )
+    with _running(run_b):
+        session = _wait_running(home_b, run_b, {"holder"}, known=set())
+        address_file.write_text(session.address)
+        run_a = _start_run(
+            home_a,
+            project_a,
+            write_scenario(
+                tmp_path / "a.yaml",
+                {
+                    "root": [
+                        {"tool_calls": [agent_call("asker", "ask", subagent_type="Explore")]},
+                        {"text": "root: {{tool_result}}"},
+                    ],
+                    "asker": [
+                        {"tool_calls": [{"name": "mcp__asker__ask", "input": {}}]},
+                        {"text": "asker: {{tool_result}}"},
+                    ],
+                },
+            ),
+        )
+        with _running(run_a):
+            answer = _finish(run_a)["answer"]
+        plain = _ask_plainly(session.address)
+        done.touch()
+        assert _finish(run_b)["tasks"][0]["status"] == "completed"
+    assert 'reply {"ok":false' in answer and '"code":"refused"' in answer, answer
+    assert "started by subvisor supervisor" in answer, answer
+    assert plain["ok"] is True and [t["description"] for t in plain["tasks"]] == ["holder"]
+
+
+def _ask_plainly(address: str) -> dict[str, Any]:
+    """The asker's request, from a plain child of the test process (no supervisor above)."""
+    client = (
+        "import json, socket, sys\n"
+        "conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "a = sys.argv[1]\n"
+        "conn.connect('\\0' + a[1:] if a.startswith('@') else a)\n"
+        "conn.sendall(json.dumps({'op': 'tasks'}).encode() + b'\\n')\n"
+        "print(conn.makefile('rb').readline().decode())\n"
+    )
+    done = subprocess.run([PY, "-c", client, address], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    reply: dict[str, Any] = json.loads(done.stdout)
+    return reply

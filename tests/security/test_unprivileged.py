@@ -17,6 +17,7 @@ import random
 import pytest
 import yaml
 
+from protocol import SUPERVISOR_PROCESS_NAME
 from tests.security.test_cap_evasion import remove_shm, shm_attack, shm_keys
 from tests.security.test_keys import ancestors
 from tests.support.delegation import agent_call
@@ -181,6 +182,6 @@ def test_s_sec_2_as_a_user_the_supervisors_scheduling_is_out_of_reach(
         "workspace-write",
         "deny",
     )
-    assert "supervisor python" in answer, answer
+    assert f"supervisor {SUPERVISOR_PROCESS_NAME}" in answer, answer
     assert "DONE" not in answer, answer
     assert answer.count("refused") == 4, answer
