@@ -147,3 +147,19 @@ async def sup() -> AsyncIterator[Supervisor]:
     config = SupervisorConfig(sample_interval_s=0.05, kill_grace_s=1.0)
     async with Supervisor(config) as supervisor:
         yield supervisor
+
+
+@pytest.fixture(autouse=True)
+def _no_supervisor_mark_left() -> Iterator[None]:
+    """A test leaves this process unnamed ``subvisor-sup`` (S-SEC-2): while it bears the
+    name, every process it starts is refused by every control channel and ``mcp --http``,
+    so a supervisor left open would fail later tests elsewhere, not this one."""
+    from supervisor.kernel import _supervisor_mark
+
+    yield
+    left = _supervisor_mark._marks
+    while _supervisor_mark._marks:
+        _supervisor_mark.unmark_supervisor()
+    assert left == 0, (
+        f"this test left {left} supervisor mark(s): a Supervisor or Subvisor not closed"
+    )

@@ -155,18 +155,18 @@ class Supervisor:
         # What we start outside a worker tree acts for a model (S-SEC-2): it is marked by us.
         mark_supervisor()
         self._marked = True
-        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
-        env = worker_environment(self.tree_id)
-        self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
-        zygote = self._zygote_spawner(env, self._nursery)
-        self._spawners["zygote"] = zygote
-        self._nursery.start_soon(self._watch)
-        if self.config.spawn_mode == "zygote":
-            try:
+        try:
+            self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+            env = worker_environment(self.tree_id)
+            self._spawners["exec"] = ExecSpawner(env, self._nursery, nice=self.config.worker_nice)
+            zygote = self._zygote_spawner(env, self._nursery)
+            self._spawners["zygote"] = zygote
+            self._nursery.start_soon(self._watch)
+            if self.config.spawn_mode == "zygote":
                 await zygote.start()
-            except BaseException:
-                await self.aclose()
-                raise
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     def _zygote_spawner(
@@ -212,6 +212,16 @@ class Supervisor:
         if self._closed:
             return
         self._closed = True
+        try:
+            await self._close()
+        finally:
+            # Also when a cancellation cut the close short: a name left would
+            # make everything this process starts later count as ours.
+            if self._marked:
+                self._marked = False
+                unmark_supervisor()
+
+    async def _close(self) -> None:
         with trio.CancelScope(shield=True):
             # A zygote worker is reaped by its zygote. One that cannot answer
             # (stopped, wedged) would leave these waits hanging; closing the
@@ -233,9 +243,6 @@ class Supervisor:
             await trio.to_thread.run_sync(self._temp_dirs.close)
             await trio.to_thread.run_sync(self._remove_vcs_placeholders)
         self._sweeps.close()
-        if self._marked:
-            self._marked = False
-            unmark_supervisor()
 
     def _remove_vcs_placeholders(self) -> None:
         """Remove each placeholder ``.git`` still empty, now that no worker's namespace binds it.
