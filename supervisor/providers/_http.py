@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -39,9 +40,12 @@ from ._transport import BODY_EXTENSION, FeedableBody
 
 __all__ = [
     "MALFORMED_ERRORS",
+    "MAX_ANSWER_BYTES",
+    "MAX_ERROR_BODY_BYTES",
     "CallOrigin",
     "StreamAssembler",
     "complete_once",
+    "decoded_reads",
     "error_from_status",
     "malformed_as_response_error",
     "malformed_response",
@@ -49,10 +53,20 @@ __all__ = [
     "parse_retry_after",
     "post_json",
     "provider_message_from_body",
+    "read_body",
     "stream_sse_answer",
 ]
 
 _MAX_MESSAGE_CHARS = 500
+#: The most of a 2xx body read, after decoding: a protocol frame's limit
+#: (``FrameLimits.max_frame_size``), which a bigger answer could not pass anyway.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+#: The most of an error status's body read, after decoding; the rest is left unread.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+#: The most one step of decoding a compressed body makes at once.
+_DECODED_PIECE = 64 * 1024
+#: Content codings read (with a bounded output per step); any other is refused.
+_INFLATED = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
 #: How long what follows a stream's last word is read, so its connection can be reused.
 _DRAIN_S = 1.0
 # A JSON escape of a surrogate: only where one occurs can a lone one be decoded.
@@ -234,15 +248,18 @@ async def post_json(
     Error statuses and transport failures (also those while the caller reads
     the body) are raised as ``ModelProviderError`` subclasses.
     """
+    # No compressed answers: what a provider sends is read as it comes, and a
+    # proxy that compresses anyway is read with a bound (``read_body``).
+    sent = {"accept-encoding": "identity", **headers}
     try:
         async with client.stream(
-            "POST", origin.url, json=body, headers=dict(headers), timeout=timeouts
+            "POST", origin.url, json=body, headers=sent, timeout=timeouts
         ) as response:
             if response.status_code >= 400:
-                await response.aread()
+                error_body = await read_body(response, origin, MAX_ERROR_BODY_BYTES, truncate=True)
                 raise error_from_status(
                     response.status_code,
-                    provider_message_from_body(response.content),
+                    provider_message_from_body(error_body),
                     origin,
                     retry_after=parse_retry_after(response.headers),
                 )
@@ -282,7 +299,7 @@ async def complete_once(
 ) -> AsyncIterator[ModelEvent]:
     """A non-streaming call: one JSON answer, parsed by ``parse``, as the stream's events."""
     async with post_json(client, origin, body, headers=headers, timeouts=timeouts) as response:
-        raw = (await response.aread()).decode("utf-8", errors="replace")
+        raw = (await read_body(response, origin, MAX_ANSWER_BYTES)).decode("utf-8", "replace")
     document = parse_json_object(raw, "the response", origin)
     with malformed_as_response_error(origin, "the response"):
         result = parse(document, origin)
@@ -338,9 +355,11 @@ async def stream_sse_answer(
     decoder = SseDecoder()
     async with (
         post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
-        aclosing(_body_reads(response)) as reads,
+        aclosing(decoded_reads(response, origin)) as reads,
     ):
-        feedable = response.extensions.get(BODY_EXTENSION) if on_text is not None else None
+        # A fed body is its raw payload: only one sent as it is can be fed.
+        fed = on_text is not None and _content_codings(response) == []
+        feedable = response.extensions.get(BODY_EXTENSION) if fed else None
         if feedable is not None:
             assert on_text is not None
 
@@ -384,11 +403,127 @@ async def stream_sse_answer(
     yield result
 
 
-def _body_reads(response: httpx.Response) -> AsyncGenerator[bytes, None]:
-    # Without a content coding the raw reads are the body: skip httpx's decoder layer.
-    coding = response.headers.get("content-encoding", "identity").strip().lower()
-    reads = response.aiter_raw() if coding == "identity" else response.aiter_bytes()
-    return cast(AsyncGenerator[bytes, None], reads)  # both are async generators
+def _content_codings(response: httpx.Response) -> list[str]:
+    """The body's content codings, in the order they were applied; [] for none."""
+    header = response.headers.get("content-encoding")
+    if header is None:
+        return []
+    codings = [c.strip().lower() for c in header.split(",")]
+    return [c for c in codings if c and c != "identity"]
+
+
+def decoded_reads(response: httpx.Response, origin: CallOrigin) -> AsyncGenerator[bytes, None]:
+    """The body's decoded bytes, a network read at a time.
+
+    A compressed body (gzip, deflate, or a chain of them) is decoded at most
+    ``_DECODED_PIECE`` bytes a step, so a reader that stops at a limit never
+    holds more than that of what a small read unpacks to; any other coding
+    (br, zstd) is refused with a ``ModelResponseError``, since its decoder
+    would unpack a whole read at once. Without a coding the raw reads are the
+    body, with no layer of decoding in between.
+    """
+    if response.is_stream_consumed:
+        # An in-memory response (``httpx.MockTransport``'s), read and decoded already.
+        return _once(response.content)
+    codings = _content_codings(response)
+    if not codings:
+        return cast(AsyncGenerator[bytes, None], response.aiter_raw())
+    return _inflated_reads(response, codings, origin)
+
+
+async def _once(data: bytes) -> AsyncGenerator[bytes, None]:
+    yield data
+
+
+async def _inflated_reads(
+    response: httpx.Response, codings: list[str], origin: CallOrigin
+) -> AsyncGenerator[bytes, None]:
+    unknown = [c for c in codings if c not in _INFLATED]
+    if unknown:
+        raise ModelResponseError(
+            f"{origin.label}: the answer from {origin.url} has Content-Encoding "
+            f"{', '.join(codings)!r}, which subvisor does not decode (it asks for identity; "
+            "check what compresses it on the way)",
+            provider=origin.provider,
+            model=origin.model,
+        )
+    # Codings are listed in the order they were applied: undo the last first.
+    inflaters = [_Inflater(coding) for coding in reversed(codings)]
+    try:
+        async for raw in response.aiter_raw():
+            for piece in _through(inflaters, raw):
+                yield piece
+    except zlib.error as exc:
+        raise ModelResponseError(
+            f"{origin.label}: the answer from {origin.url} is not valid "
+            f"{', '.join(codings)} (Content-Encoding): {exc}",
+            provider=origin.provider,
+            model=origin.model,
+        ) from exc
+
+
+def _through(inflaters: list[_Inflater], data: bytes) -> Iterator[bytes]:
+    """``data`` decoded by each of ``inflaters`` in turn, lazily, a bounded piece at a time."""
+    if not inflaters:
+        yield data
+        return
+    for piece in inflaters[0].decode(data):
+        yield from _through(inflaters[1:], piece)
+
+
+class _Inflater:
+    """One gzip or deflate layer whose output comes in pieces of at most ``_DECODED_PIECE``."""
+
+    def __init__(self, coding: str) -> None:
+        self._deflate = coding == "deflate"
+        self._zlib = zlib.decompressobj(_INFLATED[coding])
+        self._started = False
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            try:
+                piece = self._zlib.decompress(data, _DECODED_PIECE)
+            except zlib.error:
+                if not (self._deflate and not self._started):
+                    raise
+                # "deflate" is often sent without its zlib header (as httpx allows too).
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                self._deflate = False
+                continue
+            self._started = True
+            data = self._zlib.unconsumed_tail
+            if piece:
+                yield piece
+            if not data and len(piece) < _DECODED_PIECE:
+                return
+
+
+async def read_body(
+    response: httpx.Response, origin: CallOrigin, limit: int, *, truncate: bool = False
+) -> bytes:
+    """The decoded body, read up to ``limit`` bytes.
+
+    Past it, with ``truncate`` the first ``limit`` bytes are the body (the
+    rest is not read); without, it is a ``ModelResponseError`` (not retried).
+    """
+    parts: list[bytes] = []
+    size = 0
+    async with aclosing(decoded_reads(response, origin)) as reads:
+        async for data in reads:
+            if size + len(data) > limit:
+                if truncate:
+                    parts.append(data[: limit - size])
+                    break
+                raise ModelResponseError(
+                    f"{origin.label}: the provider's answer is over {limit // (1024 * 1024)} MiB "
+                    f"after decoding, more than any answer can be (check the URL {origin.url}; "
+                    "not retried)",
+                    provider=origin.provider,
+                    model=origin.model,
+                )
+            parts.append(data)
+            size += len(data)
+    return b"".join(parts)
 
 
 def _fold(events: list[SseEvent], assembler: StreamAssembler, origin: CallOrigin) -> str:

@@ -1,0 +1,160 @@
+"""What a hostile or broken provider sends is read with bounds (S-SEC-8, S-SEC-1).
+
+Each test plays the provider on a real local HTTP server and asserts the
+property itself: memory held (tracemalloc's peak, which counts the server's
+thread too), the error's one line, what reached the caller.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import tracemalloc
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from protocol._chat import ChatMessage, ModelRequest
+from supervisor.providers import (
+    GatewayConfig,
+    ModelGateway,
+    ModelResponseError,
+    ModelServerError,
+)
+from tests.support.provider_server import CannedResponse, ProviderServer, sse_bytes
+
+HELLO = (ChatMessage(role="user", content="hi"),)
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with ProviderServer() as running:
+        yield running
+
+
+def gateway_for(server: ProviderServer, **openai: Any) -> ModelGateway:
+    config = GatewayConfig.model_validate(
+        {
+            "max_retries": 0,
+            "providers": {"openai": {"base_url": server.base_url + "/v1", **openai}},
+        }
+    )
+    return ModelGateway(config, env={}, rng=random.Random(7))
+
+
+def gzip_of(prefix: bytes, filler: bytes, size: int, suffix: bytes = b"") -> bytes:
+    """gzip of ``prefix``, ``filler`` repeated to ``size`` bytes, then ``suffix``."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = filler * (MIB // len(filler))
+    parts = [packer.compress(prefix)]
+    parts += [packer.compress(block) for _ in range(size // MIB)]
+    return b"".join([*parts, packer.compress(suffix), packer.flush()])
+
+
+async def call_measured(gateway: ModelGateway, request: ModelRequest) -> tuple[Any, int]:
+    """The call's result or error, and the most memory Python held meanwhile."""
+    tracemalloc.start()
+    try:
+        async with gateway:
+            try:
+                outcome: Any = await gateway.call(request)
+            except Exception as exc:
+                outcome = exc
+        return outcome, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+async def test_s_sec_8_gzip_bomb_answer_fails_at_8_mib_holding_little(
+    server: ProviderServer,
+) -> None:
+    """A 64 MiB answer sent as 64 KiB of gzip: one line, memory stays far under 64 MiB."""
+    bomb = gzip_of(b'{"choices":[{"message":{"content":"', b"a", 64 * MIB, b'"}}]}')
+    assert len(bomb) < MIB
+    server.enqueue(
+        CannedResponse(
+            body=bomb, headers={"content-type": "application/json", "content-encoding": "gzip"}
+        )
+    )
+    outcome, peak = await call_measured(
+        gateway_for(server, streaming=False), ModelRequest(model="openai:m", messages=HELLO)
+    )
+    assert isinstance(outcome, ModelResponseError)
+    assert "the provider's answer is over 8 MiB after decoding" in str(outcome)
+    assert "\n" not in str(outcome)
+    assert peak < 24 * MIB, peak
+    # The gateway asks for no compression; the bound holds when it comes anyway.
+    assert server.requests[0].headers["accept-encoding"] == "identity"
+
+
+async def test_s_sec_8_gzip_bomb_error_body_is_cut_at_64_kib(server: ProviderServer) -> None:
+    """A 500 whose gzip body unpacks to 64 MiB: its message is read from the first 64 KiB."""
+    bomb = gzip_of(b'{"error": {"message": "overloaded', b" ", 64 * MIB, b'"}}')
+    server.enqueue(
+        CannedResponse(
+            status=500,
+            body=bomb,
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+    )
+    outcome, peak = await call_measured(
+        gateway_for(server, streaming=False), ModelRequest(model="openai:m", messages=HELLO)
+    )
+    assert isinstance(outcome, ModelServerError)
+    assert "HTTP 500" in str(outcome) and "\n" not in str(outcome)
+    assert outcome.provider_message.startswith('{"error": {"message": "overloaded')
+    assert peak < 24 * MIB, peak
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate", "gzip, deflate"])
+async def test_s_sec_8_a_compressed_answer_is_read_whole(
+    server: ProviderServer, streaming: bool, coding: str
+) -> None:
+    """A compressing proxy's answer (gzip, deflate with or without its header, a chain) is read,
+    streamed (the gateway's fed reads too) or not."""
+    if streaming:
+        chunk = {"choices": [{"index": 0, "delta": {"content": "hello"}, "finish_reason": "stop"}]}
+        plain = sse_bytes(None, chunk) + sse_bytes(None, "[DONE]")
+        kind = "text/event-stream"
+    else:
+        plain = json.dumps(
+            {"choices": [{"message": {"content": "hello"}, "finish_reason": "stop"}]}
+        ).encode()
+        kind = "application/json"
+    body = plain
+    for step in coding.split(", "):
+        if step == "gzip":
+            body = gzip.compress(body)
+        elif step == "deflate":
+            body = zlib.compress(body)
+        else:
+            packer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+            body = packer.compress(body) + packer.flush()
+    encoding = "deflate" if coding == "raw-deflate" else coding
+    server.enqueue(
+        CannedResponse(body=body, headers={"content-type": kind, "content-encoding": encoding})
+    )
+    async with gateway_for(server, streaming=streaming) as gateway:
+        result = await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    assert result.text == "hello"
+
+
+async def test_s_sec_8_a_coding_read_unbounded_is_refused(server: ProviderServer) -> None:
+    """br (or zstd) would be unpacked a whole read at once: refused in one line saying why."""
+    server.enqueue(
+        CannedResponse(
+            body=b"\x8b\x00\x80hello\x03",
+            headers={"content-type": "application/json", "content-encoding": "br"},
+        )
+    )
+    async with gateway_for(server, streaming=False) as gateway:
+        with pytest.raises(ModelResponseError) as caught:
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    message = str(caught.value)
+    assert "Content-Encoding 'br', which subvisor does not decode" in message
+    assert "\n" not in message
