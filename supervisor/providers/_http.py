@@ -35,7 +35,7 @@ from ._errors import (
     ModelResponseError,
     ModelServerError,
 )
-from ._sse import SseDecoder, SseEvent
+from ._sse import SseDecoder, SseEvent, SseTooLargeError
 from ._transport import BODY_EXTENSION, FeedableBody
 
 __all__ = [
@@ -353,44 +353,52 @@ async def stream_sse_answer(
     ``ModelConnectionError`` that says what was missing.
     """
     decoder = SseDecoder()
-    async with (
-        post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
-        aclosing(decoded_reads(response, origin)) as reads,
-    ):
-        # A fed body is its raw payload: only one sent as it is can be fed.
-        fed = on_text is not None and _content_codings(response) == []
-        feedable = response.extensions.get(BODY_EXTENSION) if fed else None
-        if feedable is not None:
-            assert on_text is not None
+    try:
+        async with (
+            post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
+            aclosing(decoded_reads(response, origin)) as reads,
+        ):
+            # A fed body is its raw payload: only one sent as it is can be fed.
+            fed = on_text is not None and _content_codings(response) == []
+            feedable = response.extensions.get(BODY_EXTENSION) if fed else None
+            if feedable is not None:
+                assert on_text is not None
 
-            def sink(payload: bytes) -> bool:
-                text = _fold(decoder.feed(payload), assembler, origin)
-                if text:
-                    on_text(text)
-                return assembler.finished
-
-            await cast(FeedableBody, feedable).feed(sink)
-        else:
-            async for data in reads:
-                text = _fold(decoder.feed(data), assembler, origin)
-                if text:
-                    if on_text is not None:
+                def sink(payload: bytes) -> bool:
+                    text = _fold(decoder.feed(payload), assembler, origin)
+                    if text:
                         on_text(text)
-                    else:
-                        yield ModelStreamDelta(text=text)
-                if assembler.finished:
-                    break
-        if assembler.finished:
-            with trio.move_on_after(_DRAIN_S):
-                async for _ in reads:
-                    pass
-        else:
-            last = decoder.end()
-            text = _fold([last] if last is not None else [], assembler, origin)
-            if text and on_text is not None:
-                on_text(text)
-            elif text:
-                yield ModelStreamDelta(text=text)
+                    return assembler.finished
+
+                await cast(FeedableBody, feedable).feed(sink)
+            else:
+                async for data in reads:
+                    text = _fold(decoder.feed(data), assembler, origin)
+                    if text:
+                        if on_text is not None:
+                            on_text(text)
+                        else:
+                            yield ModelStreamDelta(text=text)
+                    if assembler.finished:
+                        break
+            if assembler.finished:
+                with trio.move_on_after(_DRAIN_S):
+                    async for _ in reads:
+                        pass
+            else:
+                last = decoder.end()
+                text = _fold([last] if last is not None else [], assembler, origin)
+                if text and on_text is not None:
+                    on_text(text)
+                elif text:
+                    yield ModelStreamDelta(text=text)
+    except SseTooLargeError as exc:
+        raise ModelResponseError(
+            f"{origin.label}: the stream from {origin.url} has {exc}, more than any answer "
+            "can hold (check the URL; not retried)",
+            provider=origin.provider,
+            model=origin.model,
+        ) from exc
     missing = assembler.unfinished
     if missing is not None:
         raise ModelConnectionError(

@@ -7,14 +7,24 @@ lines with one ``bytes.split``; any other read is split into lines, and
 only an incomplete last line waits for the next read. Either way an event
 costs a few slices and no Python call per line.
 Lines end at CRLF, LF or CR, as the SSE format says; a CR at the end of a
-read is held back, since its LF may start the next one.
+read is held back, since its LF may start the next one. A line longer than
+a read is kept as its reads, each scanned once for a line end, and joined
+when it ends: linear however it is cut. A line or an event over
+``MAX_EVENT_BYTES`` raises ``SseTooLargeError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SseDecoder", "SseEvent"]
+__all__ = ["MAX_EVENT_BYTES", "SseDecoder", "SseEvent", "SseTooLargeError"]
+
+#: The most an unfinished line, or an event's data, may hold: a protocol frame's limit.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+
+
+class SseTooLargeError(Exception):
+    """A line or an event of the stream is over ``MAX_EVENT_BYTES``."""
 
 
 @dataclass(slots=True)
@@ -34,12 +44,34 @@ class SseDecoder:
 
     def __init__(self) -> None:
         self._tail = b""
+        # An unfinished line longer than a read: its reads, and their size.
+        self._line: list[bytes] = []
+        self._line_size = 0
         self._event = b""
         self._data: list[bytes] = []
+        self._data_size = 0
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """Take the next bytes of the stream; return the events they complete."""
-        buffer = self._tail + data if self._tail else data
+        if self._tail or self._line:
+            if b"\n" not in data and b"\r" not in data and not self._tail.endswith(b"\r"):
+                # The unfinished line goes on: keep the read, scan nothing twice.
+                if self._tail:
+                    self._line.append(self._tail)
+                    self._line_size += len(self._tail)
+                    self._tail = b""
+                self._line.append(data)
+                self._line_size += len(data)
+                if self._line_size > MAX_EVENT_BYTES:
+                    raise SseTooLargeError("an SSE line over 8 MiB")
+                return []
+            if self._line:
+                buffer = b"".join((*self._line, self._tail, data))
+                self._line, self._line_size = [], 0
+            else:
+                buffer = self._tail + data
+        else:
+            buffer = data
         events: list[SseEvent] = []
         if not self._data and not self._event and b"\r" not in buffer:
             # The usual read: whole events of one ``data: `` line each, cut at
@@ -54,8 +86,12 @@ class SseDecoder:
                     break
                 events.append(SseEvent("message", part[6:].decode("utf-8", "replace")))
             else:
-                self._tail = tail
-                return events
+                if b"\n" not in tail:
+                    self._tail = tail
+                    return events
+                # Lines of an event not ended yet: take them in now (held, they
+                # would be scanned again with each read).
+                buffer = tail
         held = b""
         if b"\r" in buffer:
             if buffer.endswith(b"\r"):
@@ -73,6 +109,9 @@ class SseDecoder:
             elif line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
+                self._data_size += len(value)
+                if self._data_size > MAX_EVENT_BYTES:
+                    raise SseTooLargeError("an SSE event over 8 MiB")
             elif line.startswith(b"event:"):
                 value = line[6:]
                 self._event = value[1:] if value.startswith(b" ") else value
@@ -86,7 +125,8 @@ class SseDecoder:
         The SSE standard drops an event that is not followed by a blank line;
         some compatible servers omit that last blank line, so we keep it.
         """
-        tail, self._tail = self._tail.rstrip(b"\r"), b""
+        tail = b"".join((*self._line, self._tail)).rstrip(b"\r")
+        self._tail, self._line, self._line_size = b"", [], 0
         events = self.feed(tail + b"\n\n") if tail or self._data else []
         return events[0] if events else None
 
@@ -95,4 +135,5 @@ class SseDecoder:
         name = self._event.decode("utf-8", "replace") if self._event else "message"
         self._event = b""
         self._data = []
+        self._data_size = 0
         return SseEvent(event=name, data=data.decode("utf-8", "replace"))

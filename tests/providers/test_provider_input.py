@@ -24,6 +24,7 @@ from supervisor.providers import (
     ModelResponseError,
     ModelServerError,
 )
+from supervisor.providers._sse import SseDecoder, SseEvent, SseTooLargeError
 from tests.support.provider_server import CannedResponse, ProviderServer, sse_bytes
 
 HELLO = (ChatMessage(role="user", content="hi"),)
@@ -158,3 +159,44 @@ async def test_s_sec_8_a_coding_read_unbounded_is_refused(server: ProviderServer
     message = str(caught.value)
     assert "Content-Encoding 'br', which subvisor does not decode" in message
     assert "\n" not in message
+
+
+async def test_s_sec_8_an_sse_line_without_end_fails_at_8_mib(server: ProviderServer) -> None:
+    """A data line sent 1 KiB at a time and never ended: one line at 8 MiB, memory bounded."""
+    start = b'data: {"choices":[{"index":0,"delta":{"content":"'
+    server.enqueue(
+        CannedResponse(
+            headers={"content-type": "text/event-stream"},
+            chunks=(start, *([b"a" * 1024] * (9 * 1024))),
+        )
+    )
+    outcome, peak = await call_measured(
+        gateway_for(server), ModelRequest(model="openai:m", messages=HELLO)
+    )
+    assert isinstance(outcome, ModelResponseError), outcome
+    assert "has an SSE line over 8 MiB" in str(outcome) and "not retried" in str(outcome)
+    assert "\n" not in str(outcome)
+    assert peak < 40 * MIB, peak
+
+
+def test_s_sec_8_sse_decoder_joins_a_long_line_once_and_caps_lines_and_events() -> None:
+    """A 4 MiB line cut in 1 KiB reads is one event; a line or an event over 8 MiB raises."""
+    decoder = SseDecoder()
+    assert decoder.feed(b"data: ") == []
+    for _ in range(4 * 1024):
+        assert decoder.feed(b"b" * 1024) == []
+    assert decoder.feed(b"\r") == []
+    [event] = decoder.feed(b"\n\ndata: next")
+    assert event.data == "b" * (4 * MIB)
+    assert decoder.end() == SseEvent("message", "next")
+
+    long_line = SseDecoder()
+    long_line.feed(b"data: ")
+    with pytest.raises(SseTooLargeError, match="an SSE line over 8 MiB"):
+        for _ in range(9):
+            long_line.feed(b"c" * MIB)
+
+    many_lines = SseDecoder()
+    with pytest.raises(SseTooLargeError, match="an SSE event over 8 MiB"):
+        for _ in range(9):
+            many_lines.feed(b"data: " + b"d" * MIB + b"\n")
