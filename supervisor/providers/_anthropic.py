@@ -22,6 +22,7 @@ from ._http import (
     malformed_response,
     parse_json_object,
     stream_sse_answer,
+    token_count,
 )
 from ._sse import SseEvent
 
@@ -224,7 +225,7 @@ class _StreamState:
         if kind == "message_start":
             message = data.get("message") or {}
             self.model = str(message.get("model") or self.model)
-            self.usage = _usage(message.get("usage") or {}, self.usage)
+            self.usage = _usage(message.get("usage") or {}, self.usage, origin)
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
             self.blocks[_index(data, origin)] = _Block(
@@ -241,7 +242,7 @@ class _StreamState:
             if delta.get("stop_reason"):
                 self.stop_reason = str(delta["stop_reason"])
             # message_delta usage is cumulative, and may repeat input counts.
-            self.usage = _usage(data.get("usage") or {}, self.usage)
+            self.usage = _usage(data.get("usage") or {}, self.usage, origin)
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
@@ -315,7 +316,7 @@ def _result_from_message(document: dict[str, Any], origin: CallOrigin) -> ModelR
         text=text,
         tool_calls=calls,
         stop_reason=str(document.get("stop_reason") or "end_turn"),
-        usage=_usage(document.get("usage") or {}, Usage()),
+        usage=_usage(document.get("usage") or {}, Usage(), origin),
         model=str(document.get("model") or origin.model),
     )
 
@@ -331,10 +332,10 @@ def _index(data: dict[str, Any], origin: CallOrigin) -> int:
     return index
 
 
-def _usage(usage: dict[str, Any], previous: Usage) -> Usage:
+def _usage(usage: dict[str, Any], previous: Usage, origin: CallOrigin) -> Usage:
     def count(key: str, before: int) -> int:
         value = usage.get(key)
-        return int(value) if isinstance(value, int) else before
+        return before if value is None else token_count(value, key, origin)
 
     return Usage(
         input_tokens=count("input_tokens", previous.input_tokens),

@@ -42,6 +42,7 @@ __all__ = [
     "MALFORMED_ERRORS",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_BODY_BYTES",
+    "MAX_TOKENS",
     "CallOrigin",
     "StreamAssembler",
     "complete_once",
@@ -55,6 +56,7 @@ __all__ = [
     "provider_message_from_body",
     "read_body",
     "stream_sse_answer",
+    "token_count",
 ]
 
 _MAX_MESSAGE_CHARS = 500
@@ -213,7 +215,27 @@ def parse_json_object(text: str, what: str, origin: CallOrigin) -> dict[str, Any
 
 
 #: What reading a document of an unexpected shape raises.
-MALFORMED_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+MALFORMED_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError)
+#: Token counts are below this: exact as a JSON number anywhere, and far past any real count.
+MAX_TOKENS = 2**53
+
+
+def token_count(value: Any, field: str, origin: CallOrigin) -> int:
+    """A usage field's count: an integer (or a float with none after the point) in 0..2**53.
+
+    Anything else is a ``ModelResponseError`` naming ``field``: a count that
+    is negative, huge or not a number would corrupt every total it joins.
+    """
+    if isinstance(value, float) and value.is_integer() and 0 <= value < MAX_TOKENS:
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKENS:
+        return value
+    raise ModelResponseError(
+        f"{origin.label}: usage field {field!r} is {_shorten(repr(value))}, not a token count "
+        f"(an integer from 0 to 2**53)",
+        provider=origin.provider,
+        model=origin.model,
+    )
 
 
 def malformed_response(origin: CallOrigin, what: str, exc: Exception) -> ModelResponseError:

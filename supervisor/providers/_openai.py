@@ -22,6 +22,7 @@ from ._http import (
     malformed_response,
     parse_json_object,
     stream_sse_answer,
+    token_count,
 )
 from ._sse import SseEvent
 
@@ -234,7 +235,7 @@ class _StreamState:
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
-            self.usage = _usage(chunk["usage"])
+            self.usage = _usage(chunk["usage"], origin)
         text = ""
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -306,7 +307,7 @@ def _result_from_completion(document: dict[str, Any], origin: CallOrigin) -> Mod
         text=message.get("content") or "",
         tool_calls=calls,
         stop_reason=_stop_reason(choice.get("finish_reason"), calls),
-        usage=_usage(usage) if isinstance(usage, dict) else Usage(),
+        usage=_usage(usage, origin) if isinstance(usage, dict) else Usage(),
         model=str(document.get("model") or origin.model),
     )
 
@@ -332,14 +333,18 @@ def _stop_reason(finish_reason: str | None, calls: tuple[ToolCall, ...]) -> str:
     return _STOP_REASONS.get(finish_reason, finish_reason)
 
 
-def _usage(usage: dict[str, Any]) -> Usage:
+def _usage(usage: dict[str, Any], origin: CallOrigin) -> Usage:
     # OpenAI counts cached prompt tokens inside prompt_tokens; we report them
     # apart (as Anthropic does) so input + cache_read is the whole prompt.
-    prompt = int(usage.get("prompt_tokens") or 0)
+    def count(document: dict[str, Any], key: str) -> int:
+        value = document.get(key)
+        return 0 if value is None else token_count(value, key, origin)
+
+    prompt = count(usage, "prompt_tokens")
     details = usage.get("prompt_tokens_details")
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    cached = count(details, "cached_tokens") if isinstance(details, dict) else 0
     return Usage(
         input_tokens=max(0, prompt - cached),
-        output_tokens=int(usage.get("completion_tokens") or 0),
+        output_tokens=count(usage, "completion_tokens"),
         cache_read_tokens=cached,
     )

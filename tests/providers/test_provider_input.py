@@ -200,3 +200,87 @@ def test_s_sec_8_sse_decoder_joins_a_long_line_once_and_caps_lines_and_events() 
     with pytest.raises(SseTooLargeError, match="an SSE event over 8 MiB"):
         for _ in range(9):
             many_lines.feed(b"data: " + b"d" * MIB + b"\n")
+
+
+def usage_answer(provider: str, streaming: bool, field: str, value: str) -> CannedResponse:
+    """An answer whose usage ``field`` is the JSON text ``value``."""
+    usage = {field: "VALUE"}
+    text = {"type": "text", "text": "hi"}
+    if provider == "anthropic":
+        events: list[tuple[str | None, Any]] = [
+            ("message_start", {"type": "message_start", "message": {"model": "m", "usage": usage}}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": text},
+            ),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        document: Any = {"model": "m", "content": [text], "stop_reason": "end_turn", "usage": usage}
+    else:
+        chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+        events = [(None, chunk), (None, {"choices": [], "usage": usage}), (None, "[DONE]")]
+        choice = {"message": {"content": "hi"}, "finish_reason": "stop"}
+        document = {"choices": [choice], "usage": usage}
+
+    def with_value(data: Any) -> Any:
+        return data if isinstance(data, str) else json.dumps(data).replace('"VALUE"', value)
+
+    if streaming:
+        return CannedResponse.sse([(name, with_value(data)) for name, data in events])
+    body = with_value(document).encode()
+    return CannedResponse(body=body, headers={"content-type": "application/json"})
+
+
+def usage_gateway(server: ProviderServer, provider: str, streaming: bool) -> ModelGateway:
+    base = server.base_url + ("/v1" if provider == "openai" else "")
+    config = GatewayConfig.model_validate(
+        {"max_retries": 0, "providers": {provider: {"base_url": base, "streaming": streaming}}}
+    )
+    return ModelGateway(config, env={}, rng=random.Random(7))
+
+
+ANSWERS = [("openai", True), ("openai", False), ("anthropic", True), ("anthropic", False)]
+
+
+@pytest.mark.parametrize(("provider", "streaming"), ANSWERS)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1e400",
+        "Infinity",
+        "NaN",
+        "-5",
+        "100000000000000000000000000000",
+        "9007199254740992",
+        "1.5",
+        "true",
+        '"12"',
+    ],
+)
+async def test_s_sec_8_a_token_count_that_is_no_count_is_a_response_error(
+    server: ProviderServer, provider: str, streaming: bool, value: str
+) -> None:
+    """Huge, infinite, negative or non-integer usage: one line naming the field, no total moves."""
+    field = "completion_tokens" if provider == "openai" else "output_tokens"
+    server.enqueue(usage_answer(provider, streaming, field, value))
+    async with usage_gateway(server, provider, streaming) as gateway:
+        with pytest.raises(ModelResponseError) as caught:
+            await gateway.call(ModelRequest(model=f"{provider}:m", messages=HELLO))
+    message = str(caught.value)
+    assert f"usage field '{field}' is " in message and "not a token count" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("provider", "streaming"), ANSWERS)
+async def test_s_sec_8_token_counts_up_to_2_53_are_taken(
+    server: ProviderServer, provider: str, streaming: bool
+) -> None:
+    """The control: an integer count (or one written as 7.0) is the usage."""
+    field = "completion_tokens" if provider == "openai" else "output_tokens"
+    server.enqueue(usage_answer(provider, streaming, field, "9007199254740991"))
+    server.enqueue(usage_answer(provider, streaming, field, "7.0"))
+    async with usage_gateway(server, provider, streaming) as gateway:
+        request = ModelRequest(model=f"{provider}:m", messages=HELLO)
+        assert (await gateway.call(request)).usage.output_tokens == 2**53 - 1
+        assert (await gateway.call(request)).usage.output_tokens == 7
