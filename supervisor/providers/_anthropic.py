@@ -93,6 +93,7 @@ class AnthropicProvider:
             url=self._url,
             key_hint=self._key_hint,
             has_key=self._api_key is not None,
+            key=self._api_key,
         )
         body = anthropic_request_body(request, model, stream=self._streaming)
         if self._streaming:

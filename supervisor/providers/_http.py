@@ -15,7 +15,7 @@ import re
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, cast
@@ -25,6 +25,7 @@ import trio
 
 from protocol import ModelResult, ModelStreamDelta
 
+from ..files._printable import printable
 from ._base import ModelEvent, TextSink
 from ._errors import (
     ModelAuthError,
@@ -54,6 +55,7 @@ __all__ = [
     "parse_retry_after",
     "post_json",
     "provider_message_from_body",
+    "quoted_from_provider",
     "read_body",
     "stream_sse_answer",
     "token_count",
@@ -86,7 +88,9 @@ class CallOrigin:
 
     ``key_hint`` tells the user where a credential goes, e.g. "set
     OPENAI_API_KEY or providers.openai.api_key in the gateway config";
-    ``has_key`` says whether one was configured at all.
+    ``has_key`` says whether one was configured at all; ``key`` is that key,
+    only so that no text the provider sends back shows it
+    (``quoted_from_provider``).
     """
 
     provider: str
@@ -94,6 +98,7 @@ class CallOrigin:
     url: str
     key_hint: str
     has_key: bool
+    key: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -125,23 +130,52 @@ def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def provider_message_from_body(body: bytes) -> str:
-    """The provider's own error message in a response body, else the body's text."""
+def provider_message_from_body(body: bytes, origin: CallOrigin | None = None) -> str:
+    """The provider's own error message in a response body, else the body's text.
+
+    With ``origin`` it is ``quoted_from_provider``: no key, no control
+    characters, at most 500 characters.
+    """
     text = body.decode("utf-8", errors="replace").strip()
+    message = text
     try:
         document = _loads(text)
     except (ValueError, RecursionError):
-        return _shorten(text)
+        document = None
     # OpenAI and Anthropic: {"error": {"message": ...}}; Ollama: {"error": "..."};
     # vLLM and other FastAPI servers: {"detail": ...} or {"message": ...}.
     if isinstance(document, dict):
         error = document.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return _shorten(error["message"])
-        for candidate in (error, document.get("message"), document.get("detail")):
-            if isinstance(candidate, str):
-                return _shorten(candidate)
-    return _shorten(text)
+            message = error["message"]
+        else:
+            for candidate in (error, document.get("message"), document.get("detail")):
+                if isinstance(candidate, str):
+                    message = candidate
+                    break
+    return quoted_from_provider(message, origin) if origin is not None else _shorten(message)
+
+
+# Credentials a provider may echo: an Authorization value, an OpenAI-style or
+# Anthropic key, a key= query parameter.
+_CREDENTIAL = re.compile(
+    r"(?i)(bearer\s+|x-api-key[\"']?\s*[:=]\s*[\"']?|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"
+    r"|\bsk-[A-Za-z0-9_\-]{6,}"
+)
+
+
+def quoted_from_provider(text: str, origin: CallOrigin) -> str:
+    """``text`` a provider sent, fit for an error message, a log line or a record.
+
+    The configured key and anything shaped like a credential become ``***``,
+    control characters (escapes, newlines) are written as escapes, and it
+    is cut at 500 characters: an error goes to the terminal, the store and
+    the root's model, none of which may get the key or a terminal's escapes.
+    """
+    if origin.key:
+        text = text.replace(origin.key, "***")
+    text = _CREDENTIAL.sub(lambda match: (match.group(1) or "") + "***", text)
+    return _shorten(printable(text))
 
 
 def _loads(text: str) -> Any:
@@ -177,8 +211,10 @@ def error_from_status(
     """The typed error for an HTTP error status.
 
     ``in_stream`` marks an error event inside a 2xx stream; ``status`` is then
-    the HTTP status that event stands for.
+    the HTTP status that event stands for. ``provider_message`` is shown as
+    ``quoted_from_provider`` makes it.
     """
+    provider_message = quoted_from_provider(provider_message, origin)
     said = f": {provider_message}" if provider_message else ""
     where = "error event in the stream" if in_stream else f"HTTP {status}"
     head = f"{origin.label}: {where}{said}"
@@ -207,7 +243,7 @@ def parse_json_object(text: str, what: str, origin: CallOrigin) -> dict[str, Any
         value = None
     if not isinstance(value, dict):
         raise ModelResponseError(
-            f"{origin.label}: {what} is not a JSON object: {_shorten(text)!r}",
+            f"{origin.label}: {what} is not a JSON object: {quoted_from_provider(text, origin)!r}",
             provider=origin.provider,
             model=origin.model,
         )
@@ -231,7 +267,8 @@ def token_count(value: Any, field: str, origin: CallOrigin) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKENS:
         return value
     raise ModelResponseError(
-        f"{origin.label}: usage field {field!r} is {_shorten(repr(value))}, not a token count "
+        f"{origin.label}: usage field {field!r} is {quoted_from_provider(repr(value), origin)}, "
+        "not a token count "
         f"(an integer from 0 to 2**53)",
         provider=origin.provider,
         model=origin.model,
@@ -241,7 +278,7 @@ def token_count(value: Any, field: str, origin: CallOrigin) -> int:
 def malformed_response(origin: CallOrigin, what: str, exc: Exception) -> ModelResponseError:
     """The ``ModelResponseError`` for a document whose reading raised ``exc``."""
     return ModelResponseError(
-        f"{origin.label}: {what} has an unexpected shape: {exc}",
+        f"{origin.label}: {what} has an unexpected shape: {quoted_from_provider(str(exc), origin)}",
         provider=origin.provider,
         model=origin.model,
     )
@@ -281,7 +318,7 @@ async def post_json(
                 error_body = await read_body(response, origin, MAX_ERROR_BODY_BYTES, truncate=True)
                 raise error_from_status(
                     response.status_code,
-                    provider_message_from_body(error_body),
+                    provider_message_from_body(error_body, origin),
                     origin,
                     retry_after=parse_retry_after(response.headers),
                 )

@@ -95,6 +95,7 @@ class OpenAIProvider:
             url=self._url,
             key_hint=self._key_hint,
             has_key=self._api_key is not None,
+            key=self._api_key,
         )
         body = openai_request_body(
             request, model, stream=self._streaming, max_tokens_param=self._max_tokens_param

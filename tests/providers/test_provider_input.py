@@ -21,6 +21,7 @@ from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import (
     GatewayConfig,
     ModelGateway,
+    ModelProviderError,
     ModelResponseError,
     ModelServerError,
 )
@@ -284,3 +285,50 @@ async def test_s_sec_8_token_counts_up_to_2_53_are_taken(
         request = ModelRequest(model=f"{provider}:m", messages=HELLO)
         assert (await gateway.call(request)).usage.output_tokens == 2**53 - 1
         assert (await gateway.call(request)).usage.output_tokens == 7
+
+
+ECHOING_KEY = "k3y-not-shaped-like-any-0123456789"
+
+
+@pytest.mark.parametrize("answer", ["401", "500", "200 not json", "stream error event"])
+async def test_s_sec_1_an_error_echoing_the_key_or_escapes_shows_neither(
+    server: ProviderServer, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key (configured, or any Bearer or sk- token) is *** and escapes are escaped in the
+    error, its provider_message and the retry warning, which reach the store and the root."""
+    said = (
+        f"bad key {ECHOING_KEY}, header Authorization: Bearer {ECHOING_KEY}x, "
+        "other sk-proj-abcdef123456 \x1b]52;c;SGVsbG8=\x07\x1b[2J\nforged line"
+    )
+    document = {"error": {"message": said}}
+    if answer == "stream error event":
+        canned = CannedResponse.sse([(None, document)])
+    elif answer == "200 not json":
+        canned = CannedResponse(body=said.encode(), headers={"content-type": "text/plain"})
+    else:
+        canned = CannedResponse.json(document, status=int(answer))
+    server.enqueue(canned, canned)
+    config = GatewayConfig.model_validate(
+        {
+            "max_retries": 1,
+            "backoff_base_s": 0.0,
+            "providers": {
+                "openai": {
+                    "base_url": server.base_url + "/v1",
+                    "api_key": ECHOING_KEY,
+                    "streaming": answer == "stream error event",
+                },
+            },
+        }
+    )
+    async with ModelGateway(config, env={}, rng=random.Random(7)) as gateway:
+        with pytest.raises(ModelProviderError) as caught:
+            await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+    shown = [str(caught.value), caught.value.provider_message or ""]
+    shown += [record.getMessage() for record in caplog.records]
+    for text in shown:
+        assert "k3y-not" not in text and "sk-proj" not in text, text
+        assert "\x1b" not in text and "\x07" not in text and "\n" not in text, text
+    assert "bad key ***" in str(caught.value)
+    assert "\\x1b]52" in str(caught.value)
+    assert server.requests[0].headers["authorization"] == f"Bearer {ECHOING_KEY}"
