@@ -322,9 +322,27 @@ async def post_json(
                     origin,
                     retry_after=parse_retry_after(response.headers),
                 )
+            if response.status_code >= 300:
+                raise _redirect_error(response, origin)
             yield response
     except httpx.TransportError as exc:
         raise _connection_error(exc, origin) from exc
+
+
+def _redirect_error(response: httpx.Response, origin: CallOrigin) -> ModelBadRequestError:
+    # A redirect is never followed (``follow_redirects=False``): the key would go with it.
+    location = quoted_from_provider(response.headers.get("location", ""), origin)
+    to = f" to {location!r}" if location else ""
+    status = response.status_code
+    return ModelBadRequestError(
+        f"{origin.label}: HTTP {status} from {origin.url} redirects{to}, and redirects are "
+        f"not followed (the key would go along): set providers.{origin.provider}.base_url to "
+        "the provider's own address (not retried)",
+        provider=origin.provider,
+        model=origin.model,
+        status_code=status,
+        provider_message=location,
+    )
 
 
 def _connection_error(exc: httpx.TransportError, origin: CallOrigin) -> ModelConnectionError:

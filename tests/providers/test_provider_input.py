@@ -20,6 +20,7 @@ import pytest
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import (
     GatewayConfig,
+    ModelBadRequestError,
     ModelGateway,
     ModelProviderError,
     ModelResponseError,
@@ -332,3 +333,22 @@ async def test_s_sec_1_an_error_echoing_the_key_or_escapes_shows_neither(
     assert "bad key ***" in str(caught.value)
     assert "\\x1b]52" in str(caught.value)
     assert server.requests[0].headers["authorization"] == f"Bearer {ECHOING_KEY}"
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_s_sec_1_a_redirect_is_not_followed_and_says_where_it_pointed(
+    server: ProviderServer, status: int
+) -> None:
+    """A 3xx is one line naming the Location and the setting to change; nothing is sent there."""
+    with ProviderServer() as elsewhere:
+        server.enqueue(
+            CannedResponse(status=status, headers={"location": elsewhere.base_url + "/steal"})
+        )
+        async with gateway_for(server, streaming=False, api_key="k3y") as gateway:
+            with pytest.raises(ModelBadRequestError) as caught:
+                await gateway.call(ModelRequest(model="openai:m", messages=HELLO))
+        assert elsewhere.requests == []
+    message = str(caught.value)
+    assert f"HTTP {status}" in message and f"redirects to '{elsewhere.base_url}/steal'" in message
+    assert "redirects are not followed" in message and "providers.openai.base_url" in message
+    assert len(server.requests) == 1 and "\n" not in message
