@@ -74,6 +74,7 @@ class AnthropicProvider:
         env: Mapping[str, str] | None = None,
         streaming: bool = True,
         timeout: httpx.Timeout | None = None,
+        call_timeout_s: float | None = None,
     ) -> None:
         self._client = client
         self._name = name
@@ -82,6 +83,7 @@ class AnthropicProvider:
         self._key_hint = f"set {api_key_env} or providers.{name}.api_key in the gateway config"
         self._streaming = streaming
         self._timeout = timeout or httpx.Timeout(600.0, connect=10.0)
+        self._call_timeout_s = call_timeout_s
 
     def stream(
         self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
@@ -94,6 +96,7 @@ class AnthropicProvider:
             key_hint=self._key_hint,
             has_key=self._api_key is not None,
             key=self._api_key,
+            call_timeout_s=self._call_timeout_s,
         )
         body = anthropic_request_body(request, model, stream=self._streaming)
         if self._streaming:

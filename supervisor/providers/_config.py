@@ -21,7 +21,9 @@ class ProviderConfig(BaseModel):
     ``api_key`` wins over the environment variable ``api_key_env`` (default
     ``<NAME>_API_KEY``, e.g. ``OPENAI_API_KEY``). ``base_url`` defaults to the
     API's public endpoint. ``read_timeout_s`` bounds the wait for each piece
-    of the answer, not the whole call.
+    of the answer; ``call_timeout_s`` the whole answer, from the request on
+    (a provider that trickles bytes holds a model slot no longer), and a
+    call past it is not retried.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,6 +35,7 @@ class ProviderConfig(BaseModel):
     streaming: bool = True
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)
+    call_timeout_s: float = Field(default=1800.0, gt=0)
     max_tokens_param: MaxTokensParam | None = None
 
     def key_variable(self, name: str) -> str:

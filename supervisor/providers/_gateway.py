@@ -265,6 +265,7 @@ def _http_provider(
             streaming=config.streaming,
             timeout=timeout,
             max_tokens_param=config.max_tokens_param,
+            call_timeout_s=config.call_timeout_s,
         )
     return AnthropicProvider(
         client,
@@ -275,6 +276,7 @@ def _http_provider(
         env=env,
         streaming=config.streaming,
         timeout=timeout,
+        call_timeout_s=config.call_timeout_s,
     )
 
 

@@ -11,6 +11,7 @@ one character already and stays.
 from __future__ import annotations
 
 import json
+import math
 import re
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
@@ -99,6 +100,25 @@ class CallOrigin:
     key_hint: str
     has_key: bool
     key: str | None = field(default=None, repr=False, compare=False)
+    #: How long the whole call may take (request to last byte); None: no limit.
+    call_timeout_s: float | None = None
+
+    def deadline(self) -> float:
+        """When a call starting now must have been answered (trio's clock)."""
+        if self.call_timeout_s is None:
+            return math.inf
+        return trio.current_time() + self.call_timeout_s
+
+    def past_deadline(self) -> ModelConnectionError:
+        """The error of a call that went on past ``call_timeout_s``."""
+        return ModelConnectionError(
+            f"{self.label}: {self.url} was still answering after {self.call_timeout_s:g} s, "
+            f"the most a call may take: raise providers.{self.provider}.call_timeout_s "
+            "for a model this slow (not retried)",
+            provider=self.provider,
+            model=self.model,
+            retryable=False,
+        )
 
     @property
     def label(self) -> str:
@@ -430,6 +450,7 @@ async def stream_sse_answer(
     ``ModelConnectionError`` that says what was missing.
     """
     decoder = SseDecoder()
+    deadline = origin.deadline()
     try:
         async with (
             post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
@@ -442,6 +463,8 @@ async def stream_sse_answer(
                 assert on_text is not None
 
                 def sink(payload: bytes) -> bool:
+                    if trio.current_time() > deadline:
+                        raise origin.past_deadline()
                     text = _fold(decoder.feed(payload), assembler, origin)
                     if text:
                         on_text(text)
@@ -450,6 +473,8 @@ async def stream_sse_answer(
                 await cast(FeedableBody, feedable).feed(sink)
             else:
                 async for data in reads:
+                    if trio.current_time() > deadline:
+                        raise origin.past_deadline()
                     text = _fold(decoder.feed(data), assembler, origin)
                     if text:
                         if on_text is not None:
@@ -593,8 +618,11 @@ async def read_body(
     """
     parts: list[bytes] = []
     size = 0
+    deadline = origin.deadline()
     async with aclosing(decoded_reads(response, origin)) as reads:
         async for data in reads:
+            if trio.current_time() > deadline:
+                raise origin.past_deadline()
             if size + len(data) > limit:
                 if truncate:
                     parts.append(data[: limit - size])

@@ -70,6 +70,7 @@ class OpenAIProvider:
         streaming: bool = True,
         timeout: httpx.Timeout | None = None,
         max_tokens_param: MaxTokensParam | None = None,
+        call_timeout_s: float | None = None,
     ) -> None:
         self._client = client
         self._name = name
@@ -78,6 +79,7 @@ class OpenAIProvider:
         self._key_hint = f"set {api_key_env} or providers.{name}.api_key in the gateway config"
         self._streaming = streaming
         self._timeout = timeout or httpx.Timeout(600.0, connect=10.0)
+        self._call_timeout_s = call_timeout_s
         # OpenAI's own API refuses max_tokens for reasoning models; compatible
         # servers (Ollama, llama.cpp) have long understood only max_tokens.
         default_param: MaxTokensParam = (
@@ -96,6 +98,7 @@ class OpenAIProvider:
             key_hint=self._key_hint,
             has_key=self._api_key is not None,
             key=self._api_key,
+            call_timeout_s=self._call_timeout_s,
         )
         body = openai_request_body(
             request, model, stream=self._streaming, max_tokens_param=self._max_tokens_param

@@ -10,17 +10,21 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import socket
+import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import trio
 
 from protocol._chat import ChatMessage, ModelRequest
 from supervisor.providers import (
     GatewayConfig,
     ModelBadRequestError,
+    ModelConnectionError,
     ModelGateway,
     ModelProviderError,
     ModelResponseError,
@@ -352,3 +356,91 @@ async def test_s_sec_1_a_redirect_is_not_followed_and_says_where_it_pointed(
     assert f"HTTP {status}" in message and f"redirects to '{elsewhere.base_url}/steal'" in message
     assert "redirects are not followed" in message and "providers.openai.base_url" in message
     assert len(server.requests) == 1 and "\n" not in message
+
+
+class TricklingServer:
+    """A provider that answers 200 and then sends an SSE comment every 0.1 s, for 10 s."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.requests = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self._listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self.requests += 1
+            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+
+    def _trickle(self, connection: socket.socket) -> None:
+        with connection:
+            connection.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            connection.sendall(head + b"transfer-encoding: chunked\r\n\r\n")
+            for _ in range(100):
+                if self._stop.wait(0.1):
+                    return
+                try:
+                    connection.sendall(b"8\r\n: ping\n\n\r\n")
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._listener.close()
+
+
+async def test_s_sec_8_a_trickling_provider_is_ended_by_call_timeout_and_frees_its_slot(
+    server: ProviderServer,
+) -> None:
+    """Bytes every 0.1 s keep the read timeout from firing: call_timeout_s ends the call in
+    one line naming the setting, not retried, and the one model slot goes to the next call."""
+    trickling = TricklingServer()
+    chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}
+    server.enqueue(CannedResponse.sse([(None, chunk), (None, "[DONE]")]))
+    config = GatewayConfig.model_validate(
+        {
+            "max_retries": 2,
+            "backoff_base_s": 0.0,
+            "max_concurrency": 1,
+            "providers": {
+                "openai": {
+                    "base_url": trickling.base_url + "/v1",
+                    "read_timeout_s": 5,
+                    "call_timeout_s": 0.5,
+                },
+                "healthy": {"api": "openai", "base_url": server.base_url + "/v1"},
+            },
+        }
+    )
+    outcomes: dict[str, Any] = {}
+    try:
+        async with ModelGateway(config, env={}, rng=random.Random(7)) as gateway:
+
+            async def call(model: str) -> None:
+                try:
+                    outcomes[model] = await gateway.call(ModelRequest(model=model, messages=HELLO))
+                except ModelProviderError as exc:
+                    outcomes[model] = exc
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, "openai:m")
+                await trio.sleep(0.05)
+                nursery.start_soon(call, "healthy:m")
+    finally:
+        trickling.close()
+    error = outcomes["openai:m"]
+    assert isinstance(error, ModelConnectionError), error
+    message = str(error)
+    assert "was still answering after 0.5 s" in message
+    assert "raise providers.openai.call_timeout_s" in message and "\n" not in message
+    assert trickling.requests == 1
+    assert outcomes["healthy:m"].text == "ok"
