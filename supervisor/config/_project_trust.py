@@ -64,7 +64,7 @@ __all__ = [
 
 #: Provider settings that cannot redirect traffic or keys.
 _HARMLESS_PROVIDER_KEYS = frozenset(
-    {"streaming", "connect_timeout_s", "read_timeout_s", "max_tokens_param"}
+    {"streaming", "connect_timeout_s", "read_timeout_s", "call_timeout_s", "max_tokens_param"}
 )
 _KEY_HEADERS = {"openai": "Authorization", "anthropic": "x-api-key"}
 _DEFAULT_URLS = {"openai": OPENAI_DEFAULT_BASE_URL, "anthropic": ANTHROPIC_DEFAULT_BASE_URL}
