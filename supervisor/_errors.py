@@ -52,6 +52,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
           * ScenarioError                           providers
         * ModelStringError (ValueError)             providers
         * UnknownProviderError (LookupError)        providers
+      * SseTooLargeError (ValueError)               providers
       * StoreError                                  state
         * AmbiguousTaskIdError (LookupError)        state
         * DuplicateSessionError                     state

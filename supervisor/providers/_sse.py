@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._errors import SubvisorError
+
 __all__ = ["MAX_EVENT_BYTES", "SseDecoder", "SseEvent", "SseTooLargeError"]
 
 #: The most an unfinished line, or an event's data, may hold: a protocol frame's limit.
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 
 
-class SseTooLargeError(Exception):
+class SseTooLargeError(SubvisorError, ValueError):
     """A line or an event of the stream is over ``MAX_EVENT_BYTES``."""
 
 
