@@ -500,18 +500,7 @@ async def test_s_sec_2_an_mcp_server_it_lends_cannot_drive_the_loopback_http_ser
         f'[permission]\n"*" = "allow"\n[mcp_servers.fetcher]\ncommand = "{sys.executable}"\n'
         f'args = ["{script}", "{url_file}"]\n'
     )
-    hello = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "deputy", "version": "0"},
-            },
-        }
-    )
+    hello = json.dumps(_HELLO)
     model = write_scenario(
         tmp_path / "deputy.yaml",
         {
