@@ -49,7 +49,7 @@ from ._supervisor_config import SpawnMode, SupervisorConfig
 from ._supervisor_mark import mark_supervisor, unmark_supervisor
 from ._temp_dirs import WorkerTempDirs
 from ._tree_caps import TreeSampler, tree_breach
-from ._user_files import protect_below
+from ._user_files import UserFileProtection, protect_below
 from ._worker_tree import refuse_inside_worker_tree
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ log = logging.getLogger("subvisor")
 
 #: How long after SIGKILL a worker's exit report may take before shutdown stops waiting.
 _REAP_WAIT_S = 2.0
+#: How long one resolution of the user-level files is reused (``Supervisor._user_files``).
+USER_FILES_TTL_S = 1.0
 #: Workers the watchdog judges per task step (see ``Supervisor._watch``).
 _WATCH_SLICE = 64
 
@@ -121,6 +123,7 @@ class Supervisor:
         #: ``ROOT/.git`` of writable roots that had none when a worker got them:
         #: the worker makes each an empty read-only placeholder (S-SEC-3).
         self._vcs_placeholders: set[str] = set()
+        self._user_files_cache: dict[tuple[str, ...], tuple[float, UserFileProtection]] = {}
         #: When each worker with ``swept_roots`` started: they are walked for
         #: planted repositories, from then, once its tree is gone.
         self._sweep_since: dict[str, float] = {}
@@ -243,6 +246,25 @@ class Supervisor:
             await trio.to_thread.run_sync(self._temp_dirs.close)
             await trio.to_thread.run_sync(self._remove_vcs_placeholders)
         self._sweeps.close()
+
+    def _user_files(self, roots: tuple[str, ...]) -> UserFileProtection:
+        """``protect_below`` for ``roots``, reused for ``USER_FILES_TTL_S``.
+
+        Resolving every user-level path of every known home costs milliseconds
+        a spawn, and a burst of spawns asks with the same roots. What it
+        resolves can only be changed by a process outside every restricted
+        sandbox: a worker it protects has those paths read-only and the
+        directories on the way pinned, and other paths are outside its roots.
+        So an answer at most ``USER_FILES_TTL_S`` old misses only what you (or
+        a ``full`` worker, which is your own shell) changed within that time.
+        """
+        now = time.monotonic()
+        cached = self._user_files_cache.get(roots)
+        if cached is not None and now - cached[0] < USER_FILES_TTL_S:
+            return cached[1]
+        user = protect_below(self.config.protected_paths, roots, self._hidden_paths)
+        self._user_files_cache = {roots: (now, user)}
+        return user
 
     def _remove_vcs_placeholders(self) -> None:
         """Remove each placeholder ``.git`` still empty, now that no worker's namespace binds it.
@@ -474,9 +496,7 @@ class Supervisor:
                     "the project (`pipx install`, or a virtualenv elsewhere), or run with "
                     "`--sandbox read-only`"
                 )
-            user = protect_below(
-                self.config.protected_paths, policy.writable_dirs, self._hidden_paths
-            )
+            user = self._user_files(tuple(policy.writable_dirs))
             if user.refused is not None:
                 raise SpawnError(
                     f"{policy.mode} refused: {user.refused} leads to a user-level file of "
