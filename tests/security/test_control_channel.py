@@ -390,7 +390,10 @@ def ask() -> str:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(30)
         conn.connect("\0" + address[1:] if address.startswith("@") else address)
-        conn.sendall(json.dumps({"op": "tasks"}).encode() + b"\n")
+        try:
+            conn.sendall(json.dumps({"op": "tasks"}).encode() + b"\n")
+        except OSError:
+            pass  # refused and closed before our request went: read what it said
         return "reply " + conn.makefile("rb").readline().decode().strip()
 
 

@@ -132,7 +132,8 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def check_benchmark_report(name: str, *extra: str) -> dict[str, object]:
-    """Run benchmark ``name`` at its tiny size; every figure it must report is a positive number.
+    """Run benchmark ``name`` at its tiny size; every figure it must report is a positive number
+    (a launch spread may be 0).
 
     Returns the report.
     """
@@ -144,7 +145,8 @@ def check_benchmark_report(name: str, *extra: str) -> dict[str, object]:
     for key in keys:
         value = report.get(key)
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, report)
-        assert value > 0, (key, report)
+        # Two launches may fall within the same millisecond: a spread rounds to 0.
+        assert value > 0 or (key.endswith("launch_spread_s") and value == 0), (key, report)
     if "agents" in report and "completed" in report:
         # Per-agent figures are divided by the agents asked for: all must have run.
         assert report["completed"] == report["agents"], report
