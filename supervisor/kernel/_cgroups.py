@@ -54,6 +54,8 @@ from pathlib import Path
 
 from protocol import ResourceLimits
 
+from ._worker_tree import process_exists
+
 __all__ = ["CgroupTree", "CgroupUsage", "WorkerCgroup"]
 
 _ROOT = Path("/sys/fs/cgroup")
@@ -456,15 +458,5 @@ def _sweep_stale(base: Path) -> None:
             if not entry.name.startswith(_PREFIX) or not entry.is_dir():
                 continue
             pid_text = entry.name[len(_PREFIX) :].split("-", 1)[0]
-            if pid_text.isdigit() and not _alive(int(pid_text)):
+            if pid_text.isdigit() and not process_exists(int(pid_text)):
                 _remove_tree(entry, deadline_s=0.2)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

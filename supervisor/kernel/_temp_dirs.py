@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..files._ext4_topdir import mark_top_directory
+from ._worker_tree import process_exists
 
 __all__ = ["WorkerTempDirs"]
 
@@ -109,13 +110,8 @@ def _remove_orphans(parent: Path, prefix: str) -> None:
             pid_text = entry.name.removeprefix(prefix).split("-", 1)[0]
             if not entry.name.startswith(prefix) or not pid_text.isdigit():
                 continue
-            try:
-                os.kill(int(pid_text), 0)
-                continue  # alive (or its pid was reused: leave it)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue  # somebody else's
+            if process_exists(int(pid_text)):
+                continue  # alive, or its pid was reused (perhaps by somebody else's): leave it
             with contextlib.suppress(OSError):
                 if entry.stat().st_uid == os.getuid():
                     shutil.rmtree(entry, ignore_errors=True)

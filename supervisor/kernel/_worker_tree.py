@@ -46,6 +46,7 @@ __all__ = [
     "UNSETTLED",
     "in_worker_tree",
     "inside_worker_tree_reason",
+    "process_exists",
     "refuse_inside_worker_tree",
     "supervisor_ancestor",
     "worker_tree_ancestor",
@@ -74,8 +75,8 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return comm, int(fields[1])
 
 
-def _exists(pid: int) -> bool:
-    """True if process ``pid`` exists (as a zombie too), visible in ``/proc`` or not."""
+def process_exists(pid: int) -> bool:
+    """True if process ``pid`` exists (a zombie too), ours or not, shown in ``/proc`` or not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,7 +88,7 @@ def _exists(pid: int) -> bool:
 
 def _hidden(pid: int) -> bool:
     """True if ``pid`` exists but ``/proc`` does not show it (``hidepid``)."""
-    return not os.path.exists(f"/proc/{pid}") and _exists(pid)
+    return not os.path.exists(f"/proc/{pid}") and process_exists(pid)
 
 
 def _proc_pid() -> int | None:
