@@ -16,6 +16,7 @@ from ._base import ModelEvent, TextSink
 from ._errors import ModelProviderError, ModelResponseError
 from ._http import (
     MALFORMED_ERRORS,
+    AnswerBudget,
     CallOrigin,
     complete_once,
     error_from_status,
@@ -107,7 +108,7 @@ class AnthropicProvider:
                 headers=self._headers(),
                 timeouts=self._timeout,
                 on_text=on_text,
-                assembler=_StreamState(model=model),
+                assembler=_StreamState(model=model, budget=AnswerBudget(origin)),
             )
         return complete_once(
             self._client,
@@ -200,6 +201,7 @@ class _StreamState:
     """What the stream has said so far, by content block index."""
 
     model: str
+    budget: AnswerBudget
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
@@ -232,9 +234,12 @@ class _StreamState:
             self.usage = _usage(message.get("usage") or {}, self.usage, origin)
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
-            self.blocks[_index(data, origin)] = _Block(
+            index = _index(data, origin)
+            if index not in self.blocks:
+                self.budget.part()
+            self.blocks[index] = _Block(
                 type=str(block.get("type", "")),
-                text=[str(block["text"])] if block.get("text") else [],
+                text=[self.budget.text(str(block["text"]))] if block.get("text") else [],
                 tool_id=str(block.get("id", "")),
                 tool_name=str(block.get("name", "")),
                 start_input=block.get("input") or {},
@@ -265,11 +270,11 @@ class _StreamState:
             )
         delta = data.get("delta") or {}
         if delta.get("type") == "text_delta":
-            text = str(delta.get("text", ""))
+            text = self.budget.text(str(delta.get("text", "")))
             block.text.append(text)
             return text
         if delta.get("type") == "input_json_delta":
-            block.partial_json.append(str(delta.get("partial_json", "")))
+            block.partial_json.append(self.budget.text(str(delta.get("partial_json", ""))))
         # thinking_delta / signature_delta belong to thinking blocks we do not request.
         return ""
 

@@ -44,7 +44,10 @@ __all__ = [
     "MALFORMED_ERRORS",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_BODY_BYTES",
+    "MAX_STREAM_BYTES",
+    "MAX_STREAM_PARTS",
     "MAX_TOKENS",
+    "AnswerBudget",
     "CallOrigin",
     "StreamAssembler",
     "complete_once",
@@ -66,6 +69,12 @@ _MAX_MESSAGE_CHARS = 500
 #: The most of a 2xx body read, after decoding: a protocol frame's limit
 #: (``FrameLimits.max_frame_size``), which a bigger answer could not pass anyway.
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
+#: The most of one streamed answer read, after decoding: its framing and JSON
+#: around the text (a few hundred bytes a token) included. 128k tokens of
+#: output make about 25 MiB.
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+#: The most content blocks or tool calls one streamed answer may open.
+MAX_STREAM_PARTS = 1024
 #: The most of an error status's body read, after decoding; the rest is left unread.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 #: The most one step of decoding a compressed body makes at once.
@@ -405,6 +414,45 @@ async def complete_once(
     yield result
 
 
+class AnswerBudget:
+    """What one streamed answer may hold as it is assembled (S-SEC-8).
+
+    Its text and tool-call arguments together at most ``MAX_ANSWER_BYTES``
+    characters (a frame could not carry more to the worker), and at most
+    ``MAX_STREAM_PARTS`` blocks or tool calls. Without it a provider that
+    streams without end grows the process holding the key until
+    ``call_timeout_s``.
+    """
+
+    __slots__ = ("_chars", "_parts", "origin")
+
+    def __init__(self, origin: CallOrigin) -> None:
+        self.origin = origin
+        self._chars = 0
+        self._parts = 0
+
+    def text(self, piece: str) -> str:
+        """Charge ``piece`` of text or arguments; return it."""
+        self._chars += len(piece)
+        if self._chars > MAX_ANSWER_BYTES:
+            raise self._over(f"more than {MAX_ANSWER_BYTES >> 20} MiB of text and tool input")
+        return piece
+
+    def part(self) -> None:
+        """Charge one more content block or tool call."""
+        self._parts += 1
+        if self._parts > MAX_STREAM_PARTS:
+            raise self._over(f"more than {MAX_STREAM_PARTS} content blocks or tool calls")
+
+    def _over(self, what: str) -> ModelResponseError:
+        return ModelResponseError(
+            f"{self.origin.label}: the stream from {self.origin.url} holds {what}, more than "
+            "any answer can (check the URL and the model; not retried)",
+            provider=self.origin.provider,
+            model=self.origin.model,
+        )
+
+
 class StreamAssembler(Protocol):
     """A provider's reading of its SSE stream: events in, one ``ModelResult`` out."""
 
@@ -451,6 +499,23 @@ async def stream_sse_answer(
     """
     decoder = SseDecoder()
     deadline = origin.deadline()
+    read = 0
+
+    def take(data: bytes) -> None:
+        # Before its bytes are parsed: the call's whole time, and its whole size.
+        nonlocal read
+        if trio.current_time() > deadline:
+            raise origin.past_deadline()
+        read += len(data)
+        if read > MAX_STREAM_BYTES:
+            raise ModelResponseError(
+                f"{origin.label}: the stream from {origin.url} is over "
+                f"{MAX_STREAM_BYTES >> 20} MiB without its last word, more than any answer "
+                "takes (check the URL and the model; not retried)",
+                provider=origin.provider,
+                model=origin.model,
+            )
+
     try:
         async with (
             post_json(client, origin, body, headers=headers, timeouts=timeouts) as response,
@@ -463,8 +528,7 @@ async def stream_sse_answer(
                 assert on_text is not None
 
                 def sink(payload: bytes) -> bool:
-                    if trio.current_time() > deadline:
-                        raise origin.past_deadline()
+                    take(payload)
                     text = _fold(decoder.feed(payload), assembler, origin)
                     if text:
                         on_text(text)
@@ -473,8 +537,7 @@ async def stream_sse_answer(
                 await cast(FeedableBody, feedable).feed(sink)
             else:
                 async for data in reads:
-                    if trio.current_time() > deadline:
-                        raise origin.past_deadline()
+                    take(data)
                     text = _fold(decoder.feed(data), assembler, origin)
                     if text:
                         if on_text is not None:

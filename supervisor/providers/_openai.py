@@ -16,6 +16,7 @@ from ._base import ModelEvent, TextSink
 from ._errors import ModelResponseError
 from ._http import (
     MALFORMED_ERRORS,
+    AnswerBudget,
     CallOrigin,
     complete_once,
     error_from_status,
@@ -111,7 +112,7 @@ class OpenAIProvider:
                 headers=self._headers(),
                 timeouts=self._timeout,
                 on_text=on_text,
-                assembler=_StreamState(model=model),
+                assembler=_StreamState(model=model, budget=AnswerBudget(origin)),
             )
         return complete_once(
             self._client,
@@ -200,6 +201,7 @@ class _StreamState:
     """What the stream has said so far; tool calls are joined by their ``index``."""
 
     model: str
+    budget: AnswerBudget
     text: list[str] = field(default_factory=list)
     tool_calls: dict[int, _PartialToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
@@ -253,7 +255,7 @@ class _StreamState:
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
         if text:
-            self.text.append(text)
+            self.text.append(self.budget.text(text))
         return text
 
     def _apply_tool_fragment(self, fragment: Any, origin: CallOrigin) -> None:
@@ -263,14 +265,17 @@ class _StreamState:
                 provider=origin.provider,
                 model=origin.model,
             )
-        partial = self.tool_calls.setdefault(fragment["index"], _PartialToolCall())
+        partial = self.tool_calls.get(fragment["index"])
+        if partial is None:
+            self.budget.part()
+            partial = self.tool_calls[fragment["index"]] = _PartialToolCall()
         if fragment.get("id"):
             partial.id = str(fragment["id"])
         function = fragment.get("function") or {}
         if function.get("name"):
             partial.name = str(function["name"])
         if isinstance(function.get("arguments"), str):
-            partial.arguments.append(function["arguments"])
+            partial.arguments.append(self.budget.text(function["arguments"]))
 
     def result(self, origin: CallOrigin) -> ModelResult:
         """The complete answer once the stream has ended."""

@@ -185,6 +185,100 @@ async def test_s_sec_8_an_sse_line_without_end_fails_at_8_mib(server: ProviderSe
     assert peak < 40 * MIB, peak
 
 
+def endless_stream(provider: str, piece: bytes, count: int) -> CannedResponse:
+    """A stream that opens an answer, then sends ``piece`` ``count`` times, never its last word."""
+    if provider == "anthropic":
+        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+        opening = sse_bytes("message_start", {"type": "message_start", "message": {"model": "m"}})
+        opening += sse_bytes("content_block_start", block)
+        return CannedResponse(
+            headers={"content-type": "text/event-stream"}, chunks=(opening, *([piece] * count))
+        )
+    return CannedResponse(headers={"content-type": "text/event-stream"}, chunks=(piece,) * count)
+
+
+def text_piece(provider: str, text: str) -> bytes:
+    """One event of streamed text."""
+    if provider == "anthropic":
+        delta = {"type": "text_delta", "text": text}
+        return sse_bytes(
+            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+        )
+    return sse_bytes(None, {"choices": [{"index": 0, "delta": {"content": text}}]})
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_s_sec_8_a_stream_of_text_without_end_fails_at_8_mib_holding_little(
+    server: ProviderServer, provider: str
+) -> None:
+    """96 MiB of text in 64 KiB deltas: one line once the answer passes 8 MiB (what a frame
+    carries to a worker), memory far under what was sent."""
+    server.enqueue(endless_stream(provider, text_piece(provider, "a" * (64 * 1024)), 96 * 16))
+    outcome, peak = await call_measured(
+        usage_gateway(server, provider, True), ModelRequest(model=f"{provider}:m", messages=HELLO)
+    )
+    assert isinstance(outcome, ModelResponseError), outcome
+    message = str(outcome)
+    assert "holds more than 8 MiB of text and tool input" in message, message
+    assert "not retried" in message and "\n" not in message
+    assert peak < 40 * MIB, peak
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_s_sec_8_a_stream_that_never_says_its_last_word_fails_at_64_mib(
+    server: ProviderServer, provider: str
+) -> None:
+    """Keep-alive comments without end, 72 MiB of them: one line at 64 MiB, not a read of
+    everything the provider cares to send until call_timeout_s."""
+    server.enqueue(endless_stream(provider, b": " + b"p" * (64 * 1024) + b"\n\n", 72 * 16))
+    outcome, peak = await call_measured(
+        usage_gateway(server, provider, True), ModelRequest(model=f"{provider}:m", messages=HELLO)
+    )
+    assert isinstance(outcome, ModelResponseError), outcome
+    message = str(outcome)
+    assert "is over 64 MiB without its last word" in message, message
+    assert "\n" not in message
+    assert peak < 24 * MIB, peak
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_s_sec_8_a_stream_may_open_at_most_1024_blocks_or_tool_calls(
+    server: ProviderServer, provider: str
+) -> None:
+    """Each event a new tool call (a new content block): one line past 1024, and 1024 pass."""
+    for parts in (1024, 1025):
+        if provider == "anthropic":
+            events: list[tuple[str | None, Any]] = [
+                ("message_start", {"type": "message_start", "message": {"model": "m"}})
+            ]
+            for index in range(parts):
+                block = {"type": "tool_use", "id": f"t{index}", "name": "Read", "input": {}}
+                events.append(
+                    (
+                        "content_block_start",
+                        {"type": "content_block_start", "index": index, "content_block": block},
+                    )
+                )
+            events += [("message_stop", {"type": "message_stop"})]
+        else:
+            events = []
+            for index in range(parts):
+                function = {"name": "Read", "arguments": "{}"}
+                call = {"index": index, "id": f"t{index}", "function": function}
+                events.append((None, {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}))
+            last = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+            events += [(None, {"choices": [last]}), (None, "[DONE]")]
+        server.enqueue(CannedResponse.sse(events))
+    async with usage_gateway(server, provider, True) as gateway:
+        request = ModelRequest(model=f"{provider}:m", messages=HELLO)
+        assert len((await gateway.call(request)).tool_calls) == 1024
+        with pytest.raises(ModelResponseError) as caught:
+            await gateway.call(request)
+    message = str(caught.value)
+    assert "holds more than 1024 content blocks or tool calls" in message, message
+    assert "\n" not in message
+
+
 def test_s_sec_8_sse_decoder_joins_a_long_line_once_and_caps_lines_and_events() -> None:
     """A 4 MiB line cut in 1 KiB reads is one event; a line or an event over 8 MiB raises."""
     decoder = SseDecoder()
