@@ -228,6 +228,15 @@ class Connection:
         """The size of the frame of ``sender``'s pending request ``request_id`` (0: none)."""
         return self._pending[sender].get(request_id, 0)
 
+    @property
+    def incoming_frame_size(self) -> int:
+        """The size of the peer's frame begun and not complete (header included; 0: none).
+
+        Known from its header, before its body is read: a reader can decide
+        whether to read on (``supervisor.kernel._byte_budget``).
+        """
+        return self._decoder.incoming
+
     def send(self, message: Message) -> bytes:
         """Check that we may send ``message`` now and return its frame."""
         if self._error is not None:

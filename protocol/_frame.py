@@ -206,6 +206,15 @@ class FrameDecoder:
         """Bytes received but not yet part of a complete frame."""
         return len(self._buffer)
 
+    @property
+    def incoming(self) -> int:
+        """The size (header included) of the frame begun in the buffer; 0 before its header."""
+        buffer = self._buffer
+        if len(buffer) < _HEADER.size:
+            return 0
+        size: int = _HEADER.unpack_from(buffer, 0)[0]
+        return _HEADER.size + size
+
     def feed(self, data: bytes) -> list[Any]:
         """Add bytes; return every object completed by them (maybe none)."""
         if self._error is not None:

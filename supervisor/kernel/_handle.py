@@ -31,6 +31,15 @@ worker holds at most the budget, one encoded answer, the request the reader
 stopped at and the frame it is reading: a few frames, not ``MAX_ANSWERING``
 requests and answers.
 
+That budget is per worker; all workers together draw on the supervisor's
+``ByteBudget`` (``_byte_budget``, S-SEC-8), whose module holds the fairness
+argument. Before the reader (never a requester: ``_read_for`` hands the read
+over) reads the body of a frame whose header it has, it takes the frame's size
+from it, waiting there with the same backpressure; so a worker past it holds no
+decoded request either, only part of one read. The first message completed after
+that take is that frame (``_reading_charge``): a worker request keeps the bytes
+until its answer is written, anything else gives them back once routed.
+
 A write to the worker that it does not read stays blocked, and the rest of a
 frame already begun cannot be cancelled (``worker.PipeStream``): a worker
 whose writes make no progress for ``write_stall_s`` is stopped for it by the
@@ -115,6 +124,7 @@ from protocol import (
 from worker import Outcome
 
 from ._budget import EventBudget, EventBudgetExceededError, EventBudgetLimits
+from ._byte_budget import FLEET_ANSWERING_FRAMES, ByteBudget
 from ._cgroups import WorkerCgroup
 from ._errors import SubvisorError, WorkerExitedError, WorkerRequestError
 from ._exit import ExitKind, ProcessStatus, WorkerExit, describe_signal, signal_name
@@ -220,6 +230,7 @@ class WorkerHandle:
         event_budget: EventBudgetLimits | None = None,
         cgroup: WorkerCgroup | None = None,
         tree_caps: str = "sampling",
+        byte_budget: ByteBudget | None = None,
     ) -> None:
         self.worker_id = process.worker_id
         #: What this worker may make the supervisor record (S-SEC-8).
@@ -258,6 +269,16 @@ class WorkerHandle:
         self._answering_bytes = 0
         self._answering_freed = trio.lowlevel.ParkingLot()
         self._answer_turn = trio.Lock()
+        # What it holds of the fleet's budget (``_byte_budget``), and what of it
+        # the frame being read took before its body was read (0: none).
+        self._bytes = (
+            byte_budget
+            or ByteBudget(
+                FLEET_ANSWERING_FRAMES * frame_limits.max_frame_size,
+                reserve=frame_limits.max_frame_size,
+            )
+        ).account()
+        self._reading_charge = 0
         self._request_handler = request_handler
         self._wire_tap = wire_tap
         self._connection = Connection(Role.SUPERVISOR, limits=frame_limits)
@@ -520,10 +541,15 @@ class WorkerHandle:
         """True while its reader waits for one of the worker's requests to be answered.
 
         ``MAX_ANSWERING`` of them are being answered, or they hold the bytes of
-        ``ANSWERING_FRAMES`` frames: the reader reads no more of its pipe until
-        an answer has been written (backpressure).
+        ``ANSWERING_FRAMES`` frames, or the fleet's ``ByteBudget`` has no room
+        for its next frame: the reader reads no more of its pipe until an answer
+        has been written (backpressure).
         """
-        return self._answering.statistics().tasks_waiting > 0 or bool(self._answering_freed)
+        return (
+            self._answering.statistics().tasks_waiting > 0
+            or bool(self._answering_freed)
+            or self._bytes.waiting
+        )
 
     @property
     def stopping(self) -> bool:
@@ -594,10 +620,15 @@ class WorkerHandle:
         only come in ``receive_some``, before anything was read.
         """
         handed_over = self._handed_over
+        connection = self._connection
         while pending.value is None:
+            if connection.incoming_frame_size and not self._reading_charge:
+                # A frame's body to read that the fleet's budget must admit first:
+                # the reader task waits for it, not a requester.
+                return
             try:
                 data = await self._pipe.receive_some(_READ_SIZE)
-                messages = self._connection.receive_data(data)
+                messages = connection.receive_data(data)
             except (
                 ProtocolError,
                 trio.BrokenResourceError,
@@ -606,9 +637,14 @@ class WorkerHandle:
             ) as exc:
                 handed_over.error = exc
                 return
+            if self._reading_charge and messages and isinstance(messages[0], _ANSWERS):
+                # The frame charged before its body was read is this answer.
+                self._bytes.release(self._reading_charge)
+                self._reading_charge = 0
             now = trio.current_time()
             for i, message in enumerate(messages):
                 if not isinstance(message, _ANSWERS):
+                    # The charge, if any, stays with messages[0] for the reader task.
                     handed_over.messages.extend(messages[i:])
                     return
                 self.last_activity = now
@@ -641,6 +677,7 @@ class WorkerHandle:
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         me = trio.lowlevel.current_task()
         handed_over = self._handed_over
+        connection = self._connection
         try:
             while True:
                 if self._reader is None:
@@ -652,15 +689,24 @@ class WorkerHandle:
                     messages, handed_over.messages = handed_over.messages, []
                     error, handed_over.error = handed_over.error, None
                 else:
+                    incoming = connection.incoming_frame_size
+                    if incoming and not self._reading_charge:
+                        # Its header is read, its body not: the fleet's budget
+                        # admits it first (backpressure, ``_byte_budget``).
+                        await self._bytes.take(incoming)
+                        self._reading_charge = incoming
                     data = await self._pipe.receive_some(_READ_SIZE)
-                    messages, error = self._connection.receive_data(data), None
+                    messages, error = connection.receive_data(data), None
                 now = trio.current_time()
                 woken: list[_Pending] = []
                 for message in messages:
+                    # The first message completed after a charge is the frame it was for.
+                    charged, self._reading_charge = self._reading_charge, 0
                     if isinstance(message, ConnectionClosed):
+                        self._bytes.release(charged)
                         return
                     self.last_activity = now
-                    answered = await self._dispatch(message, nursery)
+                    answered = await self._dispatch(message, nursery, charged)
                     if answered is not None:
                         woken.append(answered)
                 if error is not None:
@@ -681,10 +727,23 @@ class WorkerHandle:
         finally:
             # Held for good: nobody reads after the end of the stream.
             self._reader = me
+            self._bytes.release(self._reading_charge)
+            self._reading_charge = 0
             self._eof.set()
 
-    async def _dispatch(self, message: Message, nursery: trio.Nursery) -> _Pending | None:
-        """Route one message; the request it answered, when that woke its requester."""
+    async def _dispatch(
+        self, message: Message, nursery: trio.Nursery, charged: int = 0
+    ) -> _Pending | None:
+        """Route one message; the request it answered, when that woke its requester.
+
+        ``charged``: the bytes its frame took of the fleet's budget before it was
+        read, released once it is routed, or kept by a worker request until answered.
+        """
+        if charged and not isinstance(message, WorkerRequest):
+            try:
+                return await self._dispatch(message, nursery)
+            finally:
+                self._bytes.release(charged)
         # Most frequent first. The reader yields once per read (in
         # ``receive_some``), not per message: an event only waits when the
         # buffer is full.
@@ -707,19 +766,10 @@ class WorkerHandle:
             # Past the cap, the reader waits here with the baton, as for a full
             # event buffer (the module docstring's race holds the same way).
             try:
-                self._answering.acquire_nowait()
-            except trio.WouldBlock:
-                await self._answering.acquire()
-            size = self._connection.request_size(Role.WORKER, message.id)
-            held = self._answering_bytes
-            if held and held + size > self._answering_budget:
-                try:
-                    await self._wait_for_answering_bytes(size)
-                except BaseException:
-                    self._answering.release()
-                    raise
-            self._answering_bytes += size
-            nursery.start_soon(self._answer, message, size)
+                await self._admit(message, nursery, charged)
+            except BaseException:
+                self._bytes.release(charged)
+                raise
         elif isinstance(message, Heartbeat):
             answered = self._heartbeats.get(message.seq)
             if answered is None:
@@ -737,18 +787,47 @@ class WorkerHandle:
             self._ready.set()
         return None
 
+    async def _admit(self, request: WorkerRequest, nursery: trio.Nursery, charged: int) -> None:
+        """Wait for a slot and the bytes of ``request``, then answer it in ``nursery``.
+
+        ``charged``: what its frame already holds of the fleet's budget (0: it was
+        read whole in one read, and takes its bytes here).
+        """
+        try:
+            self._answering.acquire_nowait()
+        except trio.WouldBlock:
+            await self._answering.acquire()
+        size = self._connection.request_size(Role.WORKER, request.id)
+        try:
+            held = self._answering_bytes
+            if held and held + size > self._answering_budget:
+                await self._wait_for_answering_bytes(size)
+            self._answering_bytes += size
+            if not charged:
+                try:
+                    await self._bytes.take(size)
+                except BaseException:
+                    self._answering_bytes -= size
+                    raise
+        except BaseException:
+            self._answering.release()
+            raise
+        nursery.start_soon(self._answer, request, size, charged or size)
+
     async def _wait_for_answering_bytes(self, size: int) -> None:
         """Wait until a request of ``size`` bytes fits the budget, or nothing is held."""
         while self._answering_bytes and self._answering_bytes + size > self._answering_budget:
             await self._answering_freed.park()
 
-    async def _answer(self, request: WorkerRequest, size: int) -> None:
-        """Answer one worker request, then free its slot and its ``size`` bytes."""
+    async def _answer(self, request: WorkerRequest, size: int, charged: int) -> None:
+        """Answer one worker request, then free its slot, its ``size`` bytes, and
+        the ``charged`` bytes it held of the fleet's budget."""
         try:
             await self._answer_holding_a_slot(request)
         finally:
             self._answering.release()
             self._answering_bytes -= size
+            self._bytes.release(charged)
             if self._answering_freed:
                 self._answering_freed.unpark_all()
 
@@ -794,10 +873,12 @@ class WorkerHandle:
                         )
                     )
                 self._answering_bytes += len(frame)
+                self._bytes.charge(len(frame))
                 try:
                     await self._write(frame)
                 finally:
                     self._answering_bytes -= len(frame)
+                    self._bytes.release(len(frame))
         finally:
             turn.release()
 

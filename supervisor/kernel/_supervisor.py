@@ -27,6 +27,7 @@ from protocol import (
 from worker._mounts import missing_vcs_dirs
 from worker._privileges import set_dumpable
 
+from ._byte_budget import ByteBudget
 from ._cgroups import CgroupTree, WorkerCgroup
 from ._environment import new_tree_id, worker_environment
 from ._errors import (
@@ -111,6 +112,9 @@ class Supervisor:
         self.workers: dict[str, WorkerHandle] = {}
         self.spawned_total = 0
         self._frame_limits = frame_limits or FrameLimits()
+        #: What all its workers' requests may make it hold together (S-SEC-8).
+        frame = self._frame_limits.max_frame_size
+        self._byte_budget = ByteBudget(self.config.fleet_answering_frames * frame, reserve=frame)
         self._slots = trio.Semaphore(self.config.max_workers)
         self._stack = contextlib.AsyncExitStack()
         self._nursery: trio.Nursery | None = None
@@ -343,6 +347,7 @@ class Supervisor:
             request_handler=handler or default_request_handler,
             wire_tap=self._wire_tap,
             event_budget=self.config.event_budget,
+            byte_budget=self._byte_budget,
         )
         if (
             policy.protect_vcs

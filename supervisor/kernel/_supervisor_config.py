@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from protocol import ResourceLimits
 
 from ._budget import EventBudgetLimits
+from ._byte_budget import FLEET_ANSWERING_FRAMES
 
 __all__ = ["Placement", "SpawnMode", "SupervisorConfig"]
 
@@ -54,6 +55,10 @@ class SupervisorConfig(BaseModel):
     write_stall_s: float = Field(default=30.0, gt=0)
     #: Events buffered per worker before its reader stops reading (backpressure).
     event_buffer: int = Field(default=1024, ge=1)
+    #: What all workers' requests together may make the supervisor hold, in frames of
+    #: ``max_frame_size``, past each worker's own reserve (S-SEC-8, ``_byte_budget``):
+    #: a reader past it reads no more of its worker's pipe until bytes are freed.
+    fleet_answering_frames: int = Field(default=FLEET_ANSWERING_FRAMES, ge=2)
     #: What one worker may make the supervisor record before it is stopped (S-SEC-8).
     event_budget: EventBudgetLimits = EventBudgetLimits()
     default_limits: ResourceLimits = ResourceLimits()
