@@ -282,6 +282,9 @@ class AgentTool:
         model = self._model_for(profile, override)
         cwd = str(self._cwd)
         tools, mcp_tools = self._split_mcp(profile)
+        policy = self._child_policy(profile)
+        # S-MCP-1, S-PROF-5: a borrowed tool its rules deny whatever the input is not listed.
+        mcp_tools = tuple(spec for spec in mcp_tools if not policy.always_denies(spec.name))
         sandbox = choose_sandbox(
             profile,
             tools,
@@ -305,7 +308,7 @@ class AgentTool:
             cwd=cwd,
             limits=_limits_for(profile, self._services.settings.subagent_limits),
             sandbox=sandbox,
-            policy=self._child_policy(profile),
+            policy=policy,
             tool_use_id=tool_use_id,
             history=history,
         )

@@ -26,7 +26,7 @@ from ._rules import (
     last_matching_rule,
     wildcard_match,
 )
-from ._tool_permissions import permission_checks, permission_name
+from ._tool_permissions import disabled_tools, permission_checks, permission_name
 
 __all__ = ["PolicyDecision", "PolicyHolder", "ToolPolicy"]
 
@@ -119,6 +119,20 @@ class ToolPolicy:
         ):
             return False
         return _always_allows(self, tool_name)
+
+    def always_denies(self, tool_name: str) -> bool:
+        """True when a deny rule refuses every call of ``tool_name``, whatever its input.
+
+        Then the tool is not offered to the model (S-MCP-1, S-PROF-5): every call would be
+        refused, so listing it would only waste turns and tell it the name. That
+        holds when the last rule naming its permission, in ``rules`` or in
+        ``ceiling``, denies every subject (``disabled_tools``, as opencode's
+        ``Permission.disabled``); an ask, or a deny of some inputs only, does not.
+        """
+        return any(
+            rules is not None and bool(disabled_tools((tool_name,), rules))
+            for rules in (self.rules, self.ceiling)
+        )
 
     def remembering(self, tool_name: str, tool_input: Mapping[str, Any]) -> ToolPolicy:
         """This policy plus rules allowing what this call needs ("allow always")."""

@@ -116,3 +116,36 @@ async def test_s_mcp_1_an_honest_worker_is_asked_once_per_borrowed_call(
     assert run == ["where"]
     assert '"cwd"' in results[0]
     assert "xxxxxxxxxx" not in results[1]
+
+
+async def test_s_mcp_1_s_prof_5_a_borrowed_tool_its_rules_always_deny_is_not_listed(
+    tmp_path: Path,
+) -> None:
+    """S-MCP-1, S-PROF-5: a borrowed tool whose deny rule refuses every call is not offered
+    to the subagent (its model never learns the name, nor wastes a turn on it); one whose
+    rule is ask, or that no rule denies, still is. The denied tool, called anyway, is
+    refused and never reaches the server."""
+    log = tmp_path / "flood.log"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("borrow", "borrow")]}, {"text": "done"}],
+            "borrow": [{"tool_calls": [BLOB]}, {"text": "child done"}],
+        },
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    settings: SubvisorSettings = mcp_settings(tmp_path, {"flood": _logged_flood(log)})
+    settings = settings.model_copy(update={"permission": RULES})
+    async with Subvisor(settings) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        [run] = host.runs.values()
+        offered = {spec.name for spec in run.tool_specs}
+        results = [
+            m.content for m in host.store.messages(run.launch.child_session_id) if m.role == "tool"
+        ]
+    assert "mcp__flood__blob" not in offered
+    assert {"mcp__flood__where", "mcp__flood__echo"} <= offered
+    assert "xxxxxxxxxx" not in results[0]
+    assert _tools_run(log) == []
