@@ -29,6 +29,13 @@ drops every capability and sets ``no_new_privs`` (S-SEC-1, S-SEC-2, S-SEC-3,
 S-SEC-4), and installs a seccomp filter: no ``prlimit`` or scheduling change
 on another process, no user namespace (S-SEC-2, S-SEC-7).
 
+In ``read-only`` and ``workspace-write``, whatever the network, the filter
+also refuses ``socket(AF_UNIX)`` (S-SBX-1, S-SEC-1) unless the user set
+``allow_unix_sockets``: Landlock does not check ``connect`` on a pathname
+UNIX socket, so a worker could reach any socket file it can name (Docker's,
+which is root on the host, the D-Bus buses, an ssh-agent, X11).
+``socketpair`` stays allowed (trio, asyncio and subprocess use it).
+
 ``network="deny"`` denies TCP bind and connect (Landlock ABI >= 4) and, by
 the seccomp filter, every other socket that reaches the network (UDP, ICMP,
 MPTCP, SCTP, ``AF_VSOCK`` and the like); the worker's own pipes to the
@@ -103,6 +110,9 @@ class SandboxPolicy(_Frozen):
     #: subvisor's would be found: made empty read-only placeholders, as
     #: ``ROOT/.git`` is, so that nothing can be planted there.
     uncreatable_paths: tuple[str, ...] = ()
+    #: The user's opt-in to UNIX sockets in ``read-only`` and ``workspace-write``
+    #: (never from a project): False refuses ``socket(AF_UNIX)`` there.
+    allow_unix_sockets: bool = False
     on_unsupported: OnUnsupported = "error"
     landlock_abi_max: int | None = Field(default=None, ge=0)
 
@@ -120,6 +130,11 @@ class SandboxPolicy(_Frozen):
     def restricts_network(self) -> bool:
         """Whether the policy asks for TCP bind/connect to be denied."""
         return self.network == "deny"
+
+    @property
+    def restricts_unix_sockets(self) -> bool:
+        """Whether the policy asks for ``socket(AF_UNIX)`` to be refused."""
+        return self.restricts_filesystem and not self.allow_unix_sockets
 
     @property
     def requested(self) -> bool:
@@ -150,7 +165,9 @@ class SandboxReport(BaseModel):
     tree), not every command line on the machine; ``syscall_filter``
     whether its seccomp filter is in force (which ``network_denied`` also needs);
     ``reserved_space_capped`` whether its file-size cap also refuses space
-    reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp).
+    reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp);
+    ``unix_sockets_blocked`` whether it can create no UNIX socket, only
+    socketpairs (so reach no socket file: Docker's, D-Bus, an ssh-agent).
     ``reason`` names what was asked for and is not in force.
     """
 
@@ -174,6 +191,7 @@ class SandboxReport(BaseModel):
     processes_hidden: bool = False
     syscall_filter: bool = False
     reserved_space_capped: bool = False
+    unix_sockets_blocked: bool = False
     reason: str = ""
 
     @property
@@ -190,18 +208,22 @@ class SandboxReport(BaseModel):
 
     def isolates(self, policy: SandboxPolicy) -> bool:
         """True if every path ``policy`` hides is hidden, no privilege is left and the
-        seccomp filter holds (S-SEC-1, S-SEC-2, S-SEC-7)."""
+        seccomp filter holds, UNIX sockets refused where asked (S-SEC-1, S-SEC-2, S-SEC-7)."""
         return (
             self.privileges_dropped
             and self.syscall_filter
+            and (self.unix_sockets_blocked or not policy.restricts_unix_sockets)
             and set(policy.hidden_paths) <= set(self.hidden)
         )
 
     @property
     def boundary(self) -> str:
-        """What holds in every mode: capabilities, hidden and read-only paths (S-SEC-1, -3)."""
+        """What holds beside the mode: capabilities, seccomp, UNIX sockets, hidden and read-only
+        paths (S-SEC-1, -3)."""
         parts = ["no capabilities" if self.privileges_dropped else "CAPABILITIES KEPT"]
         parts.append("seccomp" if self.syscall_filter else "NO SECCOMP FILTER")
+        if self.unix_sockets_blocked:
+            parts.append("no UNIX sockets")
         if self.hidden:
             parts.append("subvisor home hidden")
         if any(os.path.basename(path) == ".git" for path in self.read_only):

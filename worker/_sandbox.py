@@ -53,7 +53,11 @@ In order, because each step needs what the next one takes away:
    included; ``no_new_privs``.
 4. **Seccomp** (``_seccomp``), in every mode, after any user namespace step 1
    needed: no ``prlimit`` or scheduling change on another process (S-SEC-2),
-   no user namespace (S-SEC-7), no kernel keyring (S-SEC-1, S-SEC-2); under
+   no user namespace (S-SEC-7), no kernel keyring (S-SEC-1, S-SEC-2); in
+   ``read-only`` and ``workspace-write``, whatever the network, no UNIX socket
+   but socketpairs unless the user allowed them (``allow_unix_sockets``):
+   Landlock does not check ``connect`` on a socket file, so Docker's socket,
+   the D-Bus buses or an ssh-agent were in reach (S-SBX-1, S-SEC-1); under
    network deny no socket but TCP and local ones (UDP, ICMP, MPTCP and SCTP
    escape Landlock's TCP rules); with a file-size cap no space reserved past a
    file's end (S-SEC-4).
@@ -366,7 +370,9 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
         )
     privileges = drop_privileges()
     filter_error = _seccomp.install(
-        deny_network=policy.restricts_network, cap_reserved_space=file_size_cap
+        deny_network=policy.restricts_network,
+        deny_unix_sockets=policy.restricts_unix_sockets,
+        cap_reserved_space=file_size_cap,
     )
     if filter_error:
         missing.append(f"no seccomp filter: {filter_error}")
@@ -378,6 +384,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             "processes_hidden": not proc_error,
             "syscall_filter": not filter_error,
             "reserved_space_capped": file_size_cap and not filter_error,
+            "unix_sockets_blocked": policy.restricts_unix_sockets and not filter_error,
             "hidden": hidden,
             "read_only": read_only,
             "isolation": "+".join(how),

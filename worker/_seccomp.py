@@ -38,9 +38,21 @@ answers, so callers fall back) unless its mode is 0 (extend the size, which
 space): ``FALLOC_FL_KEEP_SIZE`` reserves blocks past the end and leaves the
 size at 0, so ``fallocate -n -l 200G f`` would fill the disk under any cap.
 
+Where UNIX sockets are denied (``read-only`` and ``workspace-write`` unless
+the user allowed them; S-SBX-1, S-SEC-1) it refuses ``socket(AF_UNIX, ...)``
+with ``EACCES`` (what ``socket(2)`` documents for a type the caller may not
+make, and what the network rule answers): Landlock does not check ``connect``
+on a pathname UNIX socket, so a worker reached every socket file it could
+name, ``/var/run/docker.sock`` (root on the host), the D-Bus buses, an
+ssh-agent, X11. ``socketpair`` is not checked: a pair reaches nothing but
+itself, and trio, asyncio and ``subprocess`` make them. A socket received
+over one (``SCM_RIGHTS``) could only come from a process of the worker's own
+tree, which has the same filter.
+
 Under network deny (S-SBX-1) it refuses ``socket`` with ``EACCES`` (what
 Landlock answers a denied TCP connect) for every address family but
-``AF_UNIX``, ``AF_NETLINK``, ``AF_ALG`` and ``AF_INET``/``AF_INET6``, and
+``AF_UNIX`` (decided by the rule above), ``AF_NETLINK``, ``AF_ALG`` and
+``AF_INET``/``AF_INET6``, and
 for those two every socket but TCP: type ``SOCK_STREAM`` with protocol 0 or
 ``IPPROTO_TCP``, which Landlock then refuses at connect and bind. Landlock's
 network rules match only TCP: MPTCP (``socket(AF_INET, SOCK_STREAM,
@@ -53,10 +65,13 @@ kernel's permanent entry comes first); ``SOCK_SEQPACKET`` with 0 is SCTP.
 
 The compat ABIs (i386 on x86_64, arm on aarch64) get the same rules under
 their own numbers. i386 may also reach sockets through ``socketcall(2)``,
-whose arguments lie behind a pointer the filter cannot read: under network
-deny it is refused outright (``EACCES``), which costs a 32-bit program its
-sockets (glibc's i386 builds still use it) rather than the whole ABI in
-every mode. arm EABI has no ``socketcall``.
+whose arguments lie behind a pointer the filter cannot read; its call
+number, a register, can be read. Wherever either socket rule applies,
+``socketcall(SYS_SOCKET)`` is refused outright (``EACCES``), which costs a
+32-bit program every new socket (glibc's i386 builds still use it) rather
+than the whole ABI in every mode; its other calls (``SYS_SOCKETPAIR``, and
+those on sockets it has) only act on what it could already make. arm EABI
+has no ``socketcall``.
 
 It checks the arch value first, since a system call number means something
 else under each ABI: x86_64 (and i386) and aarch64 (and arm) are known; on
@@ -120,6 +135,8 @@ _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_ALG = 1, 2, 10, 16, 38
 #: Families a socket may have under network deny; AF_INET/6 are checked further.
 _LOCAL_FAMILIES = (_AF_UNIX, _AF_NETLINK, _AF_ALG)
 _SOCK_STREAM = 1
+#: ``socketcall``'s call number for ``socket``.
+_SYS_SOCKET = 1
 #: With ``SOCK_STREAM``: IPPROTO_IP (the type's default, TCP) and IPPROTO_TCP.
 _TCP_PROTOCOLS = (0, 6)
 #: Unified across ABIs since Linux 5.1 (the 4xx block).
@@ -168,7 +185,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _rules(abi: _Abi, *, deny_network: bool, cap_reserved_space: bool) -> list[tuple[object, ...]]:
+def _rules(
+    abi: _Abi, *, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool
+) -> list[tuple[object, ...]]:
     """Dispatch on the loaded system call number of ``abi`` to the shared checks."""
     own_process = (
         abi.prlimit64,
@@ -189,15 +208,37 @@ def _rules(abi: _Abi, *, deny_network: bool, cap_reserved_space: bool) -> list[t
     ]
     if cap_reserved_space:
         asm.append(("jeq", abi.fallocate, "mode", None))
-    if deny_network:
+    if deny_network or deny_unix_sockets:
         asm.append(("jeq", abi.socket, "socket", None))
         if abi.socketcall is not None:
-            asm.append(("jeq", abi.socketcall, "eacces", None))
+            asm.append(("jeq", abi.socketcall, "socketcall", None))
     asm.append(("ret", _RET_ALLOW))
     return asm
 
 
-def _checks() -> list[tuple[object, ...]]:
+def _socket_checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object, ...]]:
+    """The check of ``socket``'s family (and type, protocol) that the dispatch jumps to."""
+    asm: list[tuple[object, ...]] = [("label", "socket"), ("ld", _arg(0))]
+    if deny_unix_sockets:
+        asm.append(("jeq", _AF_UNIX, "eacces", None))
+    if not deny_network:
+        return [*asm, ("ret", _RET_ALLOW)]
+    return [
+        *asm,
+        *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
+        ("jeq", _AF_INET, "inet", None),
+        ("jeq", _AF_INET6, "inet", "eacces"),
+        ("label", "inet"),  # TCP only: Landlock refuses it at connect and bind
+        ("ld", _arg(1)),
+        ("and", _SOCK_TYPE_MASK),
+        ("jeq", _SOCK_STREAM, None, "eacces"),
+        ("ld", _arg(2)),
+        *(("jeq", protocol, "allow", None) for protocol in _TCP_PROTOCOLS),
+        ("ret", _RET_ERRNO | errno.EACCES),
+    ]
+
+
+def _checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object, ...]]:
     """The argument checks the dispatch jumps to, each ending in a return."""
     return [
         ("label", "arg0_zero"),  # prlimit64 & co.: pid 0 (the caller) only
@@ -221,17 +262,10 @@ def _checks() -> list[tuple[object, ...]]:
         ("jeq", 0, "allow", None),
         ("jeq", _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, "allow", None),
         ("ret", _RET_ERRNO | errno.EOPNOTSUPP),
-        ("label", "socket"),
+        *_socket_checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets),
+        ("label", "socketcall"),  # i386: socket()'s family lies behind a pointer
         ("ld", _arg(0)),
-        *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
-        ("jeq", _AF_INET, "inet", None),
-        ("jeq", _AF_INET6, "inet", "eacces"),
-        ("label", "inet"),  # TCP only: Landlock refuses it at connect and bind
-        ("ld", _arg(1)),
-        ("and", _SOCK_TYPE_MASK),
-        ("jeq", _SOCK_STREAM, None, "eacces"),
-        ("ld", _arg(2)),
-        *(("jeq", protocol, "allow", None) for protocol in _TCP_PROTOCOLS),
+        ("jeq", _SYS_SOCKET, "eacces", "allow"),
         ("label", "eacces"),
         ("ret", _RET_ERRNO | errno.EACCES),
         ("label", "eperm"),
@@ -243,11 +277,14 @@ def _checks() -> list[tuple[object, ...]]:
     ]
 
 
-def program(*, deny_network: bool, cap_reserved_space: bool) -> list[tuple[int, int, int, int]]:
+def program(
+    *, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool
+) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k); jumps are relative to the next instruction.
 
-    ``deny_network``: the socket rules of network deny; ``cap_reserved_space``:
-    the ``fallocate`` rule of a file-size cap.
+    ``deny_network``: the socket rules of network deny; ``deny_unix_sockets``:
+    no ``socket(AF_UNIX)``; ``cap_reserved_space``: the ``fallocate`` rule of
+    a file-size cap.
     """
     refuse_all = ("ret", _RET_ERRNO | errno.ENOSYS)
     # Symbolic first: ("jeq", k, label_true, label_false) with None for "next".
@@ -260,8 +297,13 @@ def program(*, deny_network: bool, cap_reserved_space: bool) -> list[tuple[int, 
         asm.append(("ld", _NR))
         if arch == _X86_64:
             asm.append(("jset", _X32_SYSCALL_BIT, "nosys", None))
-        asm += _rules(abi, deny_network=deny_network, cap_reserved_space=cap_reserved_space)
-    asm += _checks()
+        asm += _rules(
+            abi,
+            deny_network=deny_network,
+            deny_unix_sockets=deny_unix_sockets,
+            cap_reserved_space=cap_reserved_space,
+        )
+    asm += _checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets)
     where: dict[object, int] = {}
     code: list[tuple[object, ...]] = []
     for op in asm:
@@ -293,12 +335,16 @@ def program(*, deny_network: bool, cap_reserved_space: bool) -> list[tuple[int, 
     return out
 
 
-def install(*, deny_network: bool, cap_reserved_space: bool) -> str:
+def install(*, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool) -> str:
     """Install the filter on this thread and all it starts; why not, or ``""`` once in force."""
     machine = os.uname().machine
     if machine not in MACHINES:
         return f"no seccomp filter for {machine} (known: {', '.join(MACHINES)})"
-    insns = program(deny_network=deny_network, cap_reserved_space=cap_reserved_space)
+    insns = program(
+        deny_network=deny_network,
+        deny_unix_sockets=deny_unix_sockets,
+        cap_reserved_space=cap_reserved_space,
+    )
     raw = b"".join(struct.pack("=HBBI", *insn) for insn in insns)
     buffer = ctypes.create_string_buffer(raw, len(raw))
     fprog = _SockFprog(len=len(insns), filter=ctypes.cast(buffer, ctypes.c_void_p))

@@ -241,6 +241,18 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
                 else f"NOT enforced: other workers' temp dirs are visible ({write.reason})",
             )
         )
+        checks.append(
+            Check(
+                "unix sockets",
+                write.unix_sockets_blocked,
+                "a read-only or workspace-write worker makes no UNIX socket (socketpairs only), "
+                "so it reaches no socket file (Docker's, D-Bus, an ssh-agent), whatever its "
+                "network; `allow_unix_sockets = true` in config.toml lifts it"
+                if write.unix_sockets_blocked
+                else "NOT enforced: a sandboxed worker can connect to any socket file it can "
+                f"name ({write.reason})",
+            )
+        )
         git = os.path.join(project, ".git")
         checks.append(
             Check(

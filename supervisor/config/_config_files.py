@@ -12,9 +12,9 @@ user from that repository:
 - the sandbox and permission protections (S-SBX-3, like a project
   profile's ``permissionMode``): a ``permission_mode`` that approves more
   than the one in force (``acceptEdits``, ``bypassPermissions``), a sandbox
-  mode wider than the one in force (``full`` always), network access,
-  running unsandboxed where Landlock is missing, and plugin dirs (their
-  profiles may set all of these);
+  mode wider than the one in force (``full`` always), network access, UNIX
+  sockets (``allow_unix_sockets``), running unsandboxed where Landlock is
+  missing, and plugin dirs (their profiles may set most of these);
 - permission rules (S-SEC-3): a project's rules come after the user's and
   may only make an answer stricter (allow < ask < deny); a rule that could
   loosen what the user's rules (or the default) answer is refused;
@@ -232,6 +232,9 @@ def _loosened_by_project(project: Mapping[str, Any], in_force: SubvisorSettings)
         for key, lifted in (("network", "allow"), ("on_unsupported", "warn")):
             if sandbox.get(key) == lifted:
                 found.append(f"sandbox.{key} = {lifted!r}")
+        # Anything but false: validation would take "true" or 1 for true.
+        if sandbox.get("allow_unix_sockets", False) is not False:
+            found.append("sandbox.allow_unix_sockets")
     if "plugin_dirs" in project:
         found.append("plugin_dirs")
     return found

@@ -72,12 +72,18 @@ def mode_enforcement(abi: int) -> list[tuple[str, bool, str]]:
     """What each mode will enforce at Landlock ``abi``: (mode, enforceable, what), for doctor."""
     fs_ok = abi >= 1
     net_ok = abi >= NETWORK_ABI
+    # By the seccomp filter, not Landlock: the syscall filter check says whether it holds.
+    unix = "; no UNIX socket, socketpairs only (unless allow_unix_sockets)"
     fs_what = (
-        "read everywhere; write only the worker's temp dir" if fs_ok else "needs Landlock ABI >= 1"
+        "read everywhere; write only the worker's temp dir" + unix
+        if fs_ok
+        else "needs Landlock ABI >= 1"
     )
-    ws_what = "write only the project dir and temp dir" if fs_ok else "needs Landlock ABI >= 1"
+    ws_what = (
+        "write only the project dir and temp dir" + unix if fs_ok else "needs Landlock ABI >= 1"
+    )
     net_what = (
-        "TCP bind/connect denied, no UDP or ICMP socket (UNIX sockets are not covered)"
+        "TCP bind/connect denied, no UDP or ICMP socket"
         if net_ok
         else f"needs Landlock ABI >= {NETWORK_ABI}"
     )

@@ -13,6 +13,11 @@ The network likewise: ``--network``, the profile's ``network``, ``[sandbox]
 network`` (not for a ``read-only`` subagent), else ``deny``: ``allow`` is
 always somebody's explicit choice, never a read-only profile's default.
 
+UNIX sockets (S-SBX-1, S-SEC-1): a ``read-only`` or ``workspace-write``
+subagent can make none (only socketpairs), whatever its network, unless the
+user's config sets ``[sandbox] allow_unix_sockets = true``. No profile and no
+project config can: a socket file such as Docker's is root on the host.
+
 A project profile comes with the repository, so it may only tighten
 (S-SBX-3, S-SEC-3), as a project's config may: a ``sandbox`` looser than
 steps 3-4 give, or ``network: allow`` where ``[sandbox] network`` is not
@@ -65,6 +70,10 @@ class SandboxSettings(BaseModel):
     force_mode: SandboxMode | None = None
     #: Set by ``subvisor run --network``: every subagent gets this network.
     force_network: NetworkMode | None = None
+    #: Let ``read-only`` and ``workspace-write`` subagents make UNIX sockets,
+    #: and so connect to any socket file they can name (Docker's, D-Bus, an
+    #: ssh-agent). The user's config only: a project's may not set it.
+    allow_unix_sockets: bool = False
 
 
 def home_holds(project_dir: Path, home: Path) -> bool:
@@ -135,6 +144,7 @@ def choose_sandbox(
         network=network,
         writable_roots=tuple(roots),
         memory_dir=str(memory_dir) if mode != "full" and memory_dir is not None else None,
+        allow_unix_sockets=settings.allow_unix_sockets,
         on_unsupported=settings.on_unsupported,
     )
 

@@ -91,6 +91,9 @@ def test_bad_config_is_a_clear_error_naming_the_file(
         ('[sandbox]\nmode = "full"', "sandbox.mode = 'full'"),
         ('[sandbox]\nnetwork = "allow"', "sandbox.network = 'allow'"),
         ('[sandbox]\non_unsupported = "warn"', "sandbox.on_unsupported = 'warn'"),
+        # S-SBX-1, S-SEC-1: a socket file (Docker's) is root on the host; "true" is coerced.
+        ("[sandbox]\nallow_unix_sockets = true", "sandbox.allow_unix_sockets"),
+        ('[sandbox]\nallow_unix_sockets = "true"', "sandbox.allow_unix_sockets"),
     ],
 )
 def test_project_config_may_not_lift_the_users_protections_s_sbx_3(
@@ -113,9 +116,11 @@ def test_project_config_may_tighten_the_sandbox(
     monkeypatch.setenv("SUBVISOR_HOME", str(tmp_path / "home"))
     (tmp_path / "subvisor.toml").write_text(
         '[sandbox]\nmode = "read-only"\nnetwork = "deny"\non_unsupported = "error"\n'
+        "allow_unix_sockets = false\n"
     )
     settings = load_settings(tmp_path)
     assert (settings.sandbox.mode, settings.sandbox.network) == ("read-only", "deny")
+    assert not settings.sandbox.allow_unix_sockets
 
 
 @pytest.mark.parametrize("key", ["force_mode", "force_network"])

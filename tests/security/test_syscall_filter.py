@@ -164,7 +164,7 @@ for name, family, kind, proto in (
         print(name, "CONNECTED", s.recv(10))
     except (OSError, TypeError) as e:  # TypeError: a vsock address is no (host, port)
         print(name, "refused", getattr(e, "errno", e))
-u = socket.socket(socket.AF_UNIX); u.close(); print("unix ok")
+a, b = socket.socketpair(); a.close(); b.close(); print("socketpair ok")
 """
 
 
@@ -186,8 +186,8 @@ async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
     tmp_path: Path, mode: str, listener: tuple[int, list[bytes]]
 ) -> None:
     """S-SBX-1: under network deny an MPTCP socket (which Landlock's TCP rules do not match)
-    cannot be made, nor SCTP or vsock; plain TCP is still refused at connect and a UNIX
-    socket is still fine. Nothing reaches the listener."""
+    cannot be made, nor SCTP or vsock; plain TCP is still refused at connect and a
+    socketpair is still fine. Nothing reaches the listener."""
     port, got = listener
     attack = await _run_client(tmp_path, CLIENT, port, mode=mode, network="deny")
     out = attack.output()
@@ -196,7 +196,7 @@ async def test_s_sbx_1_network_deny_refuses_mptcp_and_sctp_sockets(
     assert "tcp refused 13" in out and "tcp6 refused 13" in out, out  # Landlock, at connect
     for name in ("mptcp", "mptcp6", "sctp", "seqpacket", "vsock"):
         assert f"{name} no socket 13" in out, out  # the filter, at socket()
-    assert "unix ok" in out, out
+    assert "socketpair ok" in out, out
 
 
 DATAGRAMS = """

@@ -64,7 +64,8 @@ async def bash_attack(
     """Run ``commands`` as one turn of Bash calls in a real ``subagent_type`` worker.
 
     ``mode``/``network`` force the sandbox as ``subvisor run --sandbox/--network``
-    do; other keyword arguments go to ``SubvisorSettings``.
+    do (over ``sandbox``, where given); other keyword arguments go to
+    ``SubvisorSettings``.
     """
     cwd = cwd or _project(tmp_path)
     model = write_scenario(
@@ -81,7 +82,9 @@ async def bash_attack(
         },
     )
     if mode is not None or network is not None:
-        settings["sandbox"] = SandboxSettings(force_mode=mode, force_network=network)  # type: ignore[arg-type]
+        # Over the ``sandbox`` settings given, if any (``allow_unix_sockets``).
+        base = settings.get("sandbox", SandboxSettings())
+        settings["sandbox"] = base.model_copy(update={"force_mode": mode, "force_network": network})
     async with subvisor(home or home_for(tmp_path), **settings) as host:
         root = RootSession(host, model=model, cwd=cwd)
         outcome = await root.run("attack")

@@ -1,7 +1,8 @@
 """The seccomp program's decisions, run in a small classic-BPF interpreter (no kernel needed).
 
 S-SEC-2 (prlimit and scheduling of another process), S-SEC-7 (no user
-namespace), S-SBX-1 (network deny: no MPTCP or SCTP socket), S-SEC-4
+namespace), S-SBX-1 (network deny: no MPTCP or SCTP socket; no UNIX socket
+in a restricted mode), S-SEC-4
 (reserved space), S-SEC-1 and S-SEC-2 (no kernel keyring), each under x86_64,
 i386, aarch64 and arm.
 """
@@ -41,8 +42,11 @@ def _run(insns: list[tuple[int, int, int, int]], arch: int, nr: int, *args: int)
             raise AssertionError(f"unknown opcode {code:#x}")
 
 
-def _decide(arch: int, nr: int, *args: int, deny: bool = False, cap: bool = False) -> object:
-    return _run(program(deny_network=deny, cap_reserved_space=cap), arch, nr, *args)
+def _decide(
+    arch: int, nr: int, *args: int, deny: bool = False, unix: bool = False, cap: bool = False
+) -> object:
+    insns = program(deny_network=deny, deny_unix_sockets=unix, cap_reserved_space=cap)
+    return _run(insns, arch, nr, *args)
 
 
 # (arch, prlimit64, setpriority, sched_setaffinity, ioprio_set, unshare, clone, clone3, socket)
@@ -92,9 +96,32 @@ def test_s_sbx_1_socket_decisions_under_network_deny(abi: tuple[int, ...]) -> No
         assert _decide(arch, socket, *args) == ALLOW, args
 
 
-def test_s_sbx_1_i386_socketcall_is_refused_only_under_network_deny() -> None:
-    """S-SBX-1: i386's socketcall hides its arguments behind a pointer: refused under deny."""
-    assert _decide(I386, 102, 1, 0, deny=True) == errno.EACCES
+@pytest.mark.parametrize("abi", ABIS, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sbx_1_unix_socket_decisions(abi: tuple[int, ...]) -> None:
+    """S-SBX-1, S-SEC-1: where UNIX sockets are denied, socket(AF_UNIX) of every type gets
+    EACCES under either network setting; the network rules decide the other families as
+    before; without the rule (full, or the user's opt-in) AF_UNIX sockets are made."""
+    arch, socket = abi[0], abi[-1]
+    unix = ((1, 1, 0), (1, 2, 0), (1, 5, 0), (1, 1 | 0x80000 | 0x800, 0))
+    for args in unix:
+        for deny in (False, True):
+            assert _decide(arch, socket, *args, deny=deny, unix=True) == errno.EACCES, args
+            assert _decide(arch, socket, *args, deny=deny) == ALLOW, args
+    for args in ((2, 1, 0), (10, 1, 6), (16, 3, 0), (38, 5, 0)):
+        assert _decide(arch, socket, *args, deny=True, unix=True) == ALLOW, args
+    for args in ((2, 2, 0), (2, 1, 262), (40, 1, 0)):
+        assert _decide(arch, socket, *args, unix=True) == ALLOW, args
+        assert _decide(arch, socket, *args, deny=True, unix=True) == errno.EACCES, args
+
+
+def test_s_sbx_1_i386_socketcall_makes_no_socket_under_either_socket_rule() -> None:
+    """S-SBX-1: i386's socketcall hides socket()'s family behind a pointer: SYS_SOCKET is
+    refused under network deny or a UNIX socket denial; SYS_SOCKETPAIR (8) and calls on
+    sockets already made (SYS_CONNECT, 3) are not, nor anything without either rule."""
+    for deny, unix in ((True, False), (False, True), (True, True)):
+        assert _decide(I386, 102, 1, 0, deny=deny, unix=unix) == errno.EACCES
+        assert _decide(I386, 102, 8, 0, deny=deny, unix=unix) == ALLOW
+        assert _decide(I386, 102, 3, 0, deny=deny, unix=unix) == ALLOW
     assert _decide(I386, 102, 1, 0) == ALLOW
 
 
@@ -125,5 +152,6 @@ def test_s_sec_1_and_s_sec_2_the_kernel_keyring_is_refused(abi: tuple[int, ...])
     keyrings are shared by every process of the uid, whatever its session)."""
     arch, *calls = abi
     for nr in calls:
-        for deny, cap in ((False, False), (True, True)):
-            assert _decide(arch, nr, 0, 0, 0, -4 & 0xFFFFFFFF, deny=deny, cap=cap) == errno.ENOSYS
+        for on in (False, True):
+            args = (0, 0, 0, -4 & 0xFFFFFFFF)
+            assert _decide(arch, nr, *args, deny=on, unix=on, cap=on) == errno.ENOSYS
