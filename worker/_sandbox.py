@@ -57,7 +57,8 @@ In order, because each step needs what the next one takes away:
    ``read-only`` and ``workspace-write``, whatever the network, no UNIX socket
    but socketpairs unless the user allowed them (``allow_unix_sockets``):
    Landlock does not check ``connect`` on a socket file, so Docker's socket,
-   the D-Bus buses or an ssh-agent were in reach (S-SBX-1, S-SEC-1); under
+   the D-Bus buses or an ssh-agent were in reach (S-SBX-1, S-SEC-1), and no
+   inotify instance or file lease, which reach past the tree (S-SEC-2); under
    network deny no socket but TCP and local ones (UDP, ICMP, MPTCP and SCTP
    escape Landlock's TCP rules); with a file-size cap no space reserved past a
    file's end (S-SEC-4).
@@ -372,6 +373,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
     filter_error = _seccomp.install(
         deny_network=policy.restricts_network,
         deny_unix_sockets=policy.restricts_unix_sockets,
+        deny_shared_objects=policy.restricts_filesystem,
         cap_reserved_space=file_size_cap,
     )
     if filter_error:

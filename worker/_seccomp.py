@@ -31,6 +31,16 @@ this module builds the classic-BPF program by hand and installs it with
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
   native arch value under other numbers.
 
+In ``read-only`` and ``workspace-write`` (S-SEC-2) it also refuses what
+reaches every process of the uid through the kernel's per-uid counts or
+another process's file: ``inotify_init`` and ``inotify_init1`` get
+``ENOSYS`` (instances are counted per uid for the whole machine, 128 by
+default; a read-only worker took them all, and every other process of the
+uid, root's services included, got ``EMFILE`` until it ended; tools such as
+``tail -f`` fall back to polling), and ``fcntl(F_SETLEASE)`` gets ``EPERM``
+(a lease on a file the worker only reads, but owns, as uid 0 owns ``/etc``,
+stalls every writer of it for ``lease-break-time``).
+
 Where the worker's file size is capped (S-SEC-4), it also refuses
 ``fallocate`` with ``EOPNOTSUPP`` (what a filesystem without the mode
 answers, so callers fall back) unless its mode is 0 (extend the size, which
@@ -142,6 +152,7 @@ _TCP_PROTOCOLS = (0, 6)
 #: Unified across ABIs since Linux 5.1 (the 4xx block).
 _IO_URING_SETUP = 425
 _CLONE3 = 435
+_F_SETLEASE = 1024
 
 
 class _Abi(NamedTuple):
@@ -161,19 +172,29 @@ class _Abi(NamedTuple):
     socketcall: int | None
     #: ``add_key``, ``request_key``, ``keyctl``: refused in every worker.
     keyring: tuple[int, int, int]
+    #: ``inotify_init`` (aarch64 has none: ``inotify_init1`` twice), ``inotify_init1``.
+    inotify: tuple[int, int]
+    #: ``fcntl`` (and ``fcntl64`` where there is one).
+    fcntl: tuple[int, ...]
 
 
 #: ``AUDIT_ARCH_*`` of each known ABI, with its numbers.
+# fmt: off
 _ABIS = {
     # x86_64
-    0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None, (248, 249, 250)),
+    0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None,
+                     (248, 249, 250), (253, 294), (72,)),
     # i386
-    0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102, (286, 287, 288)),
+    0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102,
+                     (286, 287, 288), (291, 332), (55, 221)),
     # aarch64
-    0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None, (217, 218, 219)),
+    0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None,
+                     (217, 218, 219), (26, 26), (25,)),
     # arm EABI
-    0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None, (309, 310, 311)),
+    0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None,
+                     (309, 310, 311), (316, 360), (55, 221)),
 }
+# fmt: on
 _X86_64 = 0xC000003E
 #: ``os.uname().machine`` values whose ABIs ``_ABIS`` covers.
 MACHINES = ("x86_64", "aarch64")
@@ -186,7 +207,12 @@ class _SockFprog(ctypes.Structure):
 
 
 def _rules(
-    abi: _Abi, *, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool
+    abi: _Abi,
+    *,
+    deny_network: bool,
+    deny_unix_sockets: bool,
+    deny_shared_objects: bool,
+    cap_reserved_space: bool,
 ) -> list[tuple[object, ...]]:
     """Dispatch on the loaded system call number of ``abi`` to the shared checks."""
     own_process = (
@@ -208,6 +234,9 @@ def _rules(
     ]
     if cap_reserved_space:
         asm.append(("jeq", abi.fallocate, "mode", None))
+    if deny_shared_objects:
+        asm += [("jeq", nr, "nosys", None) for nr in abi.inotify]
+        asm += [("jeq", nr, "lease", None) for nr in abi.fcntl]
     if deny_network or deny_unix_sockets:
         asm.append(("jeq", abi.socket, "socket", None))
         if abi.socketcall is not None:
@@ -262,6 +291,9 @@ def _checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object
         ("jeq", 0, "allow", None),
         ("jeq", _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, "allow", None),
         ("ret", _RET_ERRNO | errno.EOPNOTSUPP),
+        ("label", "lease"),  # fcntl: every command but F_SETLEASE
+        ("ld", _arg(1)),
+        ("jeq", _F_SETLEASE, "eperm", "allow"),
         *_socket_checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets),
         ("label", "socketcall"),  # i386: socket()'s family lies behind a pointer
         ("ld", _arg(0)),
@@ -278,13 +310,17 @@ def _checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object
 
 
 def program(
-    *, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool
+    *,
+    deny_network: bool,
+    deny_unix_sockets: bool,
+    deny_shared_objects: bool,
+    cap_reserved_space: bool,
 ) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k); jumps are relative to the next instruction.
 
     ``deny_network``: the socket rules of network deny; ``deny_unix_sockets``:
     no ``socket(AF_UNIX)``; ``cap_reserved_space``: the ``fallocate`` rule of
-    a file-size cap.
+    a file-size cap; ``deny_shared_objects``: no inotify instance, no file lease.
     """
     refuse_all = ("ret", _RET_ERRNO | errno.ENOSYS)
     # Symbolic first: ("jeq", k, label_true, label_false) with None for "next".
@@ -301,6 +337,7 @@ def program(
             abi,
             deny_network=deny_network,
             deny_unix_sockets=deny_unix_sockets,
+            deny_shared_objects=deny_shared_objects,
             cap_reserved_space=cap_reserved_space,
         )
     asm += _checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets)
@@ -335,7 +372,13 @@ def program(
     return out
 
 
-def install(*, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: bool) -> str:
+def install(
+    *,
+    deny_network: bool,
+    deny_unix_sockets: bool,
+    deny_shared_objects: bool,
+    cap_reserved_space: bool,
+) -> str:
     """Install the filter on this thread and all it starts; why not, or ``""`` once in force."""
     machine = os.uname().machine
     if machine not in MACHINES:
@@ -343,6 +386,7 @@ def install(*, deny_network: bool, deny_unix_sockets: bool, cap_reserved_space: 
     insns = program(
         deny_network=deny_network,
         deny_unix_sockets=deny_unix_sockets,
+        deny_shared_objects=deny_shared_objects,
         cap_reserved_space=cap_reserved_space,
     )
     raw = b"".join(struct.pack("=HBBI", *insn) for insn in insns)

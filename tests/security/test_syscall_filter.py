@@ -242,3 +242,40 @@ async def test_s_sbx_1_network_deny_sends_no_datagram(
     assert got == [] and "SENT" not in out and "MADE" not in out, (out, got)
     for name in ("udp", "udp6", "udplite", "ping", "ping6", "raw"):
         assert f"{name} no socket 13" in out, out
+
+
+_INOTIFY_HOG = (
+    "import ctypes, fcntl, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "held = [fd for fd in (libc.inotify_init1(0) for _ in range(8)) if fd >= 0]\n"
+    "print('inotify instances', len(held), 'errno', ctypes.get_errno())\n"
+    "with open(sys.argv[1]) as f:\n"
+    "    try:\n"
+    "        fcntl.fcntl(f, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n"
+    "        print('lease held')\n"
+    "    except OSError as e:\n"
+    "        print('lease refused', e.errno)\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write", "full"])
+async def test_s_sec_2_a_restricted_subagent_takes_no_inotify_instance_and_no_lease(
+    tmp_path: Path, mode: str
+) -> None:
+    """S-SEC-2: inotify instances are counted per uid for the whole machine (128 here; a
+    read-only worker took them all, and every other process of the uid, root's services
+    included, got EMFILE until it ended), and a read lease on a file the worker only reads
+    (it owns it: uid 0) stalls every writer of it for lease-break-time. In read-only and
+    workspace-write the worker gets neither; in full (the control) it gets both."""
+    target = tmp_path / "outside" / "hostname"
+    target.parent.mkdir()
+    target.write_text("host\n")
+    script = tmp_path / "outside" / "hog.py"
+    script.write_text(_INOTIFY_HOG)
+    done = await bash_attack(tmp_path, [f"{PY} {script} {target}"], mode=mode)
+    out = done.output()
+    if mode == "full":
+        assert "inotify instances 8" in out and "lease held" in out, out
+    else:
+        assert "inotify instances 0 errno 38" in out, out
+        assert "lease refused 1" in out, out

@@ -43,9 +43,20 @@ def _run(insns: list[tuple[int, int, int, int]], arch: int, nr: int, *args: int)
 
 
 def _decide(
-    arch: int, nr: int, *args: int, deny: bool = False, unix: bool = False, cap: bool = False
+    arch: int,
+    nr: int,
+    *args: int,
+    deny: bool = False,
+    unix: bool = False,
+    shared: bool = False,
+    cap: bool = False,
 ) -> object:
-    insns = program(deny_network=deny, deny_unix_sockets=unix, cap_reserved_space=cap)
+    insns = program(
+        deny_network=deny,
+        deny_unix_sockets=unix,
+        deny_shared_objects=shared,
+        cap_reserved_space=cap,
+    )
     return _run(insns, arch, nr, *args)
 
 
@@ -123,6 +134,36 @@ def test_s_sbx_1_i386_socketcall_makes_no_socket_under_either_socket_rule() -> N
         assert _decide(I386, 102, 8, 0, deny=deny, unix=unix) == ALLOW
         assert _decide(I386, 102, 3, 0, deny=deny, unix=unix) == ALLOW
     assert _decide(I386, 102, 1, 0) == ALLOW
+
+
+# (arch, inotify_init, inotify_init1, fcntl, fcntl64 or None)
+SHARED = [
+    (X86_64, 253, 294, 72, None),
+    (I386, 291, 332, 55, 221),
+    (AARCH64, 26, 26, 25, None),
+    (ARM, 316, 360, 55, 221),
+]
+F_SETLEASE, F_GETLEASE, F_SETLK, F_DUPFD_CLOEXEC, F_RDLCK = 1024, 1025, 6, 1030, 0
+
+
+@pytest.mark.parametrize("abi", SHARED, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sec_2_restricted_modes_take_no_inotify_instance_and_no_lease(
+    abi: tuple[int, ...],
+) -> None:
+    """S-SEC-2: with the shared-objects rule (read-only, workspace-write), inotify_init and
+    inotify_init1 get ENOSYS (per-uid instances: 128 for the whole machine here) and
+    fcntl(F_SETLEASE) EPERM (a lease stalls every writer of the file); every other fcntl
+    command, and all of it without the rule (full), passes."""
+    arch, init, init1, fcntl, fcntl64 = abi
+    assert _decide(arch, init, shared=True) == errno.ENOSYS
+    assert _decide(arch, init1, 0x80000, shared=True) == errno.ENOSYS
+    for nr in (n for n in (fcntl, fcntl64) if n is not None):
+        assert _decide(arch, nr, 3, F_SETLEASE, F_RDLCK, shared=True) == errno.EPERM
+        for command in (F_GETLEASE, F_SETLK, F_DUPFD_CLOEXEC):
+            assert _decide(arch, nr, 3, command, 0, shared=True) == ALLOW
+        assert _decide(arch, nr, 3, F_SETLEASE, F_RDLCK) == ALLOW
+    assert _decide(arch, init) == ALLOW
+    assert _decide(arch, init1, 0) == ALLOW
 
 
 def test_s_sec_4_fallocate_and_the_other_abis() -> None:
