@@ -9,6 +9,7 @@ precisely what is wrong, and each such file is listed below with the reason.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,12 @@ def _plugin_dirs() -> list[Path]:
 
 
 def _rel(entry: ProfileEntry) -> str:
-    return Path(entry.source).resolve().relative_to(CATEGORIES.resolve()).as_posix()
+    # category/file.md, in the corpus or in a project's copy of it.
+    return _category_path(entry.source)
+
+
+def _category_path(path: str) -> str:
+    return "/".join(Path(path).parts[-2:])
 
 
 def _claude_files() -> list[Path]:
@@ -125,14 +131,22 @@ def as_user_dir(tmp_path_factory: pytest.TempPathFactory) -> ProfileCatalog:
     )
 
 
+def _project_with_corpora(project: Path, *, opencode: bool = True) -> Path:
+    """``project`` whose .claude/agents (and .opencode/agent) hold copies of the corpora.
+
+    Copies, not links: a project's profile dir may not resolve outside the
+    project (S-SEC-3), and these load as a repository would ship them.
+    """
+    shutil.copytree(CATEGORIES, project / ".claude" / "agents")
+    if opencode:
+        shutil.copytree(OPENCODE_AGENTS, project / ".opencode" / "agent")
+    return project
+
+
 @pytest.fixture(scope="module")
 def as_project(tmp_path_factory: pytest.TempPathFactory) -> ProfileCatalog:
-    """A project whose .claude/agents and .opencode/agent are the corpora (symlinked)."""
-    project = tmp_path_factory.mktemp("project")
-    (project / ".claude").mkdir()
-    (project / ".claude" / "agents").symlink_to(CATEGORIES)
-    (project / ".opencode").mkdir()
-    (project / ".opencode" / "agent").symlink_to(OPENCODE_AGENTS)
+    """A project whose .claude/agents and .opencode/agent are (copies of) the corpora."""
+    project = _project_with_corpora(tmp_path_factory.mktemp("project"))
     return ProfileCatalog.discover(project, home=project / "home", user_dirs=[])
 
 
@@ -186,9 +200,7 @@ def test_plugin_aliases_give_way_to_user_and_project_profiles(
     plugins_only: ProfileCatalog, tmp_path: Path
 ) -> None:
     """S-PROF-3: a bare alias only when it clashes with no user or project profile."""
-    project = tmp_path / "project"
-    (project / ".claude").mkdir(parents=True)
-    (project / ".claude" / "agents").symlink_to(CATEGORIES)
+    project = _project_with_corpora(tmp_path / "project", opencode=False)
     both = ProfileCatalog.discover(
         project, home=tmp_path / "home", user_dirs=[], plugin_dirs=_plugin_dirs()
     )
@@ -209,8 +221,8 @@ def test_all_158_claude_code_agents_load(catalog_name: str, request: pytest.Fixt
     assert all(e.launchable for e in entries if e.name != "workflow-orchestrator")
     assert {e.name for e in entries} == {p.stem for p in _claude_files()}
     _assert_claude_warnings(entries)
-    readmes = {str(CATEGORIES / d.name / "README.md") for d in _plugin_dirs()}
-    assert {str(Path(p).resolve()) for p in catalog.ignored} >= readmes
+    readmes = {f"{d.name}/README.md" for d in _plugin_dirs()}
+    assert {_category_path(p) for p in catalog.ignored} >= readmes
 
 
 def test_claude_code_fields_are_honoured(as_user_dir: ProfileCatalog) -> None:

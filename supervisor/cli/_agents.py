@@ -11,6 +11,7 @@ from rich.table import Table
 from ..config._config_files import load_settings
 from ..config._project_trust import TrustGate
 from ..profiles._profile_catalog import ProfileCatalog
+from ..state._paths import known_homes
 from ._console import quoted, shown
 from ._run import wide_console
 
@@ -22,7 +23,10 @@ def agents_command(project_dir: Path, as_json: bool) -> int:
     # Lists profiles and starts nothing: untrusted servers and providers are left out.
     settings = load_settings(project_dir, trust=TrustGate("leave-out"))
     catalog = ProfileCatalog.discover(
-        project_dir, home=settings.home, plugin_dirs=settings.plugin_dirs
+        project_dir,
+        home=settings.home,
+        plugin_dirs=settings.plugin_dirs,
+        hidden=known_homes(settings.home),
     )
     broken = [entry for entry in catalog.entries if entry.error is not None]
     if as_json:

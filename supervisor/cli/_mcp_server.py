@@ -180,7 +180,7 @@ class McpFrontDoor:
         self.cwd = cwd
         self._nursery = nursery
         self._catalog = ProfileCatalog.discover(
-            cwd, home=host.home, plugin_dirs=host.settings.plugin_dirs
+            cwd, home=host.home, plugin_dirs=host.settings.plugin_dirs, hidden=host.homes
         )
         self.seats: dict[str, McpSeat] = {}
         self.server: Server[Any] = Server(

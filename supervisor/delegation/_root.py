@@ -181,7 +181,9 @@ class RootSession:
             parent_session_id=self.session_id,
             parent_tools=(*local.names, "Agent", *(spec.name for spec in mcp_specs)),
             catalog=catalog
-            or ProfileCatalog.discover(cwd, home=host.home, plugin_dirs=settings.plugin_dirs),
+            or ProfileCatalog.discover(
+                cwd, home=host.home, plugin_dirs=settings.plugin_dirs, hidden=host.homes
+            ),
             current_model=lambda: self.model,
             cwd=cwd,
             parent_policy=self.policy,

@@ -108,6 +108,9 @@ class Subvisor:
                 exc.strerror or exc,
             )
         homes = known_homes(self.home)
+        #: Every subvisor home hidden from the workers (S-SEC-1); no project file may
+        #: resolve into one (``ProfileCatalog.discover``'s ``hidden``).
+        self.homes = homes
         self.store = SessionStore(database_path(self.home))
         # S-SEC-6: what a dead supervisor left running is ended before anything starts.
         recover_dead_runs(self.store, self.home)

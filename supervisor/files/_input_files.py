@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .._errors import SubvisorError
+from ._confined import Confinement
 
 __all__ = ["FileTooLargeError", "NotARegularFileError", "open_regular_file", "read_regular_file"]
 
@@ -39,18 +40,25 @@ class FileTooLargeError(SubvisorError, OSError):
 
 
 def open_regular_file(
-    path: Path | str, *, dir_fd: int | None = None, follow_symlinks: bool = True
+    path: Path | str,
+    *,
+    dir_fd: int | None = None,
+    follow_symlinks: bool = True,
+    confine: Confinement | None = None,
 ) -> BinaryIO:
     """``path`` opened for reading in binary, once it is known to be a regular file.
 
     ``dir_fd`` and ``follow_symlinks`` as in ``os.open`` (a final symlink not
-    followed: ``ELOOP``). Raises ``OSError`` (``NotARegularFileError`` for
-    anything but a regular file).
+    followed: ``ELOOP``). With ``confine``, the file opened must lie where it
+    allows (``OutsideConfinementError`` otherwise). Raises ``OSError``
+    (``NotARegularFileError`` for anything but a regular file).
     """
     # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     fd = os.open(path, flags | (0 if follow_symlinks else os.O_NOFOLLOW), dir_fd=dir_fd)
     try:
+        if confine is not None:
+            confine.check_fd(fd, path)
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -65,9 +73,14 @@ def open_regular_file(
         raise
 
 
-def read_regular_file(path: Path | str, max_bytes: int) -> bytes:
-    """The whole content of the regular file ``path``; ``FileTooLargeError`` past ``max_bytes``."""
-    with open_regular_file(path) as handle:
+def read_regular_file(
+    path: Path | str, max_bytes: int, *, confine: Confinement | None = None
+) -> bytes:
+    """The whole content of the regular file ``path``; ``FileTooLargeError`` past ``max_bytes``.
+
+    ``confine`` as in :func:`open_regular_file`.
+    """
+    with open_regular_file(path, confine=confine) as handle:
         raw = handle.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise FileTooLargeError(errno.EFBIG, f"it is larger than {max_bytes} bytes", str(path))

@@ -26,11 +26,22 @@ A file that fails to load never stops the others: it becomes an entry with
 its error and takes no part in precedence, so a same-named profile of lower
 precedence stays usable (its entry says what failed above it), and a request
 for a name only a broken file has shows that file's error.
+
+Invariant (S-SEC-1, S-SEC-3): a project dir, every dir below it and every
+profile file in it is read only where it resolves inside the project root
+and outside every subvisor home (``Confinement``), checked on the open
+descriptor that is then read. A repository or a subagent writing in the
+project can plant links, and the supervisor reads with the user's rights: a
+link to another profile's memory in subvisor's home, or to another project,
+would make that text a prompt. What is refused is skipped and said in
+``ignored`` and the log, one line each. Links inside the project still work;
+user dirs and plugins are the user's own choice and are followed anywhere.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +49,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..files._confined import Confinement, OutsideConfinementError
 from ..files._input_files import read_regular_file
 from ._builtin_profiles import BUILTIN_PROFILES
 from ._names import (
@@ -48,7 +60,13 @@ from ._names import (
     resolve_agent_name,
 )
 from ._profile import AgentProfile, ProfileScope
-from ._profile_files import NotAProfileError, ProfileDialect, ProfileError, parse_profile_file
+from ._profile_files import (
+    NotAProfileError,
+    ProfileDialect,
+    ProfileError,
+    RefusedProfileFileError,
+    parse_profile_file,
+)
 
 __all__ = [
     "PLUGIN_MANIFEST",
@@ -67,6 +85,13 @@ PLUGIN_MANIFEST = Path(".claude-plugin") / "plugin.json"
 _MAX_MANIFEST_BYTES = 1 << 20
 PROFILE_SUFFIXES: frozenset[str] = frozenset({".md", ".markdown"})
 _TASK_OUTPUT_PREFIX = "sess_"
+#: What to do about a project profile file or dir refused for where it resolves.
+_REFUSED_HINT = (
+    "a project's profiles must lie inside the project: copy the file into the project,"
+    " or into ~/.claude/agents to use it in every project"
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,12 +255,16 @@ class ProfileCatalog:
         user_dirs: Sequence[ProfileDir] | None = None,
         plugin_dirs: Sequence[Path] = (),
         builtins: Mapping[str, AgentProfile] = BUILTIN_PROFILES,
+        hidden: Sequence[Path] | None = None,
     ) -> ProfileCatalog:
         """Scan built-ins, user dirs, project dirs and plugins (S-PROF-3).
 
         ``user_dirs`` defaults to :func:`user_profile_dirs` (``home``, the
-        real user's home); tests pass their own.
+        real user's home); tests pass their own. ``hidden`` are the dirs no
+        project file may resolve into (every subvisor home the run hides from
+        its workers; default ``home``): see the module's invariant.
         """
+        confine = Confinement.of_project(project_dir, (home,) if hidden is None else hidden)
         dirs = list(user_profile_dirs(home) if user_dirs is None else user_dirs)
         seen = {_identity(d.path) for d in dirs}
         # A project at the user's home would otherwise scan ~/.claude/agents
@@ -251,7 +280,9 @@ class ProfileCatalog:
         for plugin_dir in plugin_dirs:
             found += _load_plugin(plugin_dir, ignored)
         for profile_dir in dirs:
-            found += _load_dir(profile_dir, ignored)
+            found += _load_dir(
+                profile_dir, ignored, confine if profile_dir.scope == "project" else None
+            )
         return cls(_assign_aliases(_apply_precedence(found)), ignored)
 
     def resolve(self, requested: str) -> AgentProfile:
@@ -325,13 +356,16 @@ WALK_ENTRIES = 20_000
 WALK_DEPTH = 32
 
 
-def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
+def _profile_files(
+    root: Path, ignored: dict[str, str], confine: Confinement | None = None
+) -> Iterator[Path]:
     """Profile files under ``root``, sorted per dir, following links but never in a loop.
 
     Top-down and depth first, as ``os.walk`` goes, but without recursion (a
     subagent can nest directories deeper than Python's stack). At most
     ``WALK_ENTRIES`` entries are read and ``WALK_DEPTH`` levels below ``root``;
-    what is left unscanned is said in ``ignored``, on one line each.
+    what is left unscanned is said in ``ignored``, on one line each. With
+    ``confine``, a dir that resolves outside it is not listed (said likewise).
     """
     if not root.is_dir():
         return
@@ -341,7 +375,7 @@ def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
     todo: list[tuple[Path, int]] = [(root, 0)]
     while todo:
         current, depth = todo.pop()
-        listed = _list_dir(current, visited, ignored)
+        listed = _list_dir(current, visited, ignored, confine)
         if listed is None:
             continue
         subdirs, files = listed
@@ -370,15 +404,27 @@ def _profile_files(root: Path, ignored: dict[str, str]) -> Iterator[Path]:
 
 
 def _list_dir(
-    path: Path, visited: set[tuple[int, int]], ignored: dict[str, str]
+    path: Path,
+    visited: set[tuple[int, int]],
+    ignored: dict[str, str],
+    confine: Confinement | None = None,
 ) -> tuple[list[str], list[str]] | None:
     """The sorted subdir and other names of ``path``; None if it was seen or cannot be read."""
     try:
-        info = os.stat(path)
+        # Listed through the descriptor that was checked: a link swapped in
+        # after the check is not what is listed.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        ignored[str(exc.filename or path)] = f"cannot be scanned: {exc.strerror or exc}"
+        return None
+    try:
+        if confine is not None:
+            confine.check_fd(fd, path)
+        info = os.fstat(fd)
         if (info.st_dev, info.st_ino) in visited:
             return None
         visited.add((info.st_dev, info.st_ino))
-        with os.scandir(path) as entries:
+        with os.scandir(fd) as entries:
             subdirs: list[str] = []
             files: list[str] = []
             for entry in entries:
@@ -387,10 +433,21 @@ def _list_dir(
                 except OSError:
                     is_dir = False
                 (subdirs if is_dir else files).append(entry.name)
+    except OutsideConfinementError as exc:
+        _refuse(path, exc.strerror or str(exc), ignored)
+        return None
     except OSError as exc:
         ignored[str(exc.filename or path)] = f"cannot be scanned: {exc.strerror or exc}"
         return None
+    finally:
+        os.close(fd)
     return sorted(subdirs), sorted(files)
+
+
+def _refuse(path: Path, why: str, ignored: dict[str, str]) -> None:
+    reason = f"not loaded: {why}; {_REFUSED_HINT}"
+    ignored[str(path)] = reason
+    log.warning("project profile %s %s", path, reason)
 
 
 def _default_name(path: Path, root: Path, dialect: ProfileDialect) -> str:
@@ -408,12 +465,16 @@ def _load_file(
     dialect: ProfileDialect,
     ignored: dict[str, str],
     plugin: str | None = None,
+    confine: Confinement | None = None,
 ) -> ProfileEntry | None:
     default = _default_name(path, root, dialect)
     try:
         profile = parse_profile_file(
-            path, scope=scope, default_name=default, dialect=dialect, plugin=plugin
+            path, scope=scope, default_name=default, dialect=dialect, plugin=plugin, confine=confine
         )
+    except RefusedProfileFileError as exc:
+        _refuse(path, exc.message, ignored)
+        return None
     except NotAProfileError as exc:
         ignored[str(path)] = exc.message
         return None
@@ -433,10 +494,14 @@ def _load_file(
     )
 
 
-def _load_dir(profile_dir: ProfileDir, ignored: dict[str, str]) -> list[ProfileEntry]:
+def _load_dir(
+    profile_dir: ProfileDir, ignored: dict[str, str], confine: Confinement | None
+) -> list[ProfileEntry]:
     entries = []
-    for path in _profile_files(profile_dir.path, ignored):
-        entry = _load_file(path, profile_dir.path, profile_dir.scope, profile_dir.dialect, ignored)
+    for path in _profile_files(profile_dir.path, ignored, confine):
+        entry = _load_file(
+            path, profile_dir.path, profile_dir.scope, profile_dir.dialect, ignored, confine=confine
+        )
         if entry is not None:
             entries.append(entry)
     return entries

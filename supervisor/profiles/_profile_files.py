@@ -38,6 +38,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import ValidationError
 
+from ..files._confined import Confinement, OutsideConfinementError
 from ..files._input_files import open_regular_file
 from ..files._untrusted_yaml import RefusedYamlError, check_untrusted_yaml, describe_yaml_error
 from ..kernel import SubvisorError
@@ -50,6 +51,7 @@ __all__ = [
     "NotAProfileError",
     "ProfileDialect",
     "ProfileError",
+    "RefusedProfileFileError",
     "parse_profile_file",
     "parse_profile_text",
 ]
@@ -127,6 +129,10 @@ class NotAProfileError(ProfileError):
     """A Markdown file without frontmatter: documentation, not a profile; skipped quietly."""
 
 
+class RefusedProfileFileError(ProfileError):
+    """A project's profile file that resolves outside the project (S-SEC-3): skipped, said."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Frontmatter:
     data: dict[str, Any]
@@ -164,13 +170,23 @@ def parse_profile_file(
     default_name: str,
     dialect: ProfileDialect = "subvisor",
     plugin: str | None = None,
+    confine: Confinement | None = None,
 ) -> AgentProfile:
-    """Read and parse one profile file; raises :class:`ProfileError` (and only that)."""
+    """Read and parse one profile file; raises :class:`ProfileError` (and only that).
+
+    With ``confine``, a file that resolves where it does not allow is not
+    read: :class:`RefusedProfileFileError` says where it resolves.
+    """
     source = str(path)
     fallback = f"{plugin}:{default_name}" if plugin else default_name
     try:
-        with open_regular_file(path) as handle:
+        # Read through the descriptor the confinement checked (see _confined).
+        with open_regular_file(path, confine=confine) as handle:
             raw = handle.read(MAX_PROFILE_BYTES + 1)
+    except OutsideConfinementError as exc:
+        raise RefusedProfileFileError(
+            source, exc.strerror or str(exc), profile_name=fallback
+        ) from None
     except OSError as exc:
         raise ProfileError(
             source, f"cannot read the file: {exc.strerror or exc}", profile_name=fallback

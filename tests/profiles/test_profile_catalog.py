@@ -145,7 +145,8 @@ def test_a_markdown_file_without_frontmatter_is_ignored_not_an_error() -> None:
 
 
 def test_symlinked_dirs_are_followed_without_looping(tmp_path: Path) -> None:
-    real = tmp_path / "real"
+    """Links inside the project are followed (one out of it is not: tests/security)."""
+    real = tmp_path / "project" / "real"
     _write(real / "linked.md", _profile_text("linked"))
     (real / "loop").symlink_to(real)
     agents = tmp_path / "project" / ".claude" / "agents"
@@ -503,10 +504,11 @@ def test_to_json_says_where_each_profile_comes_from() -> None:
 def test_s_sec_3_a_profile_dir_linked_to_a_large_tree_is_walked_only_so_far(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A repository's `.claude/agents/all -> /` must not make every catalog load walk the
-    machine: the walk stops after `WALK_ENTRIES` entries and says so; what it read loads."""
+    """A repository's `.claude/agents/all -> ..` (the project, a large tree) must not make
+    every catalog load walk it all: the walk stops after `WALK_ENTRIES` entries and says
+    so; what it read loads. (A link to `/` is not followed at all: tests/security.)"""
     monkeypatch.setattr(_profile_catalog, "WALK_ENTRIES", 50)
-    big = tmp_path / "big"
+    big = tmp_path / "project" / "big"
     _write(big / "a-first.md", _profile_text("first"))
     for i in range(30):
         _write(big / f"d{i:02d}" / "x.md", _profile_text(f"deep{i}"))
