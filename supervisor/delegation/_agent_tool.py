@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from protocol import ChatMessage, ResourceLimits, ToolCall, ToolSpec
 from worker.tools import ToolOutput
 
+from ..files._confined import Confinement
 from ..kernel import SubvisorError
 from ..policy._permission_derivation import (
     child_permission_mode,
@@ -34,7 +35,7 @@ from ..policy._sandbox import choose_sandbox, home_holds
 from ..profiles._agent_memory import apply_memory, make_memory_dir
 from ..profiles._profile import AgentProfile
 from ..profiles._profile_catalog import ProfileCatalog
-from ..providers import ModelGateway, parse_model_string
+from ..providers import ModelGateway, ScriptedProvider, parse_model_string
 from ..state._store import SessionStore
 from ..state._tasks import TaskRegistry
 from ._agent_tool_schema import (
@@ -73,6 +74,9 @@ class LaunchServices:
     settings: SubvisorSettings
     #: The subvisor home: profiles' persistent memory lives under it (S-PROF-8).
     home: Path
+    #: Every subvisor home hidden from the workers: no project file read for a
+    #: launch may resolve into one (S-SEC-1).
+    homes: tuple[Path, ...]
     #: Earlier agents' records and transcripts, for a resume by ``task_id``.
     store: SessionStore
     #: A session's launches so far, against ``max_subagents_per_session``.
@@ -361,29 +365,40 @@ class AgentTool:
                 continue
             spec = parse_model_string(explicit)
             if spec is not None:
-                self._services.gateway.resolve(explicit)
-                if from_profile and spec.provider == "scripted":
-                    self._check_scenario(profile, spec.model)
+                _, provider = self._services.gateway.resolve(explicit)
+                if from_profile and isinstance(provider, ScriptedProvider):
+                    self._check_scenario(profile, spec.model, provider)
                 return explicit
         return self._current_model()
 
-    def _check_scenario(self, profile: AgentProfile, scenario: str) -> None:
+    def _check_scenario(
+        self, profile: AgentProfile, scenario: str, provider: ScriptedProvider
+    ) -> None:
         """Refuse a project profile's scenario outside the project (S-SEC-3).
 
         The supervisor reads a scenario, with its own rights: a repository's
         profile naming ``~/.ssh/id_rsa`` would learn from the launch's error
         whether that file exists, its size, and whether it parses. The path is
         taken as the scripted provider opens it, from the supervisor's
-        directory, with every link followed.
+        directory, with every link followed where it stands: ``realpath``, not
+        ``abspath``, which drops ``link/..`` before the link is followed
+        (``project/l/../x`` with ``l -> /etc/ssl`` is ``/etc/x``). The provider
+        then reads it only through a descriptor that resolves inside the
+        project, so a link swapped in after this check is not read either.
         """
         if profile.scope != "project":
             return
-        project = self._cwd.resolve()
+        confinement = Confinement.of_project(self._cwd, self._services.homes)
+        project = confinement.root
         try:
-            inside = Path(os.path.abspath(scenario)).resolve().is_relative_to(project)
-        except (OSError, RuntimeError, ValueError):
+            where = Path(os.path.realpath(scenario))
+        except (OSError, ValueError):
             inside = False
-        if not inside:
+        else:
+            inside = confinement.why_not(where) is None
+        if inside:
+            provider.confine(scenario, confinement)
+        else:
             raise SubvisorError(
                 f"profile {profile.name!r} ({profile.source}) is a project profile whose model"
                 f" reads the scenario {scenario!r}, outside the project {str(project)!r}: a"

@@ -18,7 +18,10 @@ Invariants:
   ``./x``, ``../x``, or a bare word naming a regular file there such as
   ``server.py``; also as an option's value, ``--require=./boot.js``) are made
   absolute against the project directory, so they
-  name what they named when the server started in the project. Those files
+  name what they named when the server started in the project: the dirs on
+  the way are resolved where they stand (``_looked_up``), as the kernel
+  follows ``l/../x`` (``normpath`` would drop ``l/..`` and name another file
+  than the one trust hashed, S-SEC-3). Those files
   are the project's own code, which the user trusted by content (S-SEC-3,
   ``supervisor.config``); what they import is not covered.
 - A server's command is looked up on a ``PATH`` without any entry that is
@@ -147,6 +150,20 @@ def path_words(words: Iterable[str]) -> Iterator[tuple[str, bool]]:
         script_seen = True
 
 
+def _looked_up(base: Path | str, word: str) -> str:
+    """``word`` as the kernel finds it from the dir ``base``, made absolute.
+
+    Every dir on the way is resolved where it stands, so ``l/../x`` with
+    ``l -> /a/b`` is ``/a/x`` (what an ``open`` from ``base`` opens), not
+    ``base/x`` as ``normpath`` has it; the last component is kept as written.
+    """
+    path = os.path.join(base, word)
+    head, tail = os.path.split(path)
+    if tail in ("", ".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(head), tail)
+
+
 def _explicitly_relative(word: str) -> bool:
     return word in (".", "..") or word.startswith(("./", "../"))
 
@@ -161,7 +178,7 @@ def _project_word(word: str, project_dir: Path) -> str:
         return word
     if not word or os.path.isabs(word):
         return word
-    candidate = os.path.normpath(os.path.join(project_dir, word))
+    candidate = _looked_up(project_dir, word)
     if _explicitly_relative(word) or os.path.isfile(candidate):
         return candidate
     return word
@@ -181,13 +198,13 @@ def server_launch(
     path, dropped = clean_path(config.env.get("PATH", inherited), project_dir)
     command = config.command or ""
     if config.cwd is not None:
-        cwd = os.path.normpath(os.path.join(project_dir, config.cwd))
+        cwd = _looked_up(project_dir, config.cwd)
         args = tuple(config.args)
         if os.sep in command and not os.path.isabs(command):
-            command = os.path.normpath(os.path.join(cwd, command))
+            command = _looked_up(cwd, command)
     else:
         cwd = NEUTRAL_DIR
         args = tuple(_project_word(word, project_dir) for word in config.args)
         if os.sep in command and not os.path.isabs(command):
-            command = os.path.normpath(os.path.join(project_dir, command))
+            command = _looked_up(project_dir, command)
     return ServerLaunch(command, args, cwd, path, dropped)

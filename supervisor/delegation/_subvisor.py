@@ -159,6 +159,7 @@ class Subvisor:
         self.launch_services = LaunchServices(
             settings=self.settings,
             home=self.home,
+            homes=self.homes,
             store=self.store,
             registry=self.registry,
             mcp=self.mcp,

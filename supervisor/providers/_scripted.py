@@ -15,6 +15,7 @@ keys to the turns that answer that agent's calls, in order::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from protocol import ModelRequest, ModelResult, ModelStreamDelta, ToolCall, Usage
 
+from ..files._confined import Confinement, OutsideConfinementError
 from ..files._input_files import read_regular_file
 from ..files._untrusted_yaml import describe_yaml_error, load_untrusted_yaml
 from ._base import ModelEvent, TextSink
@@ -87,14 +89,23 @@ class Scenario(BaseModel):
     agents: dict[StrictStr, tuple[ScriptedTurn, ...]]
 
 
-def load_scenario(path: str) -> Scenario:
+def load_scenario(path: str, *, confine: Confinement | None = None) -> Scenario:
     """Read and validate a scenario file (JSON if it ends in ``.json``, else YAML).
 
-    Raises ``ScenarioError`` (and only that), with one line that names the file.
+    With ``confine``, a file that resolves where it does not allow is not
+    read. Raises ``ScenarioError`` (and only that), with one line that names the file.
     """
     kind = "JSON" if path.endswith(".json") else "YAML"
     try:
-        raw = read_regular_file(path, MAX_SCENARIO_BYTES)
+        raw = read_regular_file(path, MAX_SCENARIO_BYTES, confine=confine)
+    except OutsideConfinementError:
+        # Where it resolves is not said: whoever wrote the path (a repository)
+        # must not learn what exists outside the project.
+        raise ScenarioError(
+            f"scenario file {path!r} resolves outside the project, so it is not read (S-SEC-3):"
+            " a project profile may only be scripted from the project's own files",
+            path=path,
+        ) from None
     except OSError as exc:
         raise ScenarioError(
             f"scenario file {path!r} cannot be read ({exc.strerror or exc}): the model "
@@ -190,6 +201,16 @@ class ScriptedProvider:
 
     def __init__(self) -> None:
         self._scenarios: dict[str, Scenario] = {}
+        self._confined: dict[str, Confinement] = {}
+
+    def confine(self, path: str, confinement: Confinement) -> None:
+        """Read ``path``, when it is first used, only where ``confinement`` allows (S-SEC-3).
+
+        For a project profile's scenario: its path was checked, but a link
+        may be swapped in before it is read, so the read checks again on the
+        file it opened. A scenario already loaded is not read again.
+        """
+        self._confined[path] = confinement
 
     def stream(
         self, request: ModelRequest, model: str, *, on_text: TextSink | None = None
@@ -201,7 +222,9 @@ class ScriptedProvider:
         """The scenario at ``path``, loaded on first use."""
         cached = self._scenarios.get(path)
         if cached is None:
-            cached = await trio.to_thread.run_sync(load_scenario, path)
+            cached = await trio.to_thread.run_sync(
+                functools.partial(load_scenario, path, confine=self._confined.get(path))
+            )
             self._scenarios[path] = cached
         return cached
 

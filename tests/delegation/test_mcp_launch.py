@@ -195,3 +195,24 @@ def test_a_project_reached_through_a_link_is_left_out_of_path(tmp_path: Path) ->
 def test_words_that_are_not_project_paths_pass_as_written(tmp_path: Path, word: str) -> None:
     config = McpServerConfig(command="/bin/true", args=(word,))
     assert server_launch(config, tmp_path).args == (word,)
+
+
+def test_s_sec_3_a_word_through_a_link_and_dotdot_names_what_the_kernel_opens(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: ``l/../server.py`` with ``l -> OTHER/sub`` opens ``OTHER/server.py`` from the
+    project; started from ``/`` the server is given that file (the one trust resolves and
+    hashes), not ``PROJECT/server.py`` (``normpath`` drops ``l/..``), which a subagent may
+    rewrite and trust never hashed. The same for ``cwd`` and a relative command."""
+    project, other = tmp_path / "project", tmp_path / "other"
+    project.mkdir()
+    (other / "sub").mkdir(parents=True)
+    (other / "server.py").write_text("")
+    (project / "server.py").write_text("")
+    (project / "l").symlink_to(other / "sub")
+    config = McpServerConfig(command=sys.executable, args=("l/../server.py",))
+    assert server_launch(config, project).args == (str(other / "server.py"),)
+    command = McpServerConfig(command="l/../server.py")
+    assert server_launch(command, project).command == str(other / "server.py")
+    in_dir = McpServerConfig(command=sys.executable, args=("server.py",), cwd="l/..")
+    assert server_launch(in_dir, project).cwd == str(other)

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol._chat import ChatMessage, ModelRequest, ModelResult, ModelStreamDelta, ToolCall
+from supervisor.files._confined import Confinement
 from supervisor.providers import ModelEvent, ScenarioError, ScriptedProvider, load_scenario
 from supervisor.providers._scripted import split_text_deltas
 
@@ -232,3 +233,28 @@ def test_text_deltas_join_back_to_the_text(text: str, parts: int) -> None:
     assert "".join(pieces) == text
     assert len(pieces) <= parts
     assert all(pieces)
+
+
+async def test_s_sec_3_a_confined_scenario_swapped_for_a_link_out_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: a project profile's scenario is checked inside the project, then a link to
+    a file outside is swapped in before the provider reads it: what is read is checked on
+    the open file, so the outside text is neither loaded nor shown, nor where it lies."""
+    project = tmp_path / "project"
+    project.mkdir()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("agents:\n  default:\n    - text: read from outside\n")
+    scenario = project / "s.yaml"
+    scenario.write_text("agents:\n  default:\n    - text: read from inside\n")
+    provider = ScriptedProvider()
+    provider.confine(str(scenario), Confinement.of_project(project))
+    scenario.unlink()
+    scenario.symlink_to(outside)
+    with pytest.raises(ScenarioError) as refused:
+        await provider.scenario(str(scenario))
+    assert "outside the project" in str(refused.value)
+    assert str(outside) not in str(refused.value)
+    # Control: unconfined (a user's own scenario), the same path is read.
+    loaded = await ScriptedProvider().scenario(str(scenario))
+    assert loaded.agents["default"][0].text == "read from outside"

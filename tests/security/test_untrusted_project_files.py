@@ -149,6 +149,41 @@ def test_s_sec_3_a_project_profile_cannot_script_from_outside_the_project(
     assert "read from inside" in text
 
 
+def test_s_sec_3_a_project_profiles_scenario_through_link_dotdot_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3 (red team K F2): `scripted:PROJECT/l/../x.yaml` with `l -> OUTSIDE/sub` is
+    `OUTSIDE/x.yaml` to the kernel, though it reads as a project path once `l/..` is
+    dropped. That file is not read: its text never shows and the launch says it is outside
+    the project. Control: `PROJECT/d/../inside.yaml` through a real dir runs."""
+    home, project = _project(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "x.yaml").write_text("agents:\n  default:\n    - text: read from outside\n")
+    (project / "l").symlink_to(outside / "sub")
+    (project / "d").mkdir()
+    (project / "inside.yaml").write_text("agents:\n  default:\n    - text: read from inside\n")
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    for name, scenario in (("via", "l/../x.yaml"), ("local", "d/../inside.yaml")):
+        (agents / f"{name}.md").write_text(
+            f"---\nname: {name}\ndescription: p\nmodel: scripted:{project}/{scenario}\n---\nGo.\n"
+        )
+    calls = [
+        {"name": "Agent", "input": {"description": n, "prompt": "p", "subagent_type": n}}
+        for n in ("via", "local")
+    ]
+    (tmp_path / "root.yaml").write_text(
+        json.dumps({"agents": {"root": [{"tool_calls": calls}, {"text": "{{tool_result}}"}]}})
+    )
+    run = run_cli(home, "run", "--model", f"scripted:{tmp_path}/root.yaml", "go", cwd=project)
+    assert run.returncode == 0, run.stderr
+    text = " ".join(run.stdout.split())
+    assert "read from outside" not in text
+    assert "profile 'via'" in text and "outside the project" in text
+    assert "read from inside" in text
+
+
 def test_s_sec_3_nested_profile_dirs_a_subagent_made_are_walked_only_so_deep(
     tmp_path: Path,
 ) -> None:
