@@ -162,7 +162,10 @@ class SandboxReport(BaseModel):
     ``no_new_privs``; ``ipc_namespace`` whether it has an IPC namespace of its
     own (its SysV IPC and message queues end with its tree); ``processes_hidden``
     whether its ``/proc`` shows only the processes it may ptrace-read (its own
-    tree), not every command line on the machine; ``syscall_filter``
+    tree), not every command line on the machine; ``metadata_read_only``
+    whether every mount outside the paths it may write is read-only, so that no
+    file's mode, times or xattrs change there (Landlock does not cover them);
+    ``syscall_filter``
     whether its seccomp filter is in force (which ``network_denied`` also needs);
     ``reserved_space_capped`` whether its file-size cap also refuses space
     reserved past a file's end (``fallocate`` ``KEEP_SIZE``, by seccomp);
@@ -189,6 +192,7 @@ class SandboxReport(BaseModel):
     privileges_dropped: bool = False
     ipc_namespace: bool = False
     processes_hidden: bool = False
+    metadata_read_only: bool = False
     syscall_filter: bool = False
     reserved_space_capped: bool = False
     unix_sockets_blocked: bool = False

@@ -1,5 +1,10 @@
 """A private mount namespace that hides subvisor's home and keeps ``.git`` read-only.
 
+Invariants: ``read_only_except`` runs only in a mount namespace this process
+unshared itself (``_own_namespace_of``): in the one a zygote's workers share it
+would reach every sibling and the zygote. It clears a mount's read-only flag
+only where that mount lacked it before.
+
 Also each worker's own IPC namespace (``enter_ipc_namespace``), and its own
 mount namespace where it has a temp dir, in which the other workers' temp
 dirs are hidden (``isolate_temp_dir``).
@@ -59,6 +64,15 @@ server's token in its arguments, another session's prompt. It needs
 ``CAP_SYS_ADMIN`` in the user namespace that owns the PID namespace, so it
 is not made where a worker had to enter a user namespace of its own.
 
+Last, in that same namespace of its own, a restricted worker makes every
+mount read-only but the paths it may write (``read_only_except``): Landlock
+has no right for a file's metadata, so without it a read-only worker could
+``chmod``, ``touch -d`` or ``setfattr`` any file it owns (as uid 0, every
+root-owned one). Each writable path is bound over itself and given back its
+flag, and each mount below it the flag it had: a ``.git`` bind stays
+read-only, a ``pin`` writable. Needs ``mount_setattr`` (Linux >= 5.12). A
+mount the host makes later and propagates in arrives as the host made it.
+
 Invariant: ``unshare`` runs while the process has one thread (the kernel
 refuses ``CLONE_NEWUSER``, and ``CLONE_NEWNS`` implies an unshared fs).
 """
@@ -68,12 +82,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
 import re
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ._landlock import open_nofollow
 from ._privileges import status_caps
 
 __all__ = [
@@ -88,6 +104,7 @@ __all__ = [
     "isolate_temp_dir",
     "missing_vcs_dirs",
     "private_proc",
+    "read_only_except",
     "vcs_dirs",
 ]
 
@@ -107,6 +124,12 @@ _MS_REC = 0x4000
 _MS_SLAVE = 0x80000
 _MNT_DETACH = 0x2
 _CAP_SYS_ADMIN = 21
+#: mount_setattr(2): one number on every architecture but alpha (the unified table, 5.12+).
+_SYS_MOUNT_SETATTR = 442
+_AT_EMPTY_PATH = 0x1000
+_AT_RECURSIVE = 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
+_O_PATH = os.O_PATH | os.O_CLOEXEC
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 #: Version-control metadata whose contents run code later: git's hooks and
 #: config (``core.fsmonitor``...), Mercurial's ``.hg/hgrc`` (``[hooks]``,
@@ -210,19 +233,33 @@ def _read_only(path: str) -> bool:
         return False
 
 
-def _mount_points() -> set[str]:
-    """Where a mount sits in this mount namespace (``/proc/self/mountinfo``, unescaped)."""
+def _fd_read_only(fd: int) -> bool:
+    return bool(os.fstatvfs(fd).f_flag & os.ST_RDONLY)
+
+
+def _mount_table() -> dict[str, bool]:
+    """Each mount point of this namespace, and whether the mount there is read-only.
+
+    From ``/proc/self/mountinfo``, unescaped; the mount's own flag (not its
+    filesystem's). Where mounts are stacked on one point, the last listed
+    (the top one, which paths reach) wins.
+    """
     try:
         with open("/proc/self/mountinfo") as f:
             fields = [line.split() for line in f]
     except OSError:
-        return set()
+        return {}
     unescape = re.compile(r"\\([0-7]{3})")
     return {
-        unescape.sub(lambda m: chr(int(m.group(1), 8)), entry[4])
+        unescape.sub(lambda m: chr(int(m.group(1), 8)), entry[4]): "ro" in entry[5].split(",")
         for entry in fields
-        if len(entry) > 4
+        if len(entry) > 5
     }
+
+
+def _mount_points() -> set[str]:
+    """Where a mount sits in this mount namespace."""
+    return set(_mount_table())
 
 
 def _hidden_here(path: str) -> bool:
@@ -286,6 +323,20 @@ def missing_vcs_dirs(roots: Iterable[str]) -> list[str]:
     ]
 
 
+#: The pid that last unshared its mount namespace: equal to ours, the namespace
+#: is this process's (and its descendants') alone, not its zygote's and siblings'.
+_own_namespace_of = 0
+
+
+def _unshare_mount_namespace() -> str:
+    """Take a mount namespace of this process's own; why not, or ``""``."""
+    global _own_namespace_of
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        return str(_errno_error("unshare(CLONE_NEWNS)"))
+    _own_namespace_of = os.getpid()
+    return ""
+
+
 def isolate_temp_dir(path: str) -> str:
     """Leave ``path`` the one entry of its parent this process reaches; why not, or ``""``.
 
@@ -296,8 +347,9 @@ def isolate_temp_dir(path: str) -> str:
     ``CAP_SYS_ADMIN`` where it is, as for its IPC namespace) and covers the
     parent with an empty read-only tmpfs that keeps ``path`` alone, bound back.
     """
-    if _libc.unshare(_CLONE_NEWNS) != 0:
-        return str(_errno_error("unshare(CLONE_NEWNS)"))
+    error = _unshare_mount_namespace()
+    if error:
+        return error
     parent, name = os.path.split(path.rstrip("/"))
     # Its own record: CURRENT describes the namespace shared with the zygote.
     return "; ".join(MountNamespace(how="mount namespace").hide([parent], keep=[name]))
@@ -329,8 +381,9 @@ def private_proc() -> str:
     the new procfs is taken off again. Same PID namespace: the pids it shows
     are the host's.
     """
-    if _libc.unshare(_CLONE_NEWNS) != 0:
-        return str(_errno_error("unshare(CLONE_NEWNS)"))
+    error = _unshare_mount_namespace()
+    if error:
+        return error
     kept = []
     try:
         for point in _mount_points_below(PROC):
@@ -349,6 +402,165 @@ def private_proc() -> str:
             return f"{exc} (the host's mounts inside {PROC} could not be kept)"
     finally:
         for _, fd in kept:
+            os.close(fd)
+    return ""
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _set_read_only(fd: int, read_only: bool, *, recursive: bool = False) -> None:
+    """Set or clear the read-only flag of the mount ``fd`` is the root of (EINVAL if none)."""
+    attr = _MountAttr(
+        attr_set=_MOUNT_ATTR_RDONLY if read_only else 0,
+        attr_clr=0 if read_only else _MOUNT_ATTR_RDONLY,
+    )
+    flags = _AT_EMPTY_PATH | (_AT_RECURSIVE if recursive else 0)
+    args = (ctypes.c_int(fd), b"", ctypes.c_uint(flags), ctypes.byref(attr))
+    if _libc.syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR), *args, ctypes.c_size_t(ctypes.sizeof(attr))
+    ):
+        raise _errno_error("mount_setattr")
+
+
+def _set_read_only_at(path: str, read_only: bool, *, recursive: bool = False) -> None:
+    """``_set_read_only`` on the mount at ``path``, reached with no symlink on the way."""
+    fd = open_nofollow(path)
+    try:
+        _set_read_only(fd, read_only, recursive=recursive)
+    finally:
+        os.close(fd)
+
+
+def _restore(table: dict[str, bool], under: str) -> None:
+    """Clear the read-only flag of each mount at or below ``under`` that ``table`` says lacked it.
+
+    A point no path reaches any more (covered by a later mount: ``ENOENT``,
+    or no mount's root: ``EINVAL``) stays read-only.
+    """
+    for point, read_only in table.items():
+        if read_only or not _inside(point, under):
+            continue
+        try:
+            _set_read_only_at(point, False)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EINVAL, errno.ELOOP, errno.ENOTDIR):
+                raise
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _bind_over_itself(fd: int) -> None:
+    """Bind what ``fd`` names over itself, with every mount below it (by fd: no path to swap)."""
+    _mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", None, _MS_BIND | _MS_REC)
+
+
+def _give_back(root: str, fd: int, was_read_only: bool, table: dict[str, bool]) -> None:
+    """Bind ``root`` (opened as ``fd``) over itself; give it and each mount below its old flag.
+
+    Reached again by path, with no symlink: what ``fd`` names may lie under a
+    mount made since, and the bind must be where paths lead. A directory
+    swapped in the meantime (by a sibling writing there) is refused.
+    """
+    for bind in (root not in table, False):
+        at = open_nofollow(root)
+        try:
+            if not os.path.samestat(os.fstat(at), os.fstat(fd)):
+                raise OSError(errno.EXDEV, f"{root} was moved while being bound")
+            if bind:
+                _bind_over_itself(at)
+            elif not was_read_only:
+                _set_read_only(at, False)
+        finally:
+            os.close(at)
+    _restore({p: ro for p, ro in table.items() if p != root}, root)
+
+
+def read_only_except(
+    writable: Iterable[str], *, nofollow: Iterable[str] = (), kept: Iterable[str] = ()
+) -> str:
+    """Make every mount read-only but at ``writable``; why not, or ``""``.
+
+    Landlock has no right for a file's metadata: ``chmod``, ``utimensat`` and
+    ``setxattr`` of a file the worker owns (as uid 0, every root-owned file)
+    pass any ruleset. A read-only mount refuses them all (``EROFS``), and writes
+    to device nodes, FIFOs and sockets, which the kernel does not check against
+    the mount, still work. In this process's own mount namespace (taken here
+    where it has none yet: never its zygote's, shared with its siblings): the
+    whole tree read-only (``mount_setattr``, recursive), then each outermost
+    writable path that exists bound over itself (its resolved path; one in
+    ``nofollow`` only if reached with no symlink, as Landlock grants it) and,
+    with each mount below it, given back the flag it had before: our ``.git``
+    binds and placeholders stay read-only, ``pin`` binds and a real writable
+    filesystem in the project writable. ``kept`` paths below a writable path
+    (what Landlock keeps out of its write grant there) are made read-only
+    again. Where a step fails, every mount gets back the flag it had.
+    """
+    if _own_namespace_of != os.getpid():
+        error = _unshare_mount_namespace()
+        if error:
+            return error
+    nofollow = set(nofollow)
+    opened: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys(writable):
+            try:
+                fd = open_nofollow(path) if path in nofollow else os.open(path, _O_PATH)
+            except OSError:
+                continue  # gone, or a symlink on its way: Landlock grants nothing there
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if real in opened:
+                os.close(fd)
+            else:
+                opened[real] = fd
+        table = _mount_table()
+        # The flag each root's bind gets: that of the mount (or filesystem) holding it now.
+        was_read_only = {
+            root: table[root] if root in table else _fd_read_only(fd) for root, fd in opened.items()
+        }
+        whole = os.open("/", _O_PATH)
+        try:
+            _set_read_only(whole, True, recursive=True)
+        finally:
+            os.close(whole)
+        try:
+            outermost = [p for p in opened if not any(q != p and _inside(p, q) for q in opened)]
+            for root in outermost:
+                _give_back(root, opened[root], was_read_only[root], table)
+            kept = [p for p in kept if any(_inside(p, root) for root in outermost)]
+            for path in kept:
+                try:
+                    fd = open_nofollow(path)
+                except OSError:
+                    continue  # absent, or a symlink: what it leads to is covered where it is
+                try:
+                    if path not in table:
+                        _bind_over_itself(fd)
+                finally:
+                    os.close(fd)
+                _set_read_only_at(path, True, recursive=True)
+            # A writable path inside a kept one is granted all the same (as Landlock does).
+            for root in opened:
+                if root not in outermost and any(_inside(root, k) for k in kept):
+                    _give_back(root, opened[root], was_read_only[root], table)
+        except OSError as exc:
+            # Back as it was: a worker that cannot write its own roots is no
+            # safer, and the report says the step is not in force.
+            with contextlib.suppress(OSError):
+                _restore(table, "/")
+            return str(exc)
+    except OSError as exc:
+        return str(exc)
+    finally:
+        for fd in opened.values():
             os.close(fd)
     return ""
 
@@ -402,6 +614,8 @@ class MountNamespace:
         except OSError as exc:
             self.error = str(exc)
             return False
+        global _own_namespace_of
+        _own_namespace_of = os.getpid()
         self.how = how
         return True
 

@@ -12,9 +12,15 @@ In order, because each step needs what the next one takes away:
    zygote worker finds the namespace made by its zygote; an exec'd one
    makes it here. Then the worker's own IPC namespace, never shared (S-SEC-4,
    S-SEC-5): its SysV shared memory and message queues end with its tree.
-   Last a procfs of its own over ``/proc`` with ``hidepid=ptraceable``, in a
+   Then a procfs of its own over ``/proc`` with ``hidepid=ptraceable``, in a
    mount namespace of its own (S-SEC-1): other processes, whose command lines
    hold MCP servers' tokens and other sessions' prompts, do not show.
+   Last, in ``read-only`` and ``workspace-write``, every mount of that
+   namespace read-only but the paths Landlock lets it write, each mount below
+   those keeping the flag it had (``read_only_except``, S-SBX-1): Landlock has
+   no right for ``chmod``, ``utimensat`` or ``setxattr``, which a read-only
+   mount refuses. After every write of the worker's own setup outside those
+   paths (its cgroups and ``oom_score_adj``, in ``_runtime``, come earlier).
 2. **Landlock** (S-SBX-1), in every mode, since a Landlock domain also bars
    ptrace and ``/proc/PID/{environ,mem}`` of every process outside it:
 
@@ -201,6 +207,35 @@ def rules_excluding(
     return rules
 
 
+def _unread(policy: SandboxPolicy, carve: list[str]) -> list[str]:
+    """What a restricted worker may not read: ``carve``, ``DEV``, other profiles' memory."""
+    kept_in_home = [
+        os.path.join(h, k)
+        for h in policy.hidden_paths
+        for k in HOME_KEEP
+        if os.path.lexists(os.path.join(h, k))
+    ]
+    return [*carve, DEV, *kept_in_home]
+
+
+def _writable(policy: SandboxPolicy) -> tuple[tuple[str, ...], str | None]:
+    """The paths a restricted worker may write, and of them the one granted only with no symlink."""
+    roots = (*policy.writable_roots, *([policy.temp_dir] if policy.temp_dir else []))
+    memory = policy.memory_dir if policy.memory_dir not in roots else None
+    return (*dict.fromkeys(roots), *([memory] if memory else [])), memory
+
+
+def _read_only_view(policy: SandboxPolicy, carve: list[str]) -> str:
+    """Every mount read-only but the paths ``policy`` lets the worker write; why not, or ``""``.
+
+    The same paths Landlock grants write on (``_ruleset``), and below them the
+    same left out: what it cannot read, and the kernel's settings.
+    """
+    writable, memory = _writable(policy)
+    kept = [*_unread(policy, carve), *KERNEL_PATHS]
+    return _mounts.read_only_except(writable, nofollow=[memory] if memory else [], kept=kept)
+
+
 def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset, tuple[str, ...]]:
     """The ruleset for ``policy`` at ``abi``, and the paths it leaves writable.
 
@@ -211,22 +246,14 @@ def _ruleset(policy: SandboxPolicy, abi: int, carve: list[str]) -> tuple[Ruleset
     net = policy.restricts_network and abi >= NETWORK_ABI
     all_fs = _landlock.fs_access_for_abi(abi)
     scopes = _landlock.scopes_for_abi(abi)
-    roots = (*policy.writable_roots, *([policy.temp_dir] if policy.temp_dir else []))
-    memory = policy.memory_dir if fs and policy.memory_dir not in roots else None
-    writable = (*dict.fromkeys(roots), *([memory] if memory else [])) if fs else ()
+    writable, memory = _writable(policy) if fs else ((), None)
     paths: list[PathRule] = []
     handled_fs = FsAccess(0)
     if fs:
         handled_fs = all_fs
         # Read everything but devices and the memory of other profiles (kept
         # in a hidden home); list everything, as before, but what is carved.
-        kept_in_home = [
-            os.path.join(h, k)
-            for h in policy.hidden_paths
-            for k in HOME_KEEP
-            if os.path.lexists(os.path.join(h, k))
-        ]
-        unread = [*carve, DEV, *kept_in_home]
+        unread = _unread(policy, carve)
         paths.extend(rules_excluding("/", unread, _landlock.READ_ACCESS))
         paths.extend(rules_excluding("/", carve, FsAccess.READ_DIR))
         paths.extend(
@@ -334,6 +361,14 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
     proc_error = _mounts.private_proc()
     if proc_error:
         missing.append(f"other processes' command lines are visible in /proc: {proc_error}")
+    # Before Landlock, which forbids mounting; after every write of the
+    # worker's own setup outside its writable paths (procfs, cgroups).
+    metadata_error = _read_only_view(policy, carve) if policy.restricts_filesystem else ""
+    if metadata_error:
+        missing.append(
+            "files outside its writable paths can have their mode, times and xattrs changed "
+            f"(chmod, touch, setfattr): {metadata_error}"
+        )
     domain = False
     if abi >= 1:
         ruleset, writable = _ruleset(policy, abi, carve)
@@ -384,6 +419,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             "network_denied": report.network_denied and not filter_error,
             "ipc_namespace": not ipc_error,
             "processes_hidden": not proc_error,
+            "metadata_read_only": policy.restricts_filesystem and not metadata_error,
             "syscall_filter": not filter_error,
             "reserved_space_capped": file_size_cap and not filter_error,
             "unix_sockets_blocked": policy.restricts_unix_sockets and not filter_error,

@@ -263,6 +263,17 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
                 else f"NOT enforced: {write.reason}",
             )
         )
+        checks.append(
+            Check(
+                "file metadata",
+                write.metadata_read_only,
+                "outside the paths it may write, a restricted worker's mounts are read-only: "
+                "no file's mode, times or xattrs change (chmod, touch, setfattr)"
+                if write.metadata_read_only
+                else "NOT enforced: a restricted worker can chmod, touch and set xattrs on "
+                f"files it owns but may not write ({write.reason})",
+            )
+        )
     dumpable = _LIBC.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
     checks.append(
         Check(

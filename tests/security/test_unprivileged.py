@@ -185,3 +185,30 @@ def test_s_sec_2_as_a_user_the_supervisors_scheduling_is_out_of_reach(
     assert f"supervisor {SUPERVISOR_PROCESS_NAME}" in answer, answer
     assert "DONE" not in answer, answer
     assert answer.count("refused") == 4, answer
+
+
+def test_s_sbx_1_as_a_user_a_read_only_subagent_changes_no_metadata(
+    nobody: Unprivileged,
+) -> None:
+    """S-SBX-1 as uid 65534 (its mounts in a user namespace): the mode and mtime of the
+    user's own file outside the project stay as they were; a file in its temp dir and
+    /dev/null are still its to use."""
+    notes = nobody.root / "notes.txt"
+    notes.write_text("mine\n")
+    os.chmod(notes, 0o600)
+    if os.geteuid() == 0:
+        os.chown(notes, NOBODY, NOBODY)
+    before = notes.stat()
+    answer = _attack(
+        nobody,
+        [
+            f"chmod 0666 {notes}; echo chmod=$?; touch -d 2000-01-01 {notes}; echo touch=$?",
+            'echo x > /dev/null && echo y > "$TMPDIR/f" && chmod 0700 "$TMPDIR/f"; echo own=$?',
+        ],
+        "read-only",
+        "deny",
+    )
+    after = notes.stat()
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns), answer
+    assert "chmod=0" not in answer and "touch=0" not in answer, answer
+    assert "own=0" in answer, answer
