@@ -29,6 +29,7 @@ from ._commands import (
     KERNEL_SLEEP,
     SUPERVISOR_METHODS,
     SUPERVISOR_REQUEST_METHODS,
+    WORKFLOW_CHECK_ANSWER,
     WORKFLOW_RUN,
     AgentRunRequest,
     AgentSteerRequest,
@@ -63,6 +64,7 @@ from ._commands import (
     SupervisorMethod,
     SupervisorRequest,
     WorkerInfo,
+    WorkflowCheckAnswerRequest,
     WorkflowRunRequest,
 )
 from ._connection import Connection, ConnectionClosed, ConnectionState, Role
@@ -183,7 +185,14 @@ from ._sandbox import (
     SandboxPolicy,
     SandboxReport,
 )
-from ._workflow import WORKFLOW_SCRIPT_ERROR, WorkflowScriptOutcome, WorkflowScriptSpec
+from ._workflow import (
+    MAX_CHECK_PROBLEM_CHARS,
+    WORKFLOW_SCRIPT_ERROR,
+    WorkflowAnswerCheck,
+    WorkflowCheckResult,
+    WorkflowScriptOutcome,
+    WorkflowScriptSpec,
+)
 from ._zygote import (
     MAX_CONTROL_DATAGRAM,
     SpawnFailed,
@@ -216,6 +225,7 @@ __all__ = [
     "KERNEL_SLEEP",
     "LINK_CHUNK",
     "LINK_TOKEN_BYTES",
+    "MAX_CHECK_PROBLEM_CHARS",
     "MAX_CONTROL_DATAGRAM",
     "MAX_EVENT_CONTAINERS",
     "MCP_CALL_TOOL",
@@ -238,6 +248,7 @@ __all__ = [
     "WORKER_PROCESS_NAME",
     "WORKER_REQUEST_METHODS",
     "WORKFLOW_ASK",
+    "WORKFLOW_CHECK_ANSWER",
     "WORKFLOW_DECLARE_ACTOR",
     "WORKFLOW_ESCALATE",
     "WORKFLOW_RUN",
@@ -367,8 +378,11 @@ __all__ = [
     "WorkflowActorDeclaration",
     "WorkflowActorRef",
     "WorkflowAnswer",
+    "WorkflowAnswerCheck",
     "WorkflowAsk",
     "WorkflowAskRequest",
+    "WorkflowCheckAnswerRequest",
+    "WorkflowCheckResult",
     "WorkflowDeclareActorRequest",
     "WorkflowEscalateRequest",
     "WorkflowEscalation",

@@ -38,7 +38,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ._agent import AgentOutcome, AgentRunSpec
 from ._methods import EchoParams, EchoResult
 from ._request_spec import RequestSpec
-from ._workflow import WorkflowScriptOutcome, WorkflowScriptSpec
+from ._workflow import (
+    WorkflowAnswerCheck,
+    WorkflowCheckResult,
+    WorkflowScriptOutcome,
+    WorkflowScriptSpec,
+)
 
 __all__ = [
     "AGENT_RUN",
@@ -55,6 +60,7 @@ __all__ = [
     "KERNEL_SLEEP",
     "SUPERVISOR_METHODS",
     "SUPERVISOR_REQUEST_METHODS",
+    "WORKFLOW_CHECK_ANSWER",
     "WORKFLOW_RUN",
     "AgentRunRequest",
     "AgentSteerRequest",
@@ -89,6 +95,7 @@ __all__ = [
     "SupervisorMethod",
     "SupervisorRequest",
     "WorkerInfo",
+    "WorkflowCheckAnswerRequest",
     "WorkflowRunRequest",
 ]
 
@@ -107,6 +114,7 @@ SupervisorMethod = Literal[
     "agent.run",
     "agent.steer",
     "workflow.run",
+    "workflow.check_answer",
 ]
 SUPERVISOR_REQUEST_METHODS: tuple[SupervisorMethod, ...] = get_args(SupervisorMethod)
 
@@ -360,6 +368,13 @@ class WorkflowRunRequest(SupervisorRequest):
     params: WorkflowScriptSpec
 
 
+class WorkflowCheckAnswerRequest(SupervisorRequest):
+    """A ``workflow.check_answer`` request: validate a typed ask's answer in the script worker."""
+
+    method: Literal["workflow.check_answer"] = "workflow.check_answer"
+    params: WorkflowAnswerCheck
+
+
 # -- the table ----------------------------------------------------------------------
 
 P = TypeVar("P", bound=BaseModel)
@@ -389,6 +404,12 @@ AGENT_STEER = CommandSpec("agent.steer", AgentSteerRequest, SteerMessage, SteerR
 WORKFLOW_RUN = CommandSpec(
     "workflow.run", WorkflowRunRequest, WorkflowScriptSpec, WorkflowScriptOutcome
 )
+WORKFLOW_CHECK_ANSWER = CommandSpec(
+    "workflow.check_answer",
+    WorkflowCheckAnswerRequest,
+    WorkflowAnswerCheck,
+    WorkflowCheckResult,
+)
 
 #: Every method a supervisor may ask of a worker, by name.
 SUPERVISOR_METHODS: dict[str, CommandSpec[BaseModel, BaseModel]] = {
@@ -407,5 +428,6 @@ SUPERVISOR_METHODS: dict[str, CommandSpec[BaseModel, BaseModel]] = {
         AGENT_RUN,
         AGENT_STEER,
         WORKFLOW_RUN,
+        WORKFLOW_CHECK_ANSWER,
     )
 }

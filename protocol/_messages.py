@@ -34,6 +34,7 @@ from ._commands import (
     KernelInfoRequest,
     KernelSleepRequest,
     SupervisorRequest,
+    WorkflowCheckAnswerRequest,
     WorkflowRunRequest,
 )
 from ._events import (
@@ -256,7 +257,8 @@ _AnySupervisorRequest = Annotated[
     | KernelAskSupervisorRequest
     | AgentRunRequest
     | AgentSteerRequest
-    | WorkflowRunRequest,
+    | WorkflowRunRequest
+    | WorkflowCheckAnswerRequest,
     Field(discriminator="method"),
 ]
 WorkerMessage = Annotated[

@@ -193,15 +193,18 @@ class WorkflowActorRef(_Body):
 class WorkflowAsk(_Body):
     """``workflow.ask``: ``await actor.ask(prompt, schema=...)``.
 
-    A typed ask carries its type's name and JSON schema; the supervisor
-    validates the answer against the schema (one correction round), and the
-    script parses it into the type.
+    A typed ask carries its type's name, its JSON schema (what the actor is
+    told) and ``check_id``: the supervisor asks the script worker
+    (``workflow.check_answer``) whether an answer fits the type, and gives
+    the actor one correction round when it does not. The schema is never
+    evaluated in the supervisor.
     """
 
     actor_id: str = Field(min_length=1)
     prompt: str = Field(min_length=1, pattern=r"\S")
-    schema_name: str | None = None
+    schema_name: str | None = Field(default=None, max_length=200)
     json_schema: JsonObject | None = None
+    check_id: int | None = Field(default=None, ge=0)
 
 
 class WorkflowAnswer(_Body):

@@ -28,9 +28,13 @@ import trio
 from pydantic import BaseModel
 
 from protocol import (
+    MAX_CHECK_PROBLEM_CHARS,
+    WORKFLOW_CHECK_ANSWER,
     WORKFLOW_RUN,
     WORKFLOW_SCRIPT_ERROR,
     MethodSpec,
+    WorkflowAnswerCheck,
+    WorkflowCheckResult,
     WorkflowScriptOutcome,
     WorkflowScriptSpec,
 )
@@ -57,6 +61,10 @@ R = TypeVar("R", bound=BaseModel)
 
 #: The error code of a workflow function that raised.
 SCRIPT_FAILED = "script_failed"
+
+# The script this worker runs, for ``workflow.check_answer``: that request
+# runs in a task of its own, outside the script's context. One at a time.
+_running: ScriptRun | None = None
 
 
 def install_script_api() -> None:
@@ -105,20 +113,44 @@ async def _run_script(spec: WorkflowScriptSpec, ctx: CommandContext) -> Workflow
     )
     value: Any = None
     failure: Exception | None = None
+    global _running
+    if _running is not None:
+        raise CommandError(WORKFLOW_SCRIPT_ERROR, "this worker is already running a script")
     async with trio.open_nursery() as nursery:
-        token = enter_run(ScriptRun(_SupervisorAsker(ctx.link), nursery, spec.filename))
+        run = ScriptRun(_SupervisorAsker(ctx.link), nursery, spec.filename)
+        token = enter_run(run)
+        _running = run
         try:
             value = await flow.fn(context, **arguments)
         except Exception as exc:
             # Raised after the nursery, so it is reported unwrapped.
             failure = exc
         finally:
+            _running = None
             leave_run(token)
             # Declarations nobody asked are not waited for.
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise CommandError(SCRIPT_FAILED, f"{type(failure).__name__}: {failure}")
     return WorkflowScriptOutcome(value=dump_value(value))
+
+
+def _check_answer(params: WorkflowAnswerCheck, ctx: CommandContext) -> WorkflowCheckResult:
+    """Validate a typed ask's answer against the script's type (a plain function: CPU only)."""
+    try:
+        if _running is None:
+            raise KeyError(params.check_id)
+        problem = _running.check_answer(params.check_id, params.text)
+    except KeyError:
+        raise CommandError(
+            "no_such_ask", f"no typed ask {params.check_id} of this script is in flight"
+        ) from None
+    except Exception as exc:
+        # The script's own validators raised something else: the answer does not fit.
+        problem = f"answer: {type(exc).__name__}: {exc}"
+    if problem is not None and len(problem) > MAX_CHECK_PROBLEM_CHARS:
+        problem = problem[: MAX_CHECK_PROBLEM_CHARS - 3] + "..."
+    return WorkflowCheckResult(problem=problem)
 
 
 class _SupervisorAsker:
@@ -134,4 +166,6 @@ class _SupervisorAsker:
             raise CallRefusedError(exc.code, exc.message) from None
 
 
-WORKFLOW_COMMANDS = command_table(Command(WORKFLOW_RUN, _run_script))
+WORKFLOW_COMMANDS = command_table(
+    Command(WORKFLOW_RUN, _run_script), Command(WORKFLOW_CHECK_ANSWER, _check_answer)
+)

@@ -279,7 +279,7 @@ class Actor:
             )
         )
         answer = cached.answer or ""
-        return schema.parse(answer) if schema is not None else answer
+        return schema.replayed(answer) if schema is not None else answer
 
     # -- fresh asks -----------------------------------------------------------------
 
@@ -297,14 +297,14 @@ class Actor:
             value: Any = answer
             if schema is not None:
                 try:
-                    value = schema.parse(answer)
+                    value = await schema.check(answer)
                 except ValueError as first:
                     # One correction round, with the validation error (S-ACT-1 typed asks).
                     answer, conversation = await self._run_round(
                         schema.correction(str(first)), conversation, spent
                     )
                     try:
-                        value = schema.parse(answer)
+                        value = await schema.check(answer)
                     except ValueError as second:
                         raise ActorAnswerInvalidError(
                             self.definition.label, schema.name, str(second), answer

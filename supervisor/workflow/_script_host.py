@@ -25,6 +25,9 @@ Invariants:
   more than the slots would wait for a slot forever.
 - An error a call raises reaches the script as a code its API turns into
   the exception of the same name (``worker.workflow.ERROR_CODES``).
+- A typed ask's schema is never evaluated here: whether an answer fits is
+  asked of the script worker (``workflow.check_answer``, see ``_typed``), so
+  a schema's cost is the script worker's CPU, not the event loop's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import trio
 from pydantic import BaseModel
 
 from protocol import (
+    WORKFLOW_CHECK_ANSWER,
     WORKFLOW_RUN,
     WORKFLOW_SCRIPT_ERROR,
     EchoRequest,
@@ -46,6 +50,7 @@ from protocol import (
     WorkerRequest,
     WorkflowActorRef,
     WorkflowAnswer,
+    WorkflowAnswerCheck,
     WorkflowAskRequest,
     WorkflowDeclareActorRequest,
     WorkflowScriptSpec,
@@ -77,7 +82,7 @@ from ._escalations import EscalationDesk
 from ._journal import RunRecord, WorkflowJournal
 from ._roster import ActorRoster, EarlierActor, earlier_actors
 from ._sites import analyse_script, workflow_functions, workflow_model
-from ._typed import JsonAnswerSchema, dump_value
+from ._typed import ScriptAnswerSchema, dump_value
 
 __all__ = ["MAX_ACTORS", "SCRIPT_SANDBOX", "analyse_source", "run_sandboxed_workflow"]
 
@@ -138,7 +143,7 @@ class _ScriptRequests:
                 return self._declare(request)
             if isinstance(request, WorkflowAskRequest):
                 handle.budget.charge(events=1)
-                return await self._ask(request)
+                return await self._ask(handle, request)
         except EventBudgetExceededError as exc:
             raise RequestRefusedError("event_budget", str(exc)) from None
         except WorkflowError as exc:
@@ -174,17 +179,41 @@ class _ScriptRequests:
         )
         return WorkflowActorRef(actor_id=actor.agent_id, label=actor.definition.label)
 
-    async def _ask(self, request: WorkflowAskRequest) -> WorkflowAnswer:
+    async def _ask(self, handle: WorkerHandle, request: WorkflowAskRequest) -> WorkflowAnswer:
         p = request.params
         actor = self._roster.by_id.get(p.actor_id)
         if actor is None:
             raise WorkflowError(f"no actor {p.actor_id!r} was declared in this run")
+        label = actor.definition.label
         schema = None
         if p.json_schema is not None:
+            check_id = p.check_id
+            if check_id is None:
+                raise WorkflowError(
+                    f"actor {label}: a typed ask names the check of its answer (check_id); "
+                    "use ask(prompt, schema=Type)"
+                )
+
+            async def checker(text: str) -> str | None:
+                # Asked of the script's worker: its type, its CPU (see ``_typed``).
+                try:
+                    checked = await handle.request(
+                        WORKFLOW_CHECK_ANSWER, WorkflowAnswerCheck(check_id=check_id, text=text)
+                    )
+                except WorkerRequestError as exc:
+                    raise ActorAskFailedError(
+                        label, f"the script could not check the answer: {exc.message}"
+                    ) from None
+                except WorkerExitedError as exc:
+                    raise ActorAskFailedError(
+                        label, f"the script's worker ended: {exc.exit.reason}"
+                    ) from None
+                return checked.problem
+
             try:
-                schema = JsonAnswerSchema(p.schema_name or "answer", p.json_schema)
+                schema = ScriptAnswerSchema(p.schema_name or "answer", p.json_schema, checker)
             except ValueError as exc:
-                raise WorkflowError(f"actor {actor.definition.label}: {exc}") from None
+                raise WorkflowError(f"actor {label}: {exc}") from None
         text = await actor.ask_with(p.prompt, schema)
         return WorkflowAnswer(text=text)
 

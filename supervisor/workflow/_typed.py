@@ -6,25 +6,42 @@ validation error is put to the actor); a second failure fails the ask.
 A fenced block (```json ... ```) is accepted around the JSON, since models
 add one whatever they are told.
 
-A script run in the supervisor hands its type (``AnswerSchema``); a script
-run in a worker can only send the type's JSON schema (``JsonAnswerSchema``),
-which is checked here with ``jsonschema``; the script then parses the JSON
-into its type. Both say the same to the actor, and hash the same.
+A script run in the supervisor (``subvisor workflow run``, the user's)
+hands its type (``AnswerSchema``), validated here with pydantic. A script
+run in a worker (one the root model wrote: untrusted) sends its type's JSON
+schema and the id of its ask (``ScriptAnswerSchema``): the schema is only
+text here, told to the actor and hashed, never evaluated; whether an answer
+fits is asked of the script's worker (``workflow.check_answer``), which
+validates it against the script's own type. A schema's cost (a ``pattern``
+that backtracks exponentially, a ``$ref`` cycle) so falls on the script's
+worker, never on the supervisor's event loop (S-SEC-8), and a script that
+lies about its answers fools only itself. Both say the same to the actor,
+and hash the same.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-import jsonschema
 from pydantic import TypeAdapter, ValidationError
 
-from worker.workflow import dump_value, strip_fence
+from worker.workflow import describe_errors, dump_value, strip_fence
 
-__all__ = ["AnswerSchema", "AskSchema", "JsonAnswerSchema", "describe_errors", "dump_value"]
+__all__ = [
+    "MAX_SCHEMA_CHARS",
+    "AnswerSchema",
+    "AskSchema",
+    "ScriptAnswerSchema",
+    "describe_errors",
+    "dump_value",
+]
 
 T = TypeVar("T")
+
+#: The longest JSON schema a script's typed ask may send (it is put in the prompt).
+MAX_SCHEMA_CHARS = 256 << 10
 
 
 class AskSchema:
@@ -48,8 +65,12 @@ class AskSchema:
             "Answer again with only the corrected JSON value."
         )
 
-    def parse(self, text: str) -> Any:
-        """Validate an answer; raises ``ValueError`` with a readable message."""
+    async def check(self, text: str) -> Any:
+        """Validate a fresh answer; raises ``ValueError`` with a readable message."""
+        raise NotImplementedError
+
+    def replayed(self, text: str) -> Any:
+        """The value of an answer replayed from the journal (validated when first given)."""
         raise NotImplementedError
 
 
@@ -68,46 +89,51 @@ class AnswerSchema(AskSchema, Generic[T]):
         except ValidationError as exc:
             raise ValueError(describe_errors(exc)) from None
 
+    async def check(self, text: str) -> T:
+        """``parse``: the user's own type, checked here."""
+        return self.parse(text)
 
-class JsonAnswerSchema(AskSchema):
-    """A typed ask of a script in a worker: its type's name and JSON schema.
+    def replayed(self, text: str) -> T:
+        """``parse`` again: the value is the type's, not the text."""
+        return self.parse(text)
 
-    ``parse`` returns the answer's JSON text once it fits the schema; the
-    script parses that into its type. A schema that is not a valid JSON
-    schema raises ``ValueError`` here, before the actor is asked.
+
+#: Asks the script's worker what is wrong with an answer (None: nothing).
+AnswerChecker = Callable[[str], Awaitable[str | None]]
+
+
+class ScriptAnswerSchema(AskSchema):
+    """A typed ask of a script in a worker: its type's name and JSON schema, and its checker.
+
+    ``check`` returns the answer's text once the script's worker says it
+    fits; the script parses that into its type. A schema that cannot be
+    written as JSON, or is longer than ``MAX_SCHEMA_CHARS``, raises
+    ``ValueError`` here, before the actor is asked.
     """
 
-    def __init__(self, name: str, schema: dict[str, Any]) -> None:
+    def __init__(self, name: str, schema: dict[str, Any], checker: AnswerChecker) -> None:
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
+            text = json.dumps(schema, sort_keys=True)
+        except (RecursionError, TypeError, ValueError):
             raise ValueError(
-                f"the schema of {name} is not a valid JSON schema: {exc.message}"
+                f"the JSON schema of {name} cannot be written as JSON (nested too deep?)"
             ) from None
+        if len(text) > MAX_SCHEMA_CHARS:
+            raise ValueError(
+                f"the JSON schema of {name} is {len(text)} characters, more than the "
+                f"{MAX_SCHEMA_CHARS} a typed ask may send; ask for a smaller type"
+            )
         self.name = name
-        self._validator = jsonschema.Draft202012Validator(schema)
-        self.json_schema = json.dumps(schema, sort_keys=True)
+        self.json_schema = text
+        self._checker = checker
 
-    def parse(self, text: str) -> str:
-        """The answer's JSON, validated; raises ``ValueError`` with a readable message."""
-        body = strip_fence(text)
-        try:
-            value = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"answer: Invalid JSON: {exc.msg}") from None
-        problems = [
-            f"{'.'.join(str(p) for p in error.absolute_path) or 'answer'}: {error.message}"
-            for error in self._validator.iter_errors(value)
-        ]
-        if problems:
-            raise ValueError("; ".join(problems[:5]))
-        return body
+    async def check(self, text: str) -> str:
+        """The answer's text, once the script's worker says it fits its type."""
+        problem = await self._checker(text)
+        if problem is not None:
+            raise ValueError(problem)
+        return text
 
-
-def describe_errors(exc: ValidationError) -> str:
-    """``field: message; ...`` for each error, with the input when JSON was invalid."""
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "answer"
-        problems.append(f"{where}: {error['msg']}")
-    return "; ".join(problems)
+    def replayed(self, text: str) -> str:
+        """The text: the script parses it, as it parses a fresh answer."""
+        return text

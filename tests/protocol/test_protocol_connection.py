@@ -102,6 +102,7 @@ from protocol import (
     Welcome,
     WorkerRequest,
     WorkflowActorDeclaration,
+    WorkflowAnswerCheck,
     WorkflowAsk,
     WorkflowEscalation,
     WorkflowScriptSpec,
@@ -403,6 +404,7 @@ _EXAMPLE_COMMAND_PARAMS: dict[str, BaseModel] = {
     "workflow.run": WorkflowScriptSpec(
         source="x = 1", filename="w.py", run_id="r1", cwd="/tmp", model="m", inputs={"n": 2}
     ),
+    "workflow.check_answer": WorkflowAnswerCheck(check_id=0, text='{"a": 1}'),
 }
 
 

@@ -120,8 +120,11 @@ from protocol import (
     WorkerMessage,
     WorkerRequest,
     WorkflowActorDeclaration,
+    WorkflowAnswerCheck,
     WorkflowAsk,
     WorkflowAskRequest,
+    WorkflowCheckAnswerRequest,
+    WorkflowCheckResult,
     WorkflowDeclareActorRequest,
     WorkflowEscalateRequest,
     WorkflowEscalation,
@@ -262,6 +265,9 @@ SUPERVISOR_PARAMS: dict[type[BaseModel], st.SearchStrategy[BaseModel]] = {
         inputs=_json_objects,
         amends=st.none() | _texts,
     ),
+    WorkflowCheckAnswerRequest: st.builds(
+        WorkflowAnswerCheck, check_id=st.integers(0, 2**31), text=_texts
+    ),
 }
 
 #: Results of each supervisor method, as a worker answers them.
@@ -296,6 +302,9 @@ SUPERVISOR_RESULTS: dict[str, st.SearchStrategy[BaseModel]] = {
     ),
     "agent.steer": st.builds(SteerReceipt, delivered=st.booleans(), reason=_texts),
     "workflow.run": st.builds(WorkflowScriptOutcome, value=_json),
+    "workflow.check_answer": st.builds(
+        WorkflowCheckResult, problem=st.none() | _non_blank.map(lambda text: text[:4000])
+    ),
 }
 
 #: Data of each worker event.

@@ -8,6 +8,10 @@ Invariants:
   declaration after the previous one was answered; its asks wait for it.
 - A name used twice in one run is refused here at once, and again by the
   supervisor, which is the one that counts (S-ACT-2).
+- A typed ask's answer is validated here, against the script's own type:
+  while the ask is pending, the supervisor checks each answer through
+  ``ScriptRun.check_answer`` (``workflow.check_answer``), so the script's
+  schema costs this worker's CPU, never the supervisor's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from protocol import (
     WorkflowAsk,
 )
 
-from ._script import strip_fence
+from ._script import describe_errors, strip_fence
 
 __all__ = [
     "ERROR_CODES",
@@ -148,6 +152,9 @@ class ScriptRun:
         self.names: dict[str, int] = {}
         self.anonymous = 0
         self._last_declared: trio.Event | None = None
+        #: The types of the typed asks in flight, by their ``check_id``.
+        self._checks: dict[int, TypeAdapter[Any]] = {}
+        self._next_check = 0
 
     async def call(self, method: MethodSpec[P, R], params: P) -> R:
         """Ask the supervisor; an error answer becomes the script's exception for its code."""
@@ -155,6 +162,28 @@ class ScriptRun:
             return await self._ask(method, params)
         except CallRefusedError as exc:
             raise ERROR_CODES.get(exc.code, WorkflowError)(exc.message) from None
+
+    def open_check(self, adapter: TypeAdapter[Any]) -> int:
+        """Register a typed ask's type until its answer is in; its ``check_id``."""
+        check_id, self._next_check = self._next_check, self._next_check + 1
+        self._checks[check_id] = adapter
+        return check_id
+
+    def close_check(self, check_id: int) -> None:
+        """The ask ``check_id`` has ended: its answers are no longer checked."""
+        self._checks.pop(check_id, None)
+
+    def check_answer(self, check_id: int, text: str) -> str | None:
+        """What is wrong with ``text`` as the answer of ask ``check_id``, or None.
+
+        Raises ``KeyError`` for an ask that is not in flight.
+        """
+        adapter = self._checks[check_id]
+        try:
+            adapter.validate_json(strip_fence(text))
+        except ValidationError as exc:
+            return describe_errors(exc) or "the answer does not fit the type"
+        return None
 
     def after_last_declaration(self, declared: trio.Event) -> trio.Event | None:
         """The declaration ``declared`` must wait for (the previous one), and queue it."""
@@ -213,23 +242,27 @@ class Actor:
         label = self._ref.label
         if not isinstance(prompt, str) or not prompt.strip():
             raise WorkflowError(f"actor {label}: ask() needs a non-empty prompt")
-        adapter: TypeAdapter[Any] | None = None
         params = WorkflowAsk(actor_id=self._ref.actor_id, prompt=prompt)
-        if schema is not None:
-            adapter = TypeAdapter(schema)
+        if schema is None:
+            return (await self._run.call(WORKFLOW_ASK, params)).text
+        adapter: TypeAdapter[Any] = TypeAdapter(schema)
+        check_id = self._run.open_check(adapter)
+        try:
             params = params.model_copy(
                 update={
-                    "schema_name": getattr(schema, "__name__", repr(schema)),
+                    "schema_name": getattr(schema, "__name__", repr(schema))[:200],
                     "json_schema": adapter.json_schema(),
+                    "check_id": check_id,
                 }
             )
-        answer = await self._run.call(WORKFLOW_ASK, params)
-        if adapter is None:
-            return answer.text
+            answer = await self._run.call(WORKFLOW_ASK, params)
+        finally:
+            self._run.close_check(check_id)
         try:
             return adapter.validate_json(strip_fence(answer.text))
         except ValidationError as exc:
-            # The supervisor checked the JSON schema; the type may check more.
+            # A replayed answer was checked when it was first given, maybe
+            # against a type with the same schema but other validators.
             raise ActorAnswerInvalidError(
                 f"actor {label} could not answer: its answer does not match "
                 f"{params.schema_name}: {exc.errors()[0]['msg']}"

@@ -24,6 +24,7 @@ __all__ = [
     "Workflow",
     "WorkflowContext",
     "bind_inputs",
+    "describe_errors",
     "dump_value",
     "find_workflow",
     "strip_fence",
@@ -151,6 +152,15 @@ def strip_fence(text: str) -> str:
     body = text.strip()
     fenced = _FENCED.match(body)
     return fenced.group(1).strip() if fenced else body
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """``field: message; ...`` for each error (what a correction round tells the actor)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "answer"
+        problems.append(f"{where}: {error['msg']}")
+    return "; ".join(problems)
 
 
 def dump_value(value: Any) -> Any:

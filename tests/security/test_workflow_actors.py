@@ -1,0 +1,148 @@
+"""A hostile workflow script against the actor API (S-ACT-1..5, S-SEC-8): what it may ask for.
+
+The root model writes the script, so every argument of ``agent()`` and
+``ask()`` is the attacker's: a JSON schema, a model, a turn limit, a prompt's
+size, a name. Each test runs the script as the root's CreateWorkflow runs it
+and asserts what the attack achieved, never how it was stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from supervisor import RootSession
+from supervisor.workflow import workflow_tools
+from tests.support.delegation import home_for, subvisor, write_scenario
+
+# Exponential backtracking in Python's `re` (and in jsonschema, which uses it).
+CATASTROPHIC = r"^(a+)+$"
+
+
+def create(script: str, description: str, **inputs: Any) -> dict[str, Any]:
+    """The root's CreateWorkflow call."""
+    return {
+        "name": "CreateWorkflow",
+        "input": {"script": script, "description": description, "inputs": inputs},
+    }
+
+
+async def run_script(
+    tmp_path: Path, script: str, actors: dict[str, Any], **inputs: Any
+) -> tuple[Any, Any]:
+    """Run ``script`` from a root's CreateWorkflow; its workflow task record, and the host."""
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(script, "attack", **inputs)]},
+                {"text": "started"},
+                {"text": "done"},
+            ],
+            **actors,
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        await root.run("go")
+        [record] = [r for r in host.registry.list(root.session_id) if r.kind == "workflow"]
+    return record, host
+
+
+def result_value(record: Any) -> Any:
+    """The JSON value a completed run returned (its result text starts with it)."""
+    assert record.status == "completed", record.error
+    return json.JSONDecoder().raw_decode(record.result)[0]
+
+
+# -- F1: a script's JSON schema is never evaluated in the supervisor ---------------------
+
+TYPED = textwrap.dedent(
+    """
+    from typing import Annotated
+    from pydantic import StringConstraints
+    from supervisor.workflow import agent, workflow
+
+    Word = Annotated[str, StringConstraints(pattern=PATTERN)]
+
+    @workflow
+    async def typed(ctx):
+        try:
+            return await agent("r").ask("say a word", schema=Word)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+    """
+)
+
+
+async def test_s_sec_8_a_scripts_answer_schema_cannot_stall_the_supervisors_event_loop(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-8, S-ACT-1: a typed ask whose schema backtracks exponentially on the
+    actor's answer leaves the supervisor's event loop running: a heartbeat task in the
+    same trio loop never pauses for as long as that pattern costs. (Before: the
+    supervisor ran the script's schema with jsonschema, 24.6 s for 28 a's.)"""
+    answer = "a" * 25 + "!"
+    started = time.perf_counter()
+    assert re.match(CATASTROPHIC, answer) is None
+    cost = time.perf_counter() - started  # what one check of this answer costs here
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.perf_counter()
+        while True:
+            await trio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    script = TYPED.replace("PATTERN", repr(CATASTROPHIC))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat)
+        record, _ = await run_script(
+            tmp_path, script, {"r": [{"text": json.dumps(answer)}, {"text": json.dumps(answer)}]}
+        )
+        nursery.cancel_scope.cancel()
+    value = result_value(record)
+    # The answer does not fit the type: the script hears so, after one correction.
+    assert value.startswith("ActorAnswerInvalidError"), value
+    assert max(gaps) < cost / 2, (max(gaps), cost)
+
+
+RAW_SCHEMA = textwrap.dedent(
+    """
+    from pydantic import TypeAdapter
+    from protocol import WORKFLOW_ASK, WorkflowAsk
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def raw(ctx, schema: dict):
+        a = agent("r")
+        await a._declared.wait()
+        params = {"actor_id": a._ref.actor_id, "prompt": "hi", "schema_name": "S",
+                  "json_schema": schema}
+        if "check_id" in WorkflowAsk.model_fields:
+            params["check_id"] = a._run.open_check(TypeAdapter(str))
+        try:
+            return (await a._run.call(WORKFLOW_ASK, WorkflowAsk(**params))).text
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+    """
+)
+
+
+async def test_s_sec_8_a_self_recursive_schema_is_only_text_to_the_supervisor(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-8: a schema sent past the script API, whose ``$ref`` names itself forever,
+    is what the actor is told and nothing more: the ask is answered (the script's own
+    type checks the answer). (Before: RecursionError in the supervisor's handler.)"""
+    schema = {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}
+    record, _ = await run_script(tmp_path, RAW_SCHEMA, {"r": [{"text": '"x"'}]}, schema=schema)
+    assert result_value(record) == '"x"'
