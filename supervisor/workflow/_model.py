@@ -28,7 +28,7 @@ from typing import Literal
 from ..providers import ModelStringError, parse_model_string
 from ._errors import WorkflowActorPinnedModelError
 
-__all__ = ["ActorModel", "ModelSource", "resolve_actor_model"]
+__all__ = ["ActorModel", "ModelSource", "canonical_model", "resolve_actor_model"]
 
 ModelSource = Literal["run", "declared", "pin", "parent"]
 
@@ -65,7 +65,7 @@ def resolve_actor_model(
     if pinned is None:
         # An inherit alias names no provider: it cannot say which model ran.
         raise WorkflowActorPinnedModelError(actor, pin)
-    if str(pinned) == _canonical(parent_model):
+    if str(pinned) == canonical_model(parent_model):
         return ActorModel(parent_model, "parent")
     return ActorModel(pin, "pin")
 
@@ -81,7 +81,8 @@ def _given(model: str | None) -> bool:
         return True
 
 
-def _canonical(model: str) -> str:
+def canonical_model(model: str) -> str:
+    """``model`` as the gateway parses it (``OpenAI:gpt-4o`` is ``openai:gpt-4o``)."""
     try:
         spec = parse_model_string(model)
     except ModelStringError:

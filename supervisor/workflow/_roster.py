@@ -5,6 +5,13 @@ run in the supervisor, and the script host for a script in a worker. A
 declaration resolves the actor's model (S-ACT-5), refuses a name used twice
 (S-ACT-2), journals the actor, and hands it the earlier run's answered asks
 when its definition and model are unchanged (S-ACT-3).
+
+A script the root model wrote is untrusted (``ScriptBounds``): like a
+subagent's model, which cannot choose its model, it cannot choose one the
+user did not give. A model string may name a file the supervisor reads
+(``scripted:PATH``: its turns, or its errors, would come back to the script),
+so an actor's ``model=`` must be one the user configured for this session:
+the root's model or the configured ``model``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,37 @@ from ._actor import Actor, ActorDefinition, ActorEnvironment
 from ._contract import actor_system_prompt, actor_tool_names
 from ._errors import DuplicateActorNameError, WorkflowError
 from ._journal import ActorRecord, AskRecord, WorkflowJournal
-from ._model import resolve_actor_model
+from ._model import canonical_model, resolve_actor_model
 
-__all__ = ["ActorRoster", "EarlierActor", "earlier_actors"]
+__all__ = ["ActorRoster", "EarlierActor", "ScriptBounds", "earlier_actors"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptBounds:
+    """What a script the root wrote may choose for its actors (a user's script: no bounds).
+
+    ``models``: the models it may name (``agent(model=)``, ``@workflow(model=)``),
+    as ``canonical_model`` writes them; ``max_turns``: the limit in force, which
+    it may lower but not raise (S-SEC-3, as a project profile's ``maxTurns``).
+    """
+
+    models: frozenset[str]
+    max_turns: int
+
+    @classmethod
+    def of(cls, *models: str | None, max_turns: int) -> ScriptBounds:
+        """Bounds allowing ``models`` (None: not set) and ``max_turns``."""
+        return cls(frozenset(canonical_model(m) for m in models if m), max_turns)
+
+    def check_model(self, who: str, model: str) -> None:
+        """Refuse ``model`` unless the user gave it (the error never reads the model's file)."""
+        if canonical_model(model) not in self.models:
+            allowed = ", ".join(sorted(self.models)) or "none"
+            raise WorkflowError(
+                f"{who}: model {model!r} is not one a workflow the root wrote may choose "
+                f"(the root's or the configured model: {allowed}); leave model= out to "
+                "run on the root's model"
+            )
 
 
 @dataclass(slots=True)
@@ -48,8 +83,11 @@ class ActorRoster:
         run_model: str | None,
         earlier: dict[str, EarlierActor],
         amends: str | None,
+        bounds: ScriptBounds | None = None,
     ) -> None:
         self.env = env
+        #: What the script may choose, when the root wrote it (None: the user's script).
+        self.bounds = bounds
         self.script = script
         self.parent_model = parent_model
         self.run_model = run_model
@@ -91,6 +129,8 @@ class ActorRoster:
             pin=earlier.actor.model if earlier is not None else None,
             parent_model=self.parent_model,
         )
+        if self.bounds is not None and chosen.source == "declared":
+            self.bounds.check_model(f"actor {label}", chosen.model)
         try:
             host.gateway.resolve(chosen.model)
         except ModelError as exc:

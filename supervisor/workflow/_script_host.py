@@ -80,7 +80,7 @@ from ._errors import (
 )
 from ._escalations import EscalationDesk
 from ._journal import RunRecord, WorkflowJournal
-from ._roster import ActorRoster, EarlierActor, earlier_actors
+from ._roster import ActorRoster, EarlierActor, ScriptBounds, earlier_actors
 from ._sites import analyse_script, workflow_functions, workflow_model
 from ._typed import ScriptAnswerSchema, dump_value
 
@@ -246,17 +246,24 @@ async def run_sandboxed_workflow(
 ) -> Any:
     """Run ``source`` in a script worker (see the module doc); return its JSON value.
 
-    ``parent_model``: the model actors inherit (the script's
-    ``@workflow(model=...)``, else the creator's current model, S-ACT-5);
-    ``model``: the run's model for every actor. Raises
+    ``parent_model``: the creator's current model, what actors inherit
+    unless the script's ``@workflow(model=...)`` names another the user gave
+    (S-ACT-5, ``ScriptBounds``); ``model``: the run's model for every actor. Raises
     ``WorkflowScriptError``/``DuplicateActorNameError``/``WorkflowError``
     before the run is journaled, and ``WorkflowFailedError`` once it was.
     """
     inputs = dict(inputs or {})
     name, sites = analyse_source(source, filename)
+    # The script is the root's: it may name only a model the user gave (``ScriptBounds``).
+    bounds = ScriptBounds.of(
+        parent_model, host.settings.model, model, max_turns=host.settings.max_turns
+    )
     # The script's own default model, as `@workflow(model=...)` gives it in
     # `subvisor workflow run` too (S-ACT-5): what its actors inherit.
-    parent_model = workflow_model(source, filename) or parent_model
+    own = workflow_model(source, filename)
+    if own:
+        bounds.check_model(f"{filename}: @workflow(model=...)", own)
+    parent_model = own or parent_model
     earlier: dict[str, EarlierActor] = {}
     amends: str | None = None
     if amend is not None:
@@ -314,6 +321,7 @@ async def run_sandboxed_workflow(
                 run_model=model,
                 earlier=earlier,
                 amends=amends,
+                bounds=bounds,
             )
             try:
                 handle = await host.fleet.spawn(

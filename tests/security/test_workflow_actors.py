@@ -146,3 +146,71 @@ async def test_s_sec_8_a_self_recursive_schema_is_only_text_to_the_supervisor(
     schema = {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}
     record, _ = await run_script(tmp_path, RAW_SCHEMA, {"r": [{"text": '"x"'}]}, schema=schema)
     assert result_value(record) == '"x"'
+
+
+# -- F2: a script names no model the user did not give ----------------------------------
+
+ORACLE = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def probe(ctx, paths: list):
+        out = {}
+        for i, path in enumerate(paths):
+            try:
+                out[path] = await agent(f"p{i}", model="scripted:" + path, tools=[]).ask("hi")
+            except Exception as exc:
+                out[path] = f"{type(exc).__name__}: {exc}"
+        return out
+    """
+)
+
+
+async def test_s_sec_1_s_act_5_a_script_cannot_read_files_through_an_actors_model(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-1, S-ACT-5: ``agent(model="scripted:PATH")`` in a root-written script reads
+    nothing through the supervisor: not a scenario in subvisor's hidden home, not one
+    outside it, and no scenario error says whether a file exists or parses. (Before:
+    the hidden file's text came back as the actor's answer.)"""
+    home = home_for(tmp_path)
+    home.mkdir(parents=True, exist_ok=True)
+    hidden = home / "note.yaml"
+    hidden.write_text("agents:\n  actor:\n    - text: 'HOME-SECRET'\n")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.yaml"
+    outside.write_text("agents:\n  default:\n    - text: 'OUTSIDE-SECRET'\n")
+    paths = [str(hidden), str(outside), "/etc/passwd", "/nonexistent/x"]
+    record, _ = await run_script(tmp_path, ORACLE, {}, paths=paths)
+    answers = result_value(record)
+    assert set(answers) == set(paths)
+    for path, answer in answers.items():
+        assert "SECRET" not in answer
+        # What the script hears names the model it wrote, nothing the file held or lacked.
+        assert "scenario file" not in answer and "No such file" not in answer, (path, answer)
+        assert answer.startswith("WorkflowError: "), answer
+
+
+OWN_MODEL = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow(model=MODEL)
+    async def own(ctx):
+        return await agent("w").ask("hi")
+    """
+)
+
+
+async def test_s_sec_1_s_act_5_a_scripts_workflow_model_names_no_file_the_user_did_not_give(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-1, S-ACT-5: ``@workflow(model="scripted:PATH")`` in a root-written script
+    does not make the supervisor read PATH for its actors; the run says why."""
+    hidden = tmp_path.parent / f"{tmp_path.name}-hidden.yaml"
+    hidden.write_text("agents:\n  w:\n    - text: 'HIDDEN-SECRET'\n")
+    script = OWN_MODEL.replace("MODEL", repr(f"scripted:{hidden}"))
+    record, _ = await run_script(tmp_path, script, {"w": [{"text": "root's answer"}]})
+    assert "HIDDEN-SECRET" not in (record.result or "") + (record.error or "")
+    assert record.status == "failed"
+    assert "@workflow(model=...)" in (record.error or "")

@@ -174,8 +174,9 @@ async def test_a_script_that_cannot_run_is_a_fixable_tool_error(
 
 
 async def test_a_scripts_own_model_is_what_its_actors_run_on(tmp_path: Path) -> None:
-    """S-ACT-5: ``@workflow(model=...)`` in a model-written script is the model its
-    actors inherit, as in ``subvisor workflow run``, not the creator's."""
+    """S-ACT-5: ``@workflow(model=...)`` in a model-written script, naming a model the
+    user gave (here the configured one), is the model its actors inherit, as in
+    ``subvisor workflow run``, not the creator's."""
     own = write_scenario(tmp_path / "own.yaml", {"writer": [{"text": "from the script's model"}]})
     script = textwrap.dedent(
         f"""
@@ -197,7 +198,7 @@ async def test_a_scripts_own_model_is_what_its_actors_run_on(tmp_path: Path) -> 
             "writer": [{"text": "from the root's model"}],
         },
     )
-    async with subvisor(home_for(tmp_path)) as host:
+    async with subvisor(home_for(tmp_path), model=own) as host:
         root = RootSession(host, model=root_model, cwd=tmp_path, extra_tools=workflow_tools(host))
         await root.run("go")
     [sent] = notifications(root.loop.messages)
@@ -347,11 +348,13 @@ async def test_the_four_root_tools_are_the_roots_alone(
     with ProviderServer() as server:
         server.enqueue(CannedResponse.json(answer))
         settings: dict[str, Any] = {
+            # The configured model: one a root-written script may name (S-ACT-5).
+            "model": "openai:gpt-test",
             "gateway": {
                 "providers": {
                     "openai": {"api": "openai", "base_url": server.base_url, "streaming": False}
                 }
-            }
+            },
         }
         async with subvisor(home_for(tmp_path), **settings) as host:
             root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
