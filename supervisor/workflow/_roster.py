@@ -139,6 +139,13 @@ class ActorRoster:
             ) from None
         if max_turns is not None and max_turns < 1:
             raise WorkflowError(f"actor {label}: max_turns must be at least 1, not {max_turns}")
+        if self.bounds is not None and max_turns is not None and max_turns > self.bounds.max_turns:
+            # As for a project profile's maxTurns (``_agent_tool._max_turns``): refused.
+            raise WorkflowError(
+                f"actor {label}: max_turns={max_turns} is above the max_turns = "
+                f"{self.bounds.max_turns} in force; a workflow the root wrote may only lower "
+                "it (S-SEC-3): leave max_turns out, or ask for less at once"
+            )
         definition = ActorDefinition(
             key=key,
             name=name,

@@ -214,3 +214,57 @@ async def test_s_sec_1_s_act_5_a_scripts_workflow_model_names_no_file_the_user_d
     assert "HIDDEN-SECRET" not in (record.result or "") + (record.error or "")
     assert record.status == "failed"
     assert "@workflow(model=...)" in (record.error or "")
+
+
+# -- F3: a script lowers the turn limit, never raises it ---------------------------------
+
+LOOPER = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def loop(ctx, turns: int):
+        try:
+            return await agent("looper", tools=["Glob"], max_turns=turns).ask("go")
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+    """
+)
+
+
+async def test_s_sec_3_a_script_cannot_raise_an_actors_turn_limit(tmp_path: Path) -> None:
+    """S-SEC-3, S-PROF-7: ``agent(max_turns=1000)`` in a root-written script makes no
+    more model calls than the max_turns in force (4): the script is told why. (Before:
+    one ask made 10 model calls.)"""
+    glob = {"tool_calls": [{"name": "Glob", "input": {"pattern": "*"}}]}
+    turns = [glob] * 9 + [{"text": "ten turns done"}]
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(LOOPER, "loop", turns=1000)]},
+                {"text": "started"},
+                {"text": "done"},
+            ],
+            "looper": turns,
+        },
+    )
+    async with subvisor(home_for(tmp_path), max_turns=4) as host:
+        root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        await root.run("go")
+        [record] = [r for r in host.registry.list(root.session_id) if r.kind == "workflow"]
+        asks = [r for r in host.registry.list(root.session_id) if r.kind == "workflow_actor"]
+    value = result_value(record)
+    assert value != "ten turns done"
+    assert "max_turns = 4" in value, value
+    assert all(r.usage.tool_calls <= 4 for r in asks)
+
+
+async def test_s_sec_3_control_a_script_may_lower_an_actors_turn_limit(tmp_path: Path) -> None:
+    """Control: ``max_turns=2`` under 4 in force holds the actor to 2 model calls."""
+    glob = {"tool_calls": [{"name": "Glob", "input": {"pattern": "*"}}]}
+    record, _ = await run_script(
+        tmp_path, LOOPER, {"looper": [glob, glob, {"text": "late"}]}, turns=2
+    )
+    value = result_value(record)
+    assert "limit of 2 model turns" in value, value
