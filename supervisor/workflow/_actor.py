@@ -335,7 +335,9 @@ class Actor:
                     status="answered" if answered else "failed",
                     answer=answer,
                     error=None if answered else (error or "the ask was cancelled"),
-                    messages=tuple(conversation[base:]),
+                    # A failed ask is never replayed: its prompt, kept above, is
+                    # not journaled a second time in its messages.
+                    messages=tuple(conversation[base:]) if answered else (),
                     source="fresh",
                     usage=spent.usage,
                     model_calls=spent.calls,

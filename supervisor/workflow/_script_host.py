@@ -19,8 +19,12 @@ Invariants:
 
 - The script worker is answered only ``workflow.declare_actor``,
   ``workflow.ask`` and ``supervisor.echo``: no model call, no tool, no MCP,
-  no question. Each declaration and ask costs one event of its budget, and
-  a run declares at most ``MAX_ACTORS`` actors (S-SEC-8), and fewer than
+  no question. Each declaration and ask costs one event of its budget and
+  the bytes the supervisor keeps and journals for it (an actor's
+  instructions; an ask's prompt and schema), refused before anything is
+  kept: past the budget the script's worker is stopped (S-SEC-8). A prompt
+  is at most ``MAX_PROMPT_CHARS``, instructions ``MAX_SYSTEM_CHARS``, and
+  a run declares at most ``MAX_ACTORS`` actors, and fewer than
   the fleet's worker slots: an actor keeps its worker for the run, so one
   more than the slots would wait for a slot forever.
 - An error a call raises reaches the script as a code its API turns into
@@ -65,6 +69,7 @@ from ..kernel import (
     WorkerHandle,
     WorkerRequestError,
     default_request_handler,
+    text_size,
 )
 from ._actor import ActorEnvironment, ActorObserver
 from ._errors import (
@@ -84,10 +89,20 @@ from ._roster import ActorRoster, EarlierActor, ScriptBounds, earlier_actors
 from ._sites import analyse_script, workflow_functions, workflow_model
 from ._typed import ScriptAnswerSchema, dump_value
 
-__all__ = ["MAX_ACTORS", "SCRIPT_SANDBOX", "analyse_source", "run_sandboxed_workflow"]
+__all__ = [
+    "MAX_ACTORS",
+    "MAX_PROMPT_CHARS",
+    "MAX_SYSTEM_CHARS",
+    "SCRIPT_SANDBOX",
+    "analyse_source",
+    "run_sandboxed_workflow",
+]
 
 #: The most actors one run may declare.
 MAX_ACTORS = 64
+#: The longest prompt a script may ask, and the longest instructions it may give an actor.
+MAX_PROMPT_CHARS = 1 << 20
+MAX_SYSTEM_CHARS = 256 << 10
 
 #: The script worker's sandbox; the home is hidden by the ``Supervisor`` itself.
 SCRIPT_SANDBOX = SandboxPolicy(mode="read-only", network="deny")
@@ -139,10 +154,8 @@ class _ScriptRequests:
     async def __call__(self, handle: WorkerHandle, request: WorkerRequest) -> BaseModel:
         try:
             if isinstance(request, WorkflowDeclareActorRequest):
-                handle.budget.charge(events=1)
-                return self._declare(request)
+                return self._declare(handle, request)
             if isinstance(request, WorkflowAskRequest):
-                handle.budget.charge(events=1)
                 return await self._ask(handle, request)
         except EventBudgetExceededError as exc:
             raise RequestRefusedError("event_budget", str(exc)) from None
@@ -156,7 +169,9 @@ class _ScriptRequests:
             f"({request.method} is an agent's call)",
         )
 
-    def _declare(self, request: WorkflowDeclareActorRequest) -> WorkflowActorRef:
+    def _declare(
+        self, handle: WorkerHandle, request: WorkflowDeclareActorRequest
+    ) -> WorkflowActorRef:
         # Each actor keeps its worker for the whole run and the script holds one
         # more: past the fleet's slots, the next actor's spawn would wait forever.
         slots = self._roster.env.host.settings.max_concurrent_subagents - 1
@@ -169,6 +184,9 @@ class _ScriptRequests:
                 "the script); reuse an actor for more asks"
             )
         p = request.params
+        _refuse_long("an actor's system=", p.system, MAX_SYSTEM_CHARS)
+        # What the actor keeps for the run (its instructions) and the journal records.
+        handle.budget.charge(events=1, size=text_size(p.system))
         actor = self._roster.declare(
             p.name,
             system=p.system,
@@ -185,6 +203,7 @@ class _ScriptRequests:
         if actor is None:
             raise WorkflowError(f"no actor {p.actor_id!r} was declared in this run")
         label = actor.definition.label
+        _refuse_long(f"actor {label}: ask()'s prompt", p.prompt, MAX_PROMPT_CHARS)
         schema = None
         if p.json_schema is not None:
             check_id = p.check_id
@@ -214,8 +233,20 @@ class _ScriptRequests:
                 schema = ScriptAnswerSchema(p.schema_name or "answer", p.json_schema, checker)
             except ValueError as exc:
                 raise WorkflowError(f"actor {label}: {exc}") from None
+        # The prompt is kept in the actor's conversation and journaled with the ask.
+        handle.budget.charge(
+            events=1, size=text_size(p.prompt) + (len(schema.json_schema) if schema else 0)
+        )
         text = await actor.ask_with(p.prompt, schema)
         return WorkflowAnswer(text=text)
+
+
+def _refuse_long(what: str, text: str, limit: int) -> None:
+    if len(text) > limit:
+        raise WorkflowError(
+            f"{what} is {len(text)} characters, more than the {limit} a workflow script may "
+            "send; put less in it (an actor can Read a file itself)"
+        )
 
 
 async def _discard_events(handle: WorkerHandle) -> None:

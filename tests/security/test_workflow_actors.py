@@ -268,3 +268,89 @@ async def test_s_sec_3_control_a_script_may_lower_an_actors_turn_limit(tmp_path:
     )
     value = result_value(record)
     assert "limit of 2 model turns" in value, value
+
+
+# -- F4: what a script has the supervisor keep is charged to its budget ------------------
+
+FILL = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def fill(ctx, n: int, kb: int):
+        a = agent("f", tools=[])
+        big = "x" * (kb << 10)
+        failed = 0
+        for i in range(n):
+            try:
+                await a.ask(big + str(i))
+            except Exception:
+                failed += 1
+        return failed
+    """
+)
+
+
+async def test_s_sec_8_a_script_filling_the_journal_with_prompts_is_stopped_at_its_budget(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-8, S-ACT-3: 40 failing asks of 512 KB each (20 MB of prompts, each ask
+    journaled) under a 4 MB event budget: the script's worker is stopped with the
+    budget's message, and subvisor.db stays within a few budgets. (Before: every ask
+    cost one event and no bytes; 40 asks of 6 MB grew the db to 252 MB.)"""
+    from supervisor.kernel import EventBudgetLimits
+    from supervisor.state._paths import database_path
+
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(FILL, "fill", n=40, kb=512)]},
+                {"text": "started"},
+                {"text": "done"},
+            ],
+            # No turn for "f": every ask fails, and is journaled with its prompt.
+        },
+    )
+    home = home_for(tmp_path)
+    budget = EventBudgetLimits(max_event_mb=4)
+    async with subvisor(home, event_budget=budget) as host:
+        root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        await root.run("go")
+        [record] = [r for r in host.registry.list(root.session_id) if r.kind == "workflow"]
+    db = database_path(home)
+    size = sum(path.stat().st_size for path in db.parent.glob(db.name + "*"))
+    assert record.status == "failed"
+    assert "event budget exceeded" in (record.error or ""), record.error
+    assert size < 3 * (4 << 20), size
+
+
+LONG = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def long(ctx):
+        out = []
+        for make in (lambda: agent("s", system="s" * (1 << 20)).ask("hi"),
+                     lambda: agent("p").ask("p" * (2 << 20))):
+            try:
+                out.append(await make())
+            except Exception as exc:
+                out.append(f"{type(exc).__name__}: {exc}")
+        return out
+    """
+)
+
+
+async def test_s_sec_8_a_scripts_prompt_and_instructions_are_bounded_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-8: 1 MiB of instructions or a 2 MiB prompt is refused in one line saying
+    the limit, before the supervisor keeps or journals any of it."""
+    record, _ = await run_script(tmp_path, LONG, {"s": [{"text": "kept"}], "p": [{"text": "kept"}]})
+    value = result_value(record)
+    assert len(value) == 2
+    for refusal in value:
+        assert refusal.startswith("WorkflowError: ") and "\n" not in refusal, refusal
+        assert "a workflow script may send" in refusal
