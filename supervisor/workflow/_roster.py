@@ -111,6 +111,12 @@ class ActorRoster:
     ) -> Actor:
         host = self.env.host
         if name is not None:
+            if name.startswith("~"):
+                # ``~N`` is the journal key of the N-th anonymous actor.
+                raise WorkflowError(
+                    f"actor name {name!r}: a name may not start with '~' (the journal's key "
+                    "of an anonymous actor); rename it"
+                )
             if name in self._names:
                 raise DuplicateActorNameError(
                     name, self._names[name], line, script=str(self.script)

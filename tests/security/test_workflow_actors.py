@@ -354,3 +354,34 @@ async def test_s_sec_8_a_scripts_prompt_and_instructions_are_bounded_in_one_line
     for refusal in value:
         assert refusal.startswith("WorkflowError: ") and "\n" not in refusal, refusal
         assert "a workflow script may send" in refusal
+
+
+# -- F5: a name cannot take an anonymous actor's journal key -----------------------------
+
+COLLIDE = textwrap.dedent(
+    """
+    from supervisor.workflow import agent, workflow
+
+    @workflow
+    async def collide(ctx):
+        out = {}
+        for key, make in (("named", lambda: agent("~" + "1")), ("anon", lambda: agent())):
+            try:
+                out[key] = await make().ask("hi")
+            except Exception as exc:
+                out[key] = f"{type(exc).__name__}: {exc}"
+        return out
+    """
+)
+
+
+async def test_s_act_2_a_name_cannot_take_an_anonymous_actors_journal_key(
+    tmp_path: Path,
+) -> None:
+    """S-ACT-2, S-ACT-3: an actor named ``~1`` is refused in one line, and the
+    anonymous actor whose journal key that is still runs and is journaled. (Before:
+    the anonymous actor's declaration failed with an IntegrityError.)"""
+    record, _ = await run_script(tmp_path, COLLIDE, {"~1": [{"text": "anonymous answer"}]})
+    value = result_value(record)
+    assert value["anon"] == "anonymous answer", value
+    assert value["named"].startswith("WorkflowError: ") and "'~'" in value["named"], value
