@@ -27,7 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar, get_args
+from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -213,11 +213,21 @@ class WorkflowAnswer(_Body):
     text: str
 
 
+#: The most options a workflow actor's question may offer (the tool's ``maxItems``).
+_MAX_ESCALATION_OPTIONS = 8
+#: The most characters of one option.
+_MAX_ESCALATION_OPTION_CHARS = 1_000
+
+
 class WorkflowEscalation(_Body):
     """``workflow.escalate``: an actor's question for the workflow's creator."""
 
     question: str = Field(min_length=1, max_length=20_000, pattern=r"\S")
-    options: tuple[str, ...] = ()
+    #: At most 8 of 1,000 characters each: the
+    #: question goes into the creator's (the root's) context whole.
+    options: tuple[Annotated[str, Field(max_length=_MAX_ESCALATION_OPTION_CHARS)], ...] = Field(
+        default=(), max_length=_MAX_ESCALATION_OPTIONS
+    )
 
 
 class WorkflowEscalationAnswer(_Body):

@@ -239,7 +239,10 @@ class AgentRequestServer:
             if isinstance(request, WorkflowEscalateRequest):
                 if policy.escalate is None:
                     raise RequestRefusedError("not_available", policy.no_escalation)
-                handle.budget.charge(size=text_size(request.params.question))
+                asked = request.params
+                handle.budget.charge(
+                    size=text_size(asked.question) + sum(map(text_size, asked.options))
+                )
                 return await policy.escalate(request.params)
             if isinstance(request, WorkflowDeclareActorRequest | WorkflowAskRequest):
                 raise RequestRefusedError(

@@ -270,6 +270,46 @@ async def test_an_actor_escalates_and_the_root_resolves(tmp_path: Path) -> None:
     assert outcome.text == "done"
 
 
+@pytest.mark.parametrize(
+    "options", [[f"o{i}" for i in range(9)], ["x" * 1001]], ids=["nine", "long"]
+)
+async def test_s_sec_8_an_actors_question_offers_at_most_8_short_options(
+    tmp_path: Path, options: list[str]
+) -> None:
+    """S-SEC-8, S-ACT-4: a question goes into the root's context whole, so its options are
+    bounded (8 of 1,000 characters, as the tool's schema says) and charged to the actor's
+    budget; past that the actor's tool gets an error naming the field, the root is asked
+    nothing, and the actor goes on (before, ~8 MB of options reached the root)."""
+    flooding = [
+        {
+            "tool_calls": [
+                {
+                    "name": "EscalateQuestion",
+                    "input": {"question": "main or release-2.0?", "options": options},
+                }
+            ]
+        },
+        {"text": "Decided alone: {{tool_result}}"},
+    ]
+    model = write_scenario(
+        tmp_path / "scenario.yaml",
+        {
+            "root": [
+                {"tool_calls": [create(DECIDE, "pick the release branch")]},
+                {"text": "started"},
+                {"text": "done"},
+            ],
+            "planner": flooding,
+        },
+    )
+    async with subvisor(home_for(tmp_path), workflow_question_timeout_s=0.5) as host:
+        root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+        await root.run("release")
+    assert not [m for m in root.loop.messages if '<workflow-question id="' in m.content]
+    [done] = notifications(root.loop.messages)
+    assert "Decided alone: Error: EscalateQuestion" in done and "options" in done, done
+
+
 async def test_an_unanswered_escalation_fails_the_ask_with_a_clear_error(tmp_path: Path) -> None:
     """Escalation timeout: the script's ask fails with EscalationUnansweredError naming
     the question and the setting; the run's one notification says so; a late answer is
