@@ -196,7 +196,13 @@ class Actor:
         # provider's turn numbering must move past them.
         self._lost_calls = 0
         lent = {spec.name: spec for spec in env.lent_mcp}
-        self._mcp_tools = tuple(lent[name] for name in definition.tools if name in lent)
+        self._borrowed = frozenset(name for name in definition.tools if name in lent)
+        # S-MCP-1, S-PROF-5: a borrowed tool its rules deny whatever the input is not offered.
+        self._mcp_tools = tuple(
+            lent[name]
+            for name in definition.tools
+            if name in self._borrowed and not self.policy.always_denies(name)
+        )
         local = LocalToolSet(name for name in definition.tools if name not in lent)
         #: Exactly what the model is offered (S-ACT-4), and the creator's line when there is one.
         self.tool_specs: tuple[ToolSpec, ...] = (
@@ -361,7 +367,7 @@ class Actor:
             system=definition.system,
             prompt=text,
             history=tuple(conversation),
-            tools=tuple(name for name in definition.tools if name not in self._mcp_names),
+            tools=tuple(name for name in definition.tools if name not in self._borrowed),
             mcp_tools=self._mcp_tools,
             preapproved_tools=tuple(t for t in definition.tools if self.policy.always_allows(t)),
             max_turns=definition.max_turns,

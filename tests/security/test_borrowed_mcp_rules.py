@@ -149,3 +149,51 @@ async def test_s_mcp_1_s_prof_5_a_borrowed_tool_its_rules_always_deny_is_not_lis
     assert {"mcp__flood__where", "mcp__flood__echo"} <= offered
     assert "xxxxxxxxxx" not in results[0]
     assert _tools_run(log) == []
+
+
+ACTOR_SCRIPT = """
+from supervisor.workflow import agent, workflow
+
+@workflow
+async def borrow(ctx):
+    return await agent("borrower", model="openai:gpt-test").ask("look around")
+"""
+
+
+async def test_s_mcp_1_s_prof_5_an_actor_is_not_offered_a_borrowed_tool_always_denied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-MCP-1, S-PROF-5: as for a subagent, a workflow actor's model is not offered a
+    borrowed tool its rules deny whatever the input (read at the provider); the ask and
+    no-rule tools still are."""
+    from supervisor.workflow import workflow_tools
+    from tests.support.provider_server import CannedResponse, ProviderServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    create = {"name": "CreateWorkflow", "input": {"script": ACTOR_SCRIPT, "description": "b"}}
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {"root": [{"tool_calls": [create]}, {"text": "started"}, {"text": "done"}]},
+    )
+    answer = {
+        "choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+    }
+    settings = mcp_settings(tmp_path, {"flood": _logged_flood(tmp_path / "flood.log")})
+    with ProviderServer() as server:
+        server.enqueue(CannedResponse.json(answer))
+        gateway = {"providers": {"openai": {"base_url": server.base_url, "streaming": False}}}
+        settings = settings.model_copy(
+            update={
+                "permission": RULES,
+                "model": "openai:gpt-test",
+                "gateway": settings.gateway.model_validate(gateway),
+            }
+        )
+        async with Subvisor(settings) as host:
+            root = RootSession(host, model=model, cwd=tmp_path, extra_tools=workflow_tools(host))
+            await root.run("go")
+        [sent] = [request.json() for request in server.requests]
+    offered = {tool["function"]["name"] for tool in sent["tools"]}
+    assert "mcp__flood__blob" not in offered
+    assert {"mcp__flood__where", "mcp__flood__echo"} <= offered
