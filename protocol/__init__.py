@@ -72,7 +72,6 @@ from ._errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     FAULT_MEMORY,
     FLOOD,
-    MAX_EVENT_CONTAINERS,
     MESSAGE,
     PROCESS_GROUP,
     TOOL_FINISHED,
@@ -80,7 +79,6 @@ from ._events import (
     WORKER_EVENT_NAMES,
     WORKER_EVENTS,
     Event,
-    EventJsonObject,
     EventSpec,
     FaultMemoryEvent,
     FloodEvent,
@@ -96,9 +94,9 @@ from ._events import (
     ToolStartedEvent,
     WorkerEventName,
     event_input,
-    json_containers,
 )
 from ._frame import FrameDecoder, FrameLimits, encode_frame
+from ._json import MAX_JSON_CONTAINERS, BoundedJsonObject, JsonObject, json_containers
 from ._messages import (
     PROTOCOL_VERSION,
     Cancel,
@@ -132,7 +130,6 @@ from ._methods import (
     EchoParams,
     EchoRequest,
     EchoResult,
-    JsonObject,
     McpToolCall,
     McpToolCallRequest,
     McpToolResult,
@@ -227,7 +224,7 @@ __all__ = [
     "LINK_TOKEN_BYTES",
     "MAX_CHECK_PROBLEM_CHARS",
     "MAX_CONTROL_DATAGRAM",
-    "MAX_EVENT_CONTAINERS",
+    "MAX_JSON_CONTAINERS",
     "MCP_CALL_TOOL",
     "MESSAGE",
     "MODEL_CALL",
@@ -260,6 +257,7 @@ __all__ = [
     "AgentSteerRequest",
     "AllocateParams",
     "Allocated",
+    "BoundedJsonObject",
     "BurnCpuParams",
     "Cancel",
     "ChatMessage",
@@ -278,7 +276,6 @@ __all__ = [
     "EchoResult",
     "ErrorReply",
     "Event",
-    "EventJsonObject",
     "EventSpec",
     "FaultMemoryEvent",
     "FloodEvent",

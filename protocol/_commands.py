@@ -134,6 +134,8 @@ ForbiddenFrame = Literal[
     "unknown_event",
     "bad_event",
     "container_event",
+    "container_permission_check",
+    "container_mcp_call",
 ]
 
 

@@ -16,36 +16,30 @@ Invariants:
   group would miss.
 - Every event has exactly one ``Event`` subclass and one data model, and
   ``WORKER_EVENTS`` lists them all. Data models are frozen and forbid
-  unknown fields; what a model wrote (a tool's input) is ``JsonObject``.
+  unknown fields.
 - The worker's events are validated once, when their data model is built
   (``event_for`` does not validate them again); the supervisor validates
   every event it receives.
 - What one event costs the supervisor is bounded (S-SEC-8): the JSON a model
-  wrote (``ToolStarted.input``, an ``EventJsonObject``) holds at most
-  ``MAX_EVENT_CONTAINERS`` maps and arrays, else the event is invalid (a
-  protocol violation) after at most that many are walked. Bytes are cheap to
-  charge and to store; containers are what cost Python work (an empty list is
-  one byte on the wire), and the frame's own limit (``max_containers``) is
-  fifty times this. A worker reports a longer input as ``event_input`` makes
-  it: a note of its size, never a violation. The value is checked in one walk
-  and kept as decoded, not rebuilt.
+  wrote (``ToolStarted.input``) is a ``BoundedJsonObject`` (``_json``), else
+  the event is a protocol violation. A worker reports a longer input as
+  ``event_input`` makes it: a note of its size, never a violation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._chat import ChatMessage
-from ._methods import JsonObject
+from ._json import MAX_JSON_CONTAINERS, BoundedJsonObject, json_containers
 from ._trusted import trusted
 
 __all__ = [
     "FAULT_MEMORY",
     "FLOOD",
-    "MAX_EVENT_CONTAINERS",
     "MESSAGE",
     "PROCESS_GROUP",
     "TOOL_FINISHED",
@@ -53,7 +47,6 @@ __all__ = [
     "WORKER_EVENTS",
     "WORKER_EVENT_NAMES",
     "Event",
-    "EventJsonObject",
     "EventSpec",
     "FaultMemoryEvent",
     "FloodEvent",
@@ -69,7 +62,6 @@ __all__ = [
     "ToolStartedEvent",
     "WorkerEventName",
     "event_input",
-    "json_containers",
 ]
 
 #: The only events a worker can send.
@@ -90,75 +82,16 @@ class _Body(BaseModel):
 
 # -- JSON a model wrote ---------------------------------------------------------------
 
-#: Maps and arrays one event's JSON value may hold (S-SEC-8); a tool's input
-#: has a handful.
-MAX_EVENT_CONTAINERS = 1024
-
-
-def json_containers(value: Any, limit: int) -> int:
-    """The maps and arrays in the JSON value ``value``, counted up to ``limit + 1``.
-
-    Stops at ``limit + 1``, so the walk costs at most that many containers
-    (and their items). Raises ``ValueError`` for what is not JSON (a key that
-    is not a str, bytes, any other type).
-    """
-    count = 0
-    stack = [value]
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind in _JSON_SCALARS:
-            continue
-        if kind is dict or (kind not in _JSON_ARRAYS and isinstance(item, dict)):
-            for key in item:
-                if type(key) is not str:
-                    raise ValueError(f"a JSON object's key must be a str, not {type(key).__name__}")
-            children: Any = item.values()
-        elif kind in _JSON_ARRAYS or isinstance(item, _JSON_ARRAYS):
-            children = item
-        elif isinstance(item, _JSON_SCALAR_BASES):
-            continue
-        else:
-            raise ValueError(f"{kind.__name__} is not a JSON value")
-        count += 1
-        if count > limit:
-            return count
-        extend(children)
-    return count
-
-
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
-_JSON_SCALAR_BASES = (str, int, float)
-_JSON_ARRAYS = (list, tuple)
-
-
-def _event_json(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"must be a JSON object, not {type(value).__name__}")
-    if json_containers(value, MAX_EVENT_CONTAINERS) > MAX_EVENT_CONTAINERS:
-        raise ValueError(
-            f"holds more than MAX_EVENT_CONTAINERS ({MAX_EVENT_CONTAINERS}) JSON maps and arrays"
-        )
-    return value
-
-
-#: A JSON object a model wrote, as an event carries it: at most
-#: ``MAX_EVENT_CONTAINERS`` maps and arrays, kept as decoded.
-EventJsonObject = Annotated[
-    dict[str, Any], PlainValidator(_event_json, json_schema_input_type=JsonObject)
-]
-
 
 def event_input(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` as an event may carry it: itself, or a note where it holds too many containers.
 
-    The worker's side of ``MAX_EVENT_CONTAINERS``: the whole input is in the
-    transcript (the assistant's message); the timeline only shows it.
+    The worker's side of ``MAX_JSON_CONTAINERS`` for events: the whole input is
+    in the transcript (the assistant's message); the timeline only shows it.
     """
-    if json_containers(value, MAX_EVENT_CONTAINERS) <= MAX_EVENT_CONTAINERS:
+    if json_containers(value, MAX_JSON_CONTAINERS) <= MAX_JSON_CONTAINERS:
         return value
-    return {"omitted": f"more than {MAX_EVENT_CONTAINERS} JSON maps and arrays"}
+    return {"omitted": f"more than {MAX_JSON_CONTAINERS} JSON maps and arrays"}
 
 
 # -- data -----------------------------------------------------------------------------
@@ -175,7 +108,7 @@ class ToolStarted(_Body):
 
     call_id: str
     name: str
-    input: EventJsonObject = Field(default_factory=dict)
+    input: BoundedJsonObject = Field(default_factory=dict)
 
 
 class ToolFinished(_Body):

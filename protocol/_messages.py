@@ -46,10 +46,10 @@ from ._events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
+from ._json import JsonObject
 from ._methods import (
     CoordinatorMessageRequest,
     EchoRequest,
-    JsonObject,
     McpToolCallRequest,
     ModelCallRequest,
     PermissionCheckRequest,

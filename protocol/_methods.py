@@ -21,8 +21,10 @@ Invariants:
 - Every method has exactly one request class, one params model and one
   result model, and ``WORKER_METHODS`` lists them all.
 - Params and results are frozen and forbid unknown fields. JSON objects the
-  model writes (a tool's input, an MCP call's arguments) are ``JsonObject``,
-  never ``Any``.
+  model writes are ``JsonObject``, never ``Any``; a tool's input and an MCP
+  call's arguments, which the supervisor walks (rules, the MCP server, an
+  approval prompt), are ``BoundedJsonObject`` (S-SEC-8: at most
+  ``MAX_JSON_CONTAINERS`` maps and arrays, else a protocol violation).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Annotated, Literal, TypeVar, get_args
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ._chat import ModelRequest, ModelResult
+from ._json import BoundedJsonObject, JsonObject
 from ._request_spec import RequestSpec
 
 __all__ = [
@@ -52,7 +55,6 @@ __all__ = [
     "EchoParams",
     "EchoRequest",
     "EchoResult",
-    "JsonObject",
     "McpToolCall",
     "McpToolCallRequest",
     "McpToolResult",
@@ -76,9 +78,6 @@ __all__ = [
     "WorkflowEscalation",
     "WorkflowEscalationAnswer",
 ]
-
-#: A JSON object as the model wrote it: a tool's input, an MCP call's arguments.
-JsonObject = dict[str, JsonValue]
 
 #: The only requests a worker can make of its supervisor.
 WorkerMethod = Literal[
@@ -118,7 +117,7 @@ class PermissionCheck(_Body):
     """``permission.check``: may this agent make this tool call?"""
 
     tool: str = Field(min_length=1)
-    input: JsonObject = Field(default_factory=dict)
+    input: BoundedJsonObject = Field(default_factory=dict)
 
 
 class PermissionVerdict(_Body):
@@ -144,7 +143,7 @@ class McpToolCall(_Body):
     """``mcp.call_tool``: call a tool lent from the supervisor's MCP sessions (S-MCP-1)."""
 
     name: str = Field(min_length=1)
-    arguments: JsonObject = Field(default_factory=dict)
+    arguments: BoundedJsonObject = Field(default_factory=dict)
 
 
 class McpToolResult(_Body):

@@ -213,17 +213,34 @@ _FORBIDDEN_FRAMES: dict[ForbiddenFrame, bytes] = {
 }
 
 
-def _container_event() -> bytes:
-    """A tool.started of 32,000 empty lists (64 KB, within the frame's own limits): the
-    input that cost the supervisor 100 ms to validate and record (S-SEC-8). Built when
+def _container_frame(kind: ForbiddenFrame) -> bytes:
+    """A frame whose model JSON is 32,000 empty lists (64 KB, within the frame's own limits):
+    a tool.started, a permission.check or an mcp.call_tool past MAX_JSON_CONTAINERS, the
+    input that cost the supervisor 80 ms each to validate and act on (S-SEC-8). Built when
     asked for, not by every worker that imports this module."""
-    data = {"call_id": "c", "name": "Bash", "input": {"k": [[[]]] * 16_000}}
-    return _raw_frame({"type": "event", "name": "tool.started", "data": data})
+    lists: dict[str, Any] = {"k": [[[]]] * 16_000}
+    if kind == "container_event":
+        data = {"call_id": "c", "name": "Bash", "input": lists}
+        return _raw_frame({"type": "event", "name": "tool.started", "data": data})
+    if kind == "container_permission_check":
+        params = {"tool": "Bash", "input": lists}
+        method = "permission.check"
+    else:
+        params = {"name": "mcp__server__tool", "arguments": lists}
+        method = "mcp.call_tool"
+    # An id the worker's own requests never reach (they count up from 0).
+    return _raw_frame({"type": "request", "id": 2**62, "method": method, "params": params})
+
+
+#: The frames ``_container_frame`` builds.
+_CONTAINER_FRAMES: frozenset[ForbiddenFrame] = frozenset(
+    {"container_event", "container_permission_check", "container_mcp_call"}
+)
 
 
 async def _forbidden(params: ForbiddenParams, ctx: CommandContext) -> NoReturn:
     kind = params.kind
-    frame = _container_event() if kind == "container_event" else _FORBIDDEN_FRAMES[kind]
+    frame = _container_frame(kind) if kind in _CONTAINER_FRAMES else _FORBIDDEN_FRAMES[kind]
     await ctx.link.write_raw(frame)
     await trio.sleep_forever()
 

@@ -28,7 +28,7 @@ import trio
 from protocol import (
     AGENT_RUN,
     AGENT_STEER,
-    MAX_EVENT_CONTAINERS,
+    MAX_JSON_CONTAINERS,
     AgentOutcome,
     AgentRunSpec,
     ChatMessage,
@@ -611,7 +611,7 @@ class SubagentRun:
                 # S-SEC-8: a map or array costs the supervisor far more than
                 # its JSON bytes (an empty list is two): each is charged as
                 # what it holds in memory.
-                containers = json_containers(data.input, MAX_EVENT_CONTAINERS)
+                containers = json_containers(data.input, MAX_JSON_CONTAINERS)
                 budget.charge(size=containers * _CONTAINER_CHARGE)
             # The model's fields as validated (plain values: a tool's input is
             # kept as decoded), without a walk through model_dump.

@@ -19,21 +19,30 @@ The invariants under test:
 - M5 Every method's params and result, and every event's data, round-trip
   through the codec; a frame whose params or data has a field of the wrong
   type is refused where it is decoded, naming the field.
+- M6 (S-SEC-8) The model's JSON that the supervisor walks (a ``tool.started``
+  input, a ``permission.check`` input, an ``mcp.call_tool``'s arguments) holds
+  at most ``MAX_JSON_CONTAINERS`` maps and arrays, at any shape: one more and
+  the worker's own model refuses it, and a frame that carries it anyway is
+  refused by the supervisor's decoder, naming the field and the bound.
+  Strings and keys are not counted: a 1 MB text or hundreds of keys pass.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 import string
+from collections.abc import Callable
 from typing import Annotated, Any, get_args, get_origin
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from protocol import (
+    MAX_JSON_CONTAINERS,
     PROTOCOL_VERSION,
     SUPERVISOR_METHODS,
     SUPERVISOR_REQUEST_METHODS,
@@ -70,6 +79,7 @@ from protocol import (
     FloodParams,
     ForbiddenFrame,
     ForbiddenParams,
+    FrameLimits,
     HangParams,
     Heartbeat,
     Hello,
@@ -975,3 +985,129 @@ def test_m5_an_unknown_event_name_is_refused_naming_it(data: st.DataObject) -> N
     assert str(exc_info.value).startswith("invalid 'event' message from worker: name: "), str(
         exc_info.value
     )
+
+
+# -- M6: the model's JSON the supervisor walks is bounded ------------------------------
+
+#: Where each message carries the model's JSON: its model, the frame that carries
+#: ``value``, and the field a refusal names.
+_MODEL_JSON: dict[str, tuple[Callable[[Any], BaseModel], Callable[[Any], dict[str, Any]], str]] = {
+    "permission.check": (
+        lambda value: PermissionCheck(tool="Bash", input=value),
+        lambda value: {
+            "type": "request",
+            "id": 8,
+            "method": "permission.check",
+            "params": {"tool": "Bash", "input": value},
+        },
+        "params.input",
+    ),
+    "mcp.call_tool": (
+        lambda value: McpToolCall(name="mcp__s__t", arguments=value),
+        lambda value: {
+            "type": "request",
+            "id": 8,
+            "method": "mcp.call_tool",
+            "params": {"name": "mcp__s__t", "arguments": value},
+        },
+        "params.arguments",
+    ),
+    "tool.started": (
+        lambda value: ToolStarted(call_id="c", name="Bash", input=value),
+        lambda value: {
+            "type": "event",
+            "name": "tool.started",
+            "data": {"call_id": "c", "name": "Bash", "input": value},
+        },
+        "data.input",
+    ),
+}
+
+
+def _carried(message: Message | ConnectionClosed, field: str) -> Any:
+    """What ``message`` carries at ``field`` (``params.input``, ``data.input``...)."""
+    assert isinstance(message, Event | WorkerRequest)
+    body = message.data if isinstance(message, Event) else message.params
+    return getattr(body, field.split(".")[1])
+
+
+def _json_of(containers: int, rng: random.Random) -> dict[str, Any]:
+    """A JSON object of exactly ``containers`` maps and arrays (itself included), each
+    new one put in a container drawn at random: a flat list, a deep chain or any tree,
+    within the frame's nesting limit (the frame and its body are two levels more).
+
+    ``rng`` picks the shape (hypothesis draws its seed: drawing each choice would
+    make thousands of draws per example)."""
+    root: dict[str, Any] = {}
+    made: list[tuple[dict[str, Any] | list[Any], int]] = [(root, 1)]
+    deepest = FrameLimits().max_nesting - 2
+    for index in range(containers - 1):
+        child: dict[str, Any] | list[Any] = {} if rng.random() < 0.5 else []
+        parent, depth = rng.choice(made[-3:] if rng.random() < 0.5 else made)
+        if depth == deepest:
+            parent, depth = root, 1
+        if isinstance(parent, dict):
+            parent[f"k{index}"] = child
+        else:
+            parent.append(child)
+        if rng.random() < 0.3:
+            scalar = rng.choice([None, True, 7, 2.5, "text"])
+            if isinstance(child, dict):
+                child["v"] = scalar
+            else:
+                child.append(scalar)
+        made.append((child, depth + 1))
+    return root
+
+
+@pytest.mark.parametrize("carrier", sorted(_MODEL_JSON))
+@settings(max_examples=25, deadline=None)
+@given(
+    containers=st.integers(1, 8)
+    | st.integers(MAX_JSON_CONTAINERS - 4, MAX_JSON_CONTAINERS + 4)
+    | st.integers(MAX_JSON_CONTAINERS + 5, 20 * MAX_JSON_CONTAINERS),
+    shape=st.integers(0, 2**32),
+)
+def test_m6_s_sec_8_the_model_json_the_supervisor_walks_holds_at_most_the_bound(
+    carrier: str, containers: int, shape: int
+) -> None:
+    """M6, S-SEC-8: a tool input or MCP arguments of up to MAX_JSON_CONTAINERS maps and
+    arrays, of any shape, pass both the worker's model and the supervisor's decoder; one
+    more is refused by both, the supervisor's refusal (a protocol violation) naming the
+    field and the bound."""
+    build, frame, field = _MODEL_JSON[carrier]
+    value = _json_of(containers, random.Random(shape))
+    supervisor = _open_pair()[S]
+    if containers <= MAX_JSON_CONTAINERS:
+        build(value)
+        [message] = supervisor.receive_data(encode_frame(frame(value)))
+        assert _carried(message, field) == value
+        return
+    with pytest.raises(ValidationError, match=rf"MAX_JSON_CONTAINERS \({MAX_JSON_CONTAINERS}\)"):
+        build(value)
+    with pytest.raises(ProtocolError) as exc_info:
+        supervisor.receive_data(encode_frame(frame(value)))
+    text = str(exc_info.value)
+    kind = frame(value)["type"]
+    assert text.startswith(f"invalid {kind!r} message from worker: {field}: "), text
+    assert f"MAX_JSON_CONTAINERS ({MAX_JSON_CONTAINERS})" in text
+    assert supervisor.state is ConnectionState.ERROR
+
+
+@pytest.mark.parametrize("carrier", sorted(_MODEL_JSON))
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"file_path": "/p/notes.md", "content": "x" * 1_000_000},
+        {f"key{index}": index for index in range(500)},
+        {"rows": list(range(100_000))},
+    ],
+    ids=["1MB-string", "500-keys", "100k-numbers"],
+)
+def test_m6_s_sec_8_control_large_flat_json_passes(carrier: str, value: dict[str, Any]) -> None:
+    """M6, S-SEC-8 control: strings, keys and numbers are not counted: a 1 MB text, 500
+    keys or 100,000 numbers in one list pass the worker's model and the supervisor."""
+    build, frame, field = _MODEL_JSON[carrier]
+    build(value)
+    [message] = _open_pair()[S].receive_data(encode_frame(frame(value)))
+    assert _carried(message, field) == value

@@ -20,10 +20,11 @@ from protocol import (
     KERNEL_ECHO,
     KERNEL_FLOOD,
     KERNEL_FORBIDDEN,
-    MAX_EVENT_CONTAINERS,
+    MAX_JSON_CONTAINERS,
     EchoParams,
     FloodItem,
     FloodParams,
+    ForbiddenFrame,
     ForbiddenParams,
     ResourceLimits,
 )
@@ -203,7 +204,7 @@ async def test_s_sec_8_an_event_of_many_empty_containers_is_refused_before_it_is
     """S-SEC-8: a worker's tool.started whose input is 32,000 empty lists (64 KB, within
     every frame limit, but 100 ms of the supervisor's CPU to validate and record, where a
     normal event takes tens of microseconds) is a protocol violation naming
-    MAX_EVENT_CONTAINERS: it ends the worker, and nothing of it is recorded or delivered."""
+    MAX_JSON_CONTAINERS: it ends the worker, and nothing of it is recorded or delivered."""
     received: list[object] = []
     async with Supervisor() as sup:
         handle = await sup.spawn()
@@ -219,17 +220,44 @@ async def test_s_sec_8_an_event_of_many_empty_containers_is_refused_before_it_is
                 await handle.request(KERNEL_FORBIDDEN, ForbiddenParams(kind="container_event"))
     exit = raised.value.exit
     assert exit.kind is ExitKind.PROTOCOL_VIOLATION
-    assert f"MAX_EVENT_CONTAINERS ({MAX_EVENT_CONTAINERS})" in exit.reason
+    assert f"MAX_JSON_CONTAINERS ({MAX_JSON_CONTAINERS})" in exit.reason
     assert received == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("container_permission_check", "params.input"),
+        ("container_mcp_call", "params.arguments"),
+    ],
+)
+async def test_s_sec_8_a_request_of_many_empty_containers_ends_its_worker_not_a_sibling(
+    kind: ForbiddenFrame, field: str
+) -> None:
+    """S-SEC-8: a worker's permission.check or mcp.call_tool whose JSON is 32,000 empty
+    lists (64 KB, within every frame limit, but 80 ms of the supervisor's CPU to validate,
+    match and serialise, again for every such frame) is a protocol violation naming
+    MAX_JSON_CONTAINERS: it ends that worker, and a sibling worker is answered as before."""
+    async with Supervisor() as sup:
+        hostile, sibling = await sup.spawn(), await sup.spawn()
+        # A hang guard, not a measure: an accepted request would leave the worker waiting.
+        with trio.fail_after(60), pytest.raises(WorkerExitedError) as raised:
+            await hostile.request(KERNEL_FORBIDDEN, ForbiddenParams(kind=kind))
+        answer = await sibling.request(KERNEL_ECHO, EchoParams(value="still here"))
+    exit = raised.value.exit
+    assert exit.kind is ExitKind.PROTOCOL_VIOLATION
+    assert f"{field}: " in exit.reason
+    assert f"MAX_JSON_CONTAINERS ({MAX_JSON_CONTAINERS})" in exit.reason
+    assert answer.value == "still here"
 
 
 async def test_s_sec_8_control_a_model_input_of_many_containers_is_shown_not_refused(
     tmp_path: Path,
 ) -> None:
     """Control: an honest subagent whose model wrote a tool input past
-    MAX_EVENT_CONTAINERS completes; its transcript keeps the whole input, its timeline's
+    MAX_JSON_CONTAINERS completes; its transcript keeps the whole input, its timeline's
     tool.started a note of its size in place of it."""
-    rows = [[index] for index in range(2 * MAX_EVENT_CONTAINERS)]
+    rows = [[index] for index in range(2 * MAX_JSON_CONTAINERS)]
     turns = [
         {"tool_calls": [{"name": "Bash", "input": {"command": "true", "rows": rows}}]},
         {"text": "done"},
@@ -246,7 +274,26 @@ async def test_s_sec_8_control_a_model_input_of_many_containers_is_shown_not_ref
             "SELECT message FROM messages WHERE session_id = ?", (record.child_session_id,)
         ).fetchall()
     assert json.loads(started[0])["input"] == {
-        "omitted": f"more than {MAX_EVENT_CONTAINERS} JSON maps and arrays"
+        "omitted": f"more than {MAX_JSON_CONTAINERS} JSON maps and arrays"
     }
     calls = [c for (m,) in transcript for c in json.loads(m).get("tool_calls", [])]
     assert [c["input"]["rows"] for c in calls] == [rows]
+
+
+async def test_s_sec_8_control_a_model_input_past_the_bound_is_a_tool_error_not_a_violation(
+    tmp_path: Path,
+) -> None:
+    """Control: an honest subagent whose model wrote a tool input past MAX_JSON_CONTAINERS,
+    for a call the supervisor must check (a rule denies some Bash commands), is not ended:
+    its worker refuses the call before asking, the model reads a tool error naming the
+    bound, and the subagent completes."""
+    rows = [[index] for index in range(2 * MAX_JSON_CONTAINERS)]
+    call = {"name": "Bash", "input": {"command": "touch made", "rows": rows}}
+    turns = [{"tool_calls": [call]}, {"text": "{{tool_result}}"}]
+    rules = {"*": "allow", "bash": {"rm *": "deny"}}
+    record = await _delegate(tmp_path, turns, permission=rules)
+    assert record.status == "completed", record.error
+    assert record.worker_exit is None
+    assert record.result is not None
+    assert f"MAX_JSON_CONTAINERS ({MAX_JSON_CONTAINERS})" in record.result
+    assert not (tmp_path / "made").exists()
