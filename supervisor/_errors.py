@@ -18,6 +18,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
       * McpAnswerTooLargeError (httpx2.StreamError) delegation
       * FileTooLargeError (OSError)                 files
       * NotARegularFileError (OSError)              files
+      * OutsideConfinementError (OSError)           files
       * RefusedYamlError (yaml.MarkedYAMLError)     files
       * EventBudgetExceededError                    kernel
       * NestedSupervisorError                       kernel
@@ -37,6 +38,7 @@ base from outside the tree: ``except ValueError`` (say) still catches those.
       * MemoryDirError                              profiles
       * ProfileError (ValueError)                   profiles
         * NotAProfileError                          profiles
+        * RefusedProfileFileError                   profiles
       * SubagentTypeError (ValueError)              profiles
         * AmbiguousAgentTypeError                   profiles
         * ProfileUnavailableError                   profiles
