@@ -17,9 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import trio
 
@@ -30,9 +29,16 @@ from ..policy._approvals import (
     ApprovalRequest,
     QuestionRequest,
     describe_origin,
+    view_request,
 )
 
-__all__ = ["APPROVAL_SCHEMA", "ClientAsker", "ElicitedAsks", "approval_message"]
+__all__ = [
+    "APPROVAL_SCHEMA",
+    "ClientAsker",
+    "ElicitedAsks",
+    "approval_message",
+    "approval_schema",
+]
 
 #: The form of an approval: one choice of three (S-SRV-3: allow once / always / deny).
 APPROVAL_SCHEMA: dict[str, Any] = {
@@ -48,8 +54,20 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     "required": ["decision"],
 }
 
-_DECISIONS: frozenset[str] = frozenset({"allow_once", "allow_always", "deny"})
-_INPUT_LIMIT = 2000
+#: The form of an approval whose subject was cut: "always" is not offered.
+_ONCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": ["allow_once", "deny"],
+            "enumNames": ["Allow once", "Deny"],
+        }
+    },
+    "required": ["decision"],
+}
+
 _DECIDE = "decide for yourself and say in your answer what you assumed"
 
 
@@ -76,19 +94,19 @@ class ClientAsker(Protocol):
 
 
 def approval_message(request: ApprovalRequest) -> str:
-    """What the client shows: who asks, for which tool, with which input, and why.
+    """What the client shows: the one approval rendering (``view_request``), then "Allow it?".
 
     The client shows it on a terminal or in a window: every control and format
     character an agent put in it (an ESC, a bidi override) is written escaped.
     """
-    shown = json.dumps(dict(request.tool_input), ensure_ascii=False, default=str)
-    if len(shown) > _INPUT_LIMIT:
-        shown = shown[: _INPUT_LIMIT - 3] + "..."
-    return printable(
-        f"{describe_origin(request.origin, request.description)} wants to run "
-        f"{request.tool} with input {shown}\n({request.reason})\nAllow it?",
-        multiline=True,
-    )
+    return f"{view_request(request).text}\nAllow it?"
+
+
+def approval_schema(request: ApprovalRequest) -> dict[str, Any]:
+    """The form for ``request``: without "always" when its subject was not shown whole."""
+    if view_request(request).offers_always:
+        return APPROVAL_SCHEMA
+    return _ONCE_SCHEMA
 
 
 class ElicitedAsks:
@@ -130,16 +148,18 @@ class ElicitedAsks:
         asker = self._askers.get(request.session_id)
         if asker is None or not asker.can_elicit:
             return self._fallback
-        answer = await self._elicit(
-            asker, request.origin, approval_message(request), APPROVAL_SCHEMA
-        )
+        schema = approval_schema(request)
+        answer = await self._elicit(asker, request.origin, approval_message(request), schema)
         if answer is None:
             return self._fallback
         action, content = answer
         if action != "accept" or content is None:
             return "deny"
-        decision = content.get("decision")
-        return decision if decision in _DECISIONS else "deny"
+        # A choice the form did not offer ("always" on a cut subject) is a deny.
+        for decision in schema["properties"]["decision"]["enum"]:
+            if content.get("decision") == decision:
+                return cast(ApprovalDecision, decision)
+        return "deny"
 
     async def answer(self, request: QuestionRequest) -> str:
         """The question handler: the client's answer, or why there is none."""

@@ -35,7 +35,7 @@ from ..policy._approvals import (
     ApprovalRequest,
     QuestionRequest,
     describe_origin,
-    describe_request,
+    view_request,
 )
 
 __all__ = ["TerminalConsole"]
@@ -65,12 +65,14 @@ class TerminalConsole:
         self.status = "keys: b = move running foreground agents to the background"
 
     async def approve(self, request: ApprovalRequest) -> ApprovalDecision:
-        """An approval handler: y (once), a (always), anything else denies."""
-        text = f"{describe_request(request)}\nAllow? y = once, a = always, n = no"
+        """An approval handler: y (once), a (always, when offered), anything else denies."""
+        view = view_request(request)
+        always = ", a = always" if view.offers_always else ""
+        text = f"{view.text}\nAllow? y = once{always}, n = no"
         answer = await self._ask(_Prompt("approval", text))
         if answer == "y":
             return "allow_once"
-        return "allow_always" if answer == "a" else "deny"
+        return "allow_always" if answer == "a" and view.offers_always else "deny"
 
     async def answer_question(self, request: QuestionRequest) -> str:
         """A question handler: a line of text, or the number of an option."""

@@ -17,6 +17,7 @@ import trio
 
 from ..files._printable import printable
 from ..kernel import EventBudget
+from ._approval_text import ApprovalView, approval_view
 
 __all__ = [
     "ApprovalDecision",
@@ -30,6 +31,7 @@ __all__ = [
     "describe_origin",
     "describe_request",
     "fixed_approval_handler",
+    "view_request",
 ]
 
 ApprovalDecision = Literal["allow_once", "allow_always", "deny"]
@@ -126,12 +128,13 @@ class TerminalApprovalHandler:
         return answer.strip()
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
-        """Show who asks for what; read allow once / always / deny."""
-        question = f"\n{describe_request(request)}\nAllow? [y]es once / [a]lways / [N]o: "
-        answer = (await self._ask(question)).strip().lower()
-        if answer in ("y", "yes"):
+        """Show who asks for what; read allow once / always (when offered) / deny."""
+        view = view_request(request)
+        always = " / [a]lways" if view.offers_always else ""
+        answer = (await self._ask(f"\n{view.text}\nAllow? [y]es once{always} / [N]o: ")).strip()
+        if answer.lower() in ("y", "yes"):
             return "allow_once"
-        if answer in ("a", "always"):
+        if answer.lower() in ("a", "always") and view.offers_always:
             return "allow_always"
         return "deny"
 
@@ -143,24 +146,21 @@ def describe_origin(origin: ApprovalOrigin, description: str) -> str:
     return "the main agent"
 
 
-#: The most of a tool's input an approval shows; past it, it says how much is not shown.
-SHOWN_INPUT_CHARS = 4000
+def view_request(request: ApprovalRequest) -> ApprovalView:
+    """An approval's question for a person, and whether it may offer "always".
+
+    One rendering for every place that asks (:func:`approval_view`): who asks,
+    what runs first and whole or marked as cut, the rest of the input, the
+    agent's own description labelled as such, and why it asks; all escaped.
+    """
+    return approval_view(
+        describe_origin(request.origin, request.description),
+        request.tool,
+        request.tool_input,
+        request.reason,
+    )
 
 
 def describe_request(request: ApprovalRequest) -> str:
-    """An approval's question for a person: who, which tool, its whole input, and why.
-
-    Everything comes from the agent, so all of it is escaped (``printable``):
-    no control character can redraw the question, and the command shown is
-    the command run, whole, up to ``SHOWN_INPUT_CHARS``.
-    """
-    tool_input = request.tool_input
-    text = tool_input.get("command") or tool_input.get("file_path")
-    shown = printable(text if isinstance(text, str) else repr(dict(tool_input)))
-    if len(shown) > SHOWN_INPUT_CHARS:
-        hidden = len(shown) - SHOWN_INPUT_CHARS
-        shown = f"{shown[:SHOWN_INPUT_CHARS]} [{hidden} more characters not shown]"
-    return (
-        f"{describe_origin(request.origin, request.description)} wants to run "
-        f"{printable(request.tool)}: {shown}\n  ({printable(request.reason)})"
-    )
+    """The text of :func:`view_request`."""
+    return view_request(request).text
