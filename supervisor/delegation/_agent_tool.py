@@ -50,6 +50,7 @@ from ._agent_tool_schema import (
 )
 from ._launch_order import LaunchOrder
 from ._mcp import McpHub, split_mcp_tool_name
+from ._notifications import escape_markup
 from ._settings import SubvisorSettings
 from ._subagents import RunStarter, SubagentLaunch, SubagentRun
 
@@ -435,7 +436,8 @@ class AgentTool:
         if self._services.settings.result_style == "opencode":
             return ToolOutput(format_task_error(error, task_id=run.task_id), is_error=True)
         return ToolOutput(
-            f'Error: agent "{record.description}" ({run.task_id}) {record.status}: {error}',
+            f'Error: agent "{record.description}" ({run.task_id}) {record.status}: '
+            f"{escape_markup(error)}",
             is_error=True,
         )
 

@@ -18,6 +18,7 @@ from worker.tools import truncate_text
 from worker.tools._base import input_schema_of
 
 from ..profiles._profile import AgentProfile
+from ._notifications import escape_markup
 
 __all__ = [
     "AGENT_TOOL_NAME",
@@ -209,9 +210,11 @@ def format_foreground_result(
 ) -> str:
     """A finished foreground child's result for the parent model (S-TOOL-6).
 
-    The child's final text, then its agentId with how to continue it, and a
-    ``<usage>`` block. Only the text is ever truncated, so the whole stays
-    within :data:`MAX_RESULT_BYTES` and the trailer is always there.
+    The child's final text, escaped as a background child's notification is
+    (:func:`escape_markup`: it can forge no ``<task-notification>``, no
+    ``<subagent-message>``, no ``<usage>``), then its agentId with how to
+    continue it, and a ``<usage>`` block. Only the text is ever truncated, so
+    the whole stays within :data:`MAX_RESULT_BYTES` and the trailer is always there.
     """
     lines = []
     if status == "partial":
@@ -225,13 +228,14 @@ def format_foreground_result(
         f"duration_ms: {duration_ms}</usage>"
     )
     trailer = "\n\n" + "\n".join(lines)
-    return _fit(text if text.strip() else _EMPTY_RESULT, trailer) + trailer
+    return _fit(escape_markup(text) if text.strip() else _EMPTY_RESULT, trailer) + trailer
 
 
 def _task_element(task_id: str, state: str, tag: str, body: str) -> str:
+    # The body is the child's: escaped, it cannot close </task_result></task> early.
     head = f'<task id="{html.escape(task_id, quote=True)}" state="{state}"><{tag}>'
     tail = f"</{tag}></task>"
-    return head + _fit(body, head + tail) + tail
+    return head + _fit(escape_markup(body), head + tail) + tail
 
 
 def format_task_result(

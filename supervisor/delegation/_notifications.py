@@ -46,6 +46,7 @@ __all__ = [
     "CommandPriority",
     "CommandQueue",
     "build_task_notification",
+    "escape_markup",
     "format_command_turn",
     "message_cost",
     "subagent_message_command",
@@ -86,7 +87,9 @@ _URGENCY: dict[CommandPriority, int] = {"now": 0, "next": 1, "later": 2}
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-def _escape(text: str) -> str:
+def escape_markup(text: str) -> str:
+    """``text`` with ``&``, ``<`` and ``>`` as entities: an agent's text inside our markup
+    (a notification, a message, a foreground result) can open or close no tag of its own."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -119,13 +122,13 @@ def build_task_notification(record: TaskRecord, *, max_chars: int = MAX_NOTIFICA
     else:
         tag, body = "error", record.error or "stopped by request"
         summary = f'{label} "{description}" was stopped'
-    lines = ["<task-notification>", f"<task-id>{_escape(record.task_id)}</task-id>"]
+    lines = ["<task-notification>", f"<task-id>{escape_markup(record.task_id)}</task-id>"]
     if record.tool_use_id is not None:
-        lines.append(f"<tool-use-id>{_escape(record.tool_use_id)}</tool-use-id>")
+        lines.append(f"<tool-use-id>{escape_markup(record.tool_use_id)}</tool-use-id>")
     lines += [
-        f"<output-file>{_escape(record.output_file)}</output-file>",
+        f"<output-file>{escape_markup(record.output_file)}</output-file>",
         f"<status>{record.status}</status>",
-        f"<summary>{_escape(summary)}</summary>",
+        f"<summary>{escape_markup(summary)}</summary>",
         f"<{tag}>",
     ]
     head = "\n".join(lines)
@@ -137,7 +140,7 @@ def build_task_notification(record: TaskRecord, *, max_chars: int = MAX_NOTIFICA
         f"<duration_ms>{usage.duration_ms}</duration_ms></usage>\n"
         "</task-notification>"
     )
-    escaped = _escape(body)
+    escaped = escape_markup(body)
     if len(head) + len(escaped) + len(tail) <= max_chars:
         return head + escaped + tail
     return head + _truncate(body, max_chars - len(head) - len(tail), record.output_file) + tail
@@ -147,7 +150,9 @@ def _truncate(body: str, budget: int, output_file: str) -> str:
     """``body``'s head, escaped, plus a truncation marker: at most ``budget`` characters."""
 
     def marker(dropped: int) -> str:
-        return _escape(f"\n[... truncated {dropped} characters; full output in {output_file}]")
+        return escape_markup(
+            f"\n[... truncated {dropped} characters; full output in {output_file}]"
+        )
 
     # The marker for "all dropped" is the longest one a cut can produce.
     room = budget - len(marker(len(body)))
@@ -157,7 +162,7 @@ def _truncate(body: str, budget: int, output_file: str) -> str:
         )
     escaped_lengths = itertools.accumulate(len(_ESCAPES.get(char, char)) for char in body)
     cut = bisect.bisect_right(list(escaped_lengths), room)
-    return _escape(body[:cut]) + marker(len(body) - cut)
+    return escape_markup(body[:cut]) + marker(len(body) - cut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +213,7 @@ def message_cost(text: str) -> int:
     gives it (the budget is charged this, S-SEC-8); the sender's name is
     the supervisor's and is not counted.
     """
-    return len(_escape(text)) + _MESSAGE_WRAPPING
+    return len(escape_markup(text)) + _MESSAGE_WRAPPING
 
 
 def subagent_message_command(agent_id: str, text: str) -> Command:
@@ -375,7 +380,7 @@ class _MessageBlock:
 
         Each message taken also costs the two characters that separate it.
         """
-        escaped = _escape(text)
+        escaped = escape_markup(text)
         if len(escaped) + 2 <= room:
             self.texts.append(escaped)
             return len(escaped) + 2
@@ -386,12 +391,12 @@ class _MessageBlock:
         escaped_lengths = itertools.accumulate(len(_ESCAPES.get(char, char)) for char in text)
         cut = bisect.bisect_right(list(escaped_lengths), room - 2)
         if cut:
-            self.texts.append(_escape(text[:cut]))
+            self.texts.append(escape_markup(text[:cut]))
         self.chars_left_out += len(text) - cut
         return room
 
     def render(self) -> str:
-        sender = _escape(self.sender).replace('"', "&quot;")
+        sender = escape_markup(self.sender).replace('"', "&quot;")
         body = "\n\n".join(self.texts)
         if self.left_out:
             plural = "s" if self.left_out != 1 else ""
@@ -401,5 +406,5 @@ class _MessageBlock:
                 f"{MAX_MESSAGE_CHARS_PER_TURN} characters of subagents' messages; what the "
                 f"agent sent is in its transcript (subvisor logs {self.sender})]"
             )
-            body = f"{body}\n{_escape(marker)}" if body else _escape(marker)
+            body = f"{body}\n{escape_markup(marker)}" if body else escape_markup(marker)
         return f'<subagent-message from="{sender}">\n{body}\n</subagent-message>'

@@ -611,7 +611,8 @@ async def test_the_agent_tool_never_asks_for_approval(tmp_path: Path) -> None:
         ]
     assert child.status == "completed", child.error
     assert "child: Error: permission denied: read '" in outcome.text
-    assert "is set to ask by the rule * '*' -> ask; nobody can approve" in outcome.text
+    # The child's text reaches the root escaped (S-NOTE-1): its "->" reads "-&gt;".
+    assert "is set to ask by the rule * '*' -&gt; ask; nobody can approve" in outcome.text
     # The root's own Read, and the child's (mirrored to the parent: S-APR-2); no Agent.
     assert [(d["tool"], d["origin"]) for d in root_denied] == [
         ("Read", "root"),
