@@ -135,7 +135,8 @@ def test_s_sec_3_a_project_profile_cannot_loosen_the_users_ask(
     assert result.returncode == 0, result.stdout + result.stderr
     said = " ".join(result.stdout.split())
     if kind == "project":
-        assert "is set to ask by the rule bash '*' -> ask; nobody can approve" in said, said
+        # The child's text reaches the root escaped (S-NOTE-1): its "->" reads "-&gt;".
+        assert "is set to ask by the rule bash '*' -&gt; ask; nobody can approve" in said, said
         assert "BASH-42" not in said
     else:
         assert "bash said BASH-42" in said, said
