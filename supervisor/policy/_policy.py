@@ -26,7 +26,12 @@ from ._rules import (
     last_matching_rule,
     wildcard_match,
 )
-from ._tool_permissions import disabled_tools, permission_checks, permission_name
+from ._tool_permissions import (
+    disabled_tools,
+    permission_checks,
+    permission_name,
+    read_deny_checks,
+)
 
 __all__ = ["PolicyDecision", "PolicyHolder", "ToolPolicy"]
 
@@ -80,6 +85,9 @@ class ToolPolicy:
                 f"{tool_name} command too complex to check against the rules: {error}; "
                 "split it into smaller commands",
             )
+        denied = self._read_denied(tool_name, tool_input)
+        if denied is not None:
+            return denied
         never_asked = bool(checks) and all(check.permission in _NEVER_ASKED for check in checks)
         action: Action = "allow"
         deciding = self.rules
@@ -103,6 +111,19 @@ class ToolPolicy:
             if action == "deny" and self.mode != "default":
                 return PolicyDecision(action, f"{what} is not allowed in {self.mode} mode")
         return PolicyDecision(action, f"{tool_name} needs approval (no rule allows it)")
+
+    def _read_denied(self, tool_name: str, tool_input: Mapping[str, Any]) -> PolicyDecision | None:
+        """A deny by a ``read`` rule on a Grep/Glob's path or a path's resolved target."""
+        for check in read_deny_checks(tool_name, tool_input, self.project_dir):
+            for rules in (self.rules, self.ceiling):
+                rule = None if rules is None else last_matching_rule(rules, "read", check.subject)
+                if rule is not None and rule.action == "deny":
+                    return PolicyDecision(
+                        "deny",
+                        f"{tool_name} reads {check.subject!r}, which is denied by the rule "
+                        f"{rule.permission} {rule.pattern!r} -> deny",
+                    )
+        return None
 
     def always_allows(self, tool_name: str) -> bool:
         """True when every call of ``tool_name`` is allowed, whatever its input.
@@ -196,4 +217,8 @@ def _always_allows(policy: ToolPolicy, tool_name: str) -> bool:
         for rule in relevant
         if rule.pattern == "*" and wildcard_match(rule.permission, name)
     }
+    if permission in ("glob", "grep", "read") and any(
+        rule.action == "deny" and wildcard_match(rule.permission, "read") for rule in policy.rules
+    ):
+        return False  # a read deny may cover its path or a link's target: ask each call
     return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)

@@ -37,6 +37,7 @@ __all__ = [
     "permission_checks",
     "permission_for_tool",
     "permission_name",
+    "read_deny_checks",
 ]
 
 _PERMISSION_BY_TOOL: Final[Mapping[str, str]] = {
@@ -209,6 +210,42 @@ def permission_for_tool(
         return "bash", (_text(tool_input, "command") or "").strip()
     _external, own = _tool_checks(tool_name, tool_input, project_dir)
     return own[0].permission, own[0].subject
+
+
+def read_deny_checks(
+    tool_name: str, tool_input: Mapping[str, object], project_dir: str | None = None
+) -> tuple[PermissionCheck, ...]:
+    """The ``read`` checks on which only a deny counts (S-POL-2): what a ``read`` deny covers
+    beyond the tool's own check.
+
+    ``Glob``/``Grep``: the path they search (their own checks match the pattern), as Claude
+    Code's Read denies cover Grep and Glob. ``Read``, ``Glob``, ``Grep``: the path's target
+    with every link resolved, when it differs from the path as written, so ``src/notes.txt``
+    linking to ``../.env`` is denied as ``.env`` is. Neither is added to
+    :func:`permission_checks`: a read rule's allow or ask does not bear on a search, and
+    "always" must not remember a read rule for it.
+
+    The target is resolved here, by the supervisor, in its own view of the files: a
+    relative path only under ``project_dir``. It is a policy over an honest worker's tools,
+    not a boundary: a link swapped between this check and the open, or a worker that lies,
+    reads what its sandbox lets it read, and only the sandbox stops that.
+    """
+    permission = permission_name(tool_name)
+    if permission == "read":
+        raw = _text(tool_input, "file_path", "filePath", "notebook_path", "path")
+    elif permission in ("glob", "grep"):
+        raw = _text(tool_input, "path") or "."
+    else:
+        return ()
+    written = _resolve(raw or ".", project_dir)
+    subjects = [] if permission == "read" else [written]
+    if posixpath.isabs(written):
+        try:
+            target = os.path.realpath(written)
+        except (OSError, ValueError):  # a NUL in the path: nothing to open either
+            target = written
+        subjects.append(target)
+    return tuple(PermissionCheck("read", subject) for subject in dict.fromkeys(subjects))
 
 
 def permission_checks(
