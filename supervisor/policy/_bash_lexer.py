@@ -6,7 +6,9 @@ both without running or expanding anything:
 
 - :func:`split_commands` cuts a line into simple commands at ``;``, ``&``,
   ``|``, newlines and subshells; ``$(...)``, backticks and ``<(...)`` hold
-  commands of their own. Each keeps its words as written and its redirections.
+  commands of their own, wherever bash runs them: inside ``${...}``,
+  ``$((...))``, ``$[...]``, arrays and unquoted here-document bodies too.
+  Each keeps its words as written and its redirections.
 - :func:`run_commands` adds, for each command, what it runs through a wrapper
   (``sudo``, ``env``, ``timeout``, ``xargs``, ``sh -c``...; see
   :data:`WRAPPERS`) and each of them spelled three ways: as written, without
@@ -22,6 +24,11 @@ Invariants:
 - Unwrapping only adds commands: the command as written is always among them,
   so a caller that denies when any of them is denied cannot be talked out of a
   deny by a wrapper or a spelling.
+- It reads a line as bash's parser does, or refuses it: ``<<`` inside
+  ``${...}``, ``$[...]`` or ``((...))`` is a shift, not a here-document
+  whose body would hide the next lines; ``$((`` that bash reads as ``$( (``
+  is read again so; a substitution bash would run between single quotes in
+  ``"${...}"`` or arithmetic makes the line too complex.
 - Nothing is expanded. Where a variable, substitution, glob, brace, alias,
   function, ``eval "$X"`` or script decides what runs, the lexer sees only the
   text; the sandbox, not this module, is the boundary.
@@ -316,43 +323,83 @@ _KEYWORDS: Final[frozenset[str]] = frozenset(
 # Runs of characters with no meaning to the splitter, copied in one step.
 _UNQUOTED_RUN: Final = re.compile(r"[^ \t\n;&|<>()'\"`$\\#]+")
 _DOUBLE_QUOTED_RUN: Final = re.compile(r'[^"\\$`]+')
+_HEREDOC_RUN: Final = re.compile(r"[^\\$`]+")
 _SINGLE_QUOTED_RUN: Final = re.compile(r"[^']+")
+# What ends an expansion frame, by kind; "))" ends arithmetic.
+_EXPANSION_CLOSERS: Final[Mapping[str, str]] = {"param": "}", "bracket": "]", "array": ")"}
+_EXPANSION_OPENERS: Final[Mapping[str, str]] = {"bracket": "[", "array": "("}
+# Characters that quote a here-document's delimiter, which then keeps its body unexpanded.
+_DELIMITER_QUOTES: Final = frozenset("'\"\\")
 
 
 @dataclass
 class _Frame:
-    """One level of command text: the top, or the inside of ``$(...)``, backticks, ``(...)``."""
+    """One level of text: the top, the inside of ``$(...)``, ``(...)``, or of an expansion.
+
+    ``kind`` is ``cmd`` for command text (the top, ``$(...)``, ``<(...)``, a
+    subshell), where operators split commands; in the expansions ``${...}``
+    (``param``), ``$((...))`` and ``((...))`` (``arith``), ``$[...]``
+    (``bracket``) and ``a=(...)`` (``array``) every character is text (``<<``
+    is a shift, not a here-document) except quotes and the substitutions in it.
+    """
 
     closer: str
     # Where a substitution's text starts (its ``$``, backtick or ``<``); -1 for a subshell.
     start: int = -1
+    kind: str = "cmd"
     quote: str = ""
     word: list[str] = field(default_factory=list)
     words: list[str] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
     pending: tuple[str, str] | None = None  # fd and operator waiting for their target
-    heredoc_strip_tabs: bool = False
+    #: Open ``(`` (arith, array) or ``[`` (bracket) inside the expansion.
+    depth: int = 0
+    #: A ``${...}`` inside double quotes (or a here-document): its single quotes are text,
+    #: so a substitution between them runs.
+    dquoted: bool = False
+    #: Here-documents registered when it opened: a re-read drops those registered since.
+    heredocs_at_open: int = 0
 
 
 class _Splitter:
     """Splits a command line into simple commands, keeping words and redirections as written.
 
-    A substitution (``$(...)``, backticks, ``<(...)``) yields its commands on
-    their own and stays, as written, in the word that holds it. Here-document
-    bodies and comments are dropped.
+    A substitution (``$(...)``, backticks, ``<(...)``, one inside ``${...}``,
+    ``$((...))``, ``$[...]`` or an unquoted here-document's body) yields its
+    commands on their own and stays, as written, in the word that holds it.
+    Quoted here-document bodies and comments are dropped.
+
+    Where bash itself decides late what a construct is, the splitter follows:
+    ``$((`` and ``((`` are arithmetic when the ``(`` after them closes right
+    before a ``)``, as bash's parser decides; otherwise (``$((rm x) )``), and
+    when the text ends inside one, the text is read again from there as a
+    substitution or subshell. Each start is read again at most once, and the
+    nesting limit bounds how many starts hold a character: linear work.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, nesting: int = 0, heredoc: bool = False) -> None:
         self.text = text
         self.pos = 0
-        self.stack = [_Frame(closer="")]
+        # A here-document body is text as in double quotes, where '"' is an ordinary character.
+        self.stack = [_Frame(closer="", quote="<<" if heredoc else "")]
         self.commands: list[SimpleCommand] = []
-        self.heredocs: list[tuple[str, bool]] = []
+        # Delimiter, whether tabs are stripped, whether the body is expanded.
+        self.heredocs: list[tuple[str, bool, bool]] = []
         self.redirects = 0
+        # The levels of the splitter (a backtick or here-document body) this one reads for.
+        self.nesting = nesting
+        # Starts of "$((" and "((" read again as "$( (" and "( (".
+        self.reread: set[int] = set()
 
     def run(self) -> list[SimpleCommand]:
-        while self.pos < len(self.text):
-            self._step()
+        while True:
+            while self.pos < len(self.text):
+                self._step()
+            # Text that ends inside "$((" or "((": bash may read it as "$( (", so read it so.
+            unclosed = next((f for f in self.stack if f.kind == "arith"), None)
+            if unclosed is None:
+                break
+            self._read_again(unclosed)
         while self.stack:
             self._close_frame()
         return self.commands
@@ -373,13 +420,17 @@ class _Splitter:
         frame.pending = None
         self._add_redirect(frame, Redirect(fd, operator, word))
         if operator in ("<<", "<<-"):
-            self.heredocs.append((unquote(word), operator == "<<-"))
+            expands = _DELIMITER_QUOTES.isdisjoint(word)
+            self.heredocs.append((unquote(word), operator == "<<-", expands))
 
     def _add_redirect(self, frame: _Frame, redirect: Redirect) -> None:
-        self.redirects += 1
+        self._count_redirects(1)
+        frame.redirects.append(redirect)
+
+    def _count_redirects(self, count: int) -> None:
+        self.redirects += count
         if self.redirects > MAX_REDIRECTS:
             raise CommandTooComplexError(f"it has more than {MAX_REDIRECTS} redirections")
-        frame.redirects.append(redirect)
 
     def _end_command(self, frame: _Frame) -> None:
         self._end_word(frame)
@@ -389,29 +440,84 @@ class _Splitter:
             self.commands.append(SimpleCommand(tuple(words), tuple(frame.redirects)))
         frame.words, frame.redirects = [], []
 
-    def _open(self, frame: _Frame) -> None:
-        if len(self.stack) > MAX_NESTING:
+    def _check_nesting(self) -> None:
+        if len(self.stack) + self.nesting > MAX_NESTING:
             raise CommandTooComplexError(
                 f"substitutions or subshells nest deeper than {MAX_NESTING} levels"
             )
+
+    def _open(self, frame: _Frame) -> None:
+        self._check_nesting()
         self.stack.append(frame)
 
     def _close_frame(self) -> None:
         frame = self.stack.pop()
-        self._end_command(frame)
+        if frame.kind == "cmd" and frame.quote != "<<":  # a body is no command
+            self._end_command(frame)
         if frame.start >= 0 and self.stack:
             self.stack[-1].word.append(self.text[frame.start : self.pos + 1])
 
+    def _read_again(self, frame: _Frame) -> None:
+        """Reads ``frame`` (an arithmetic one) again from its start as a substitution or subshell.
+
+        What was found inside it stays found: commands only add checks.
+        """
+        index = next(i for i, f in enumerate(self.stack) if f is frame)
+        del self.stack[index:]
+        del self.heredocs[frame.heredocs_at_open :]
+        self.reread.add(frame.start)
+        self.pos = frame.start
+
+    def _sub_split(self, text: str, *, heredoc: bool = False) -> None:
+        """Splits ``text`` (a backtick's or a here-document's) and takes its commands."""
+        self._check_nesting()
+        inner = _Splitter(text, nesting=self.nesting + len(self.stack), heredoc=heredoc)
+        self.commands += inner.run()
+        self._count_redirects(inner.redirects)
+
     def _skip_heredocs(self) -> None:
-        for delimiter, strip_tabs in self.heredocs:
+        """Skips the bodies of the here-documents of the line just ended, splitting those
+        bash expands: ``$(...)`` and backticks in an unquoted body run."""
+        for delimiter, strip_tabs, expands in self.heredocs:
+            start = self.pos
+            body_end = len(self.text)
+            joined = False
             while self.pos < len(self.text):
                 end = self.text.find("\n", self.pos)
                 end = len(self.text) if end < 0 else end
                 line = self.text[self.pos : end]
-                self.pos = end + 1
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                line_start, self.pos = self.pos, end + 1
+                # In an expanded body a backslash-newline joins lines before the delimiter is
+                # looked for: "x\" then "EOF" is the line "xEOF", not the end.
+                if not joined and (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                    body_end = line_start
                     break
+                trailing = len(line) - len(line.rstrip("\\"))
+                joined = expands and trailing % 2 == 1
+            if expands:
+                self._sub_split(self.text[start:body_end], heredoc=True)
         self.heredocs = []
+
+    def _backtick(self, frame: _Frame) -> None:
+        """A backtick substitution: bash finds its closing backtick first, as text, then reads
+        what lies between with ``\\$``, ``\\``` and ``\\\\`` unescaped (nested backticks)."""
+        start = self.pos
+        index, out = start + 1, []
+        # In double quotes "\\"" is unescaped too; in a here-document or "${...}" it is not.
+        unescape = '$`\\"' if frame.kind == "cmd" and frame.quote == '"' else "$`\\"
+        while index < len(self.text) and self.text[index] != "`":
+            char = self.text[index]
+            if char == "\\" and index + 1 < len(self.text):
+                following = self.text[index + 1]
+                out.append(following if following in unescape else char + following)
+                index += 2
+                continue
+            out.append(char)
+            index += 1
+        self._sub_split("".join(out))
+        self.pos = min(index, len(self.text) - 1)
+        frame.word.append(self.text[start : self.pos + 1])
+        self.pos += 1
 
     def _redirect(self, frame: _Frame) -> None:
         # Digits (or {name}) written right before the operator are its file descriptor.
@@ -438,20 +544,6 @@ class _Splitter:
             return
         frame.pending = (fd, operator)
 
-    def _copy_balanced(self, frame: _Frame, opener: str, closer: str) -> None:
-        """Copies text up to the matching ``closer`` into the current word (``$((1+2))``)."""
-        depth = 0
-        while self.pos < len(self.text):
-            char = self.text[self.pos]
-            frame.word.append(char)
-            self.pos += 1
-            if char == opener:
-                depth += 1
-            elif char == closer:
-                depth -= 1
-                if depth == 0:
-                    return
-
     def _copy_run(self, frame: _Frame, run: re.Pattern[str]) -> bool:
         """Copies the characters ``run`` matches at the cursor into the word, if any."""
         match = run.match(self.text, self.pos)
@@ -461,11 +553,26 @@ class _Splitter:
         self.pos = match.end()
         return True
 
+    def _expands_single_quotes(self, frame: _Frame) -> bool:
+        """Whether bash expands what lies between single quotes in ``frame``: in arithmetic,
+        and in a ``${...}`` inside double quotes, they are text (``"${x:-'$(rm x)'}"``)."""
+        return frame.kind == "arith" or (frame.kind == "param" and frame.dquoted)
+
     def _step(self) -> None:
         frame = self.stack[-1]
         char = self.text[self.pos]
-        if frame.quote == "'" and self._copy_run(frame, _SINGLE_QUOTED_RUN):
-            return
+        if frame.quote == "'":
+            match = _SINGLE_QUOTED_RUN.match(self.text, self.pos)
+            if match is not None:
+                if self._expands_single_quotes(frame) and not {"$", "`"}.isdisjoint(match[0]):
+                    # bash finds the end past the quotes but expands what they hold.
+                    raise CommandTooComplexError(
+                        "it has a substitution between single quotes inside ${...} or "
+                        "arithmetic, which bash runs"
+                    )
+                frame.word.append(match.group())
+                self.pos = match.end()
+                return
         if frame.quote in ("'", "$'"):
             if frame.quote == "$'" and char == "\\":  # $'it\'s'
                 frame.word.append(self.text[self.pos : self.pos + 2])
@@ -483,31 +590,101 @@ class _Splitter:
             frame.word.append(self.text[self.pos : self.pos + 2])
             self.pos += 2
             return
-        if self.text.startswith("$((", self.pos):
-            frame.word.append("$")
-            self.pos += 1
-            self._copy_balanced(frame, "(", ")")
+        if self._expansion(frame, char):
             return
-        if char == "$" and self._peek() == "(":
-            self._open(_Frame(closer=")", start=self.pos))
-            self.pos += 2
-            return
-        if char == "`":
-            if frame.closer == "`":
-                self._close_frame()
-            else:
-                self._open(_Frame(closer="`", start=self.pos))
-            self.pos += 1
-            return
-        if frame.quote == '"':
-            if self._copy_run(frame, _DOUBLE_QUOTED_RUN):
+        if frame.kind != "cmd":
+            self._step_expansion(frame, char)
+        elif frame.quote in ('"', "<<"):
+            if self._copy_run(frame, _DOUBLE_QUOTED_RUN if frame.quote == '"' else _HEREDOC_RUN):
                 return
+            frame.word.append(char)
+            if char == '"' and frame.quote == '"':
+                frame.quote = ""
+            self.pos += 1
+        else:
+            self._step_unquoted(frame, char)
+
+    def _expansion(self, frame: _Frame, char: str) -> bool:
+        """Opens the substitution or expansion starting at the cursor, if one does."""
+        if char == "`":
+            self._backtick(frame)
+            return True
+        if char != "$":
+            return False
+        following = self._peek()
+        if following == "(" and self._peek(2) == "(" and self.pos not in self.reread:
+            kind, closer, length = "arith", "))", 3
+        elif following == "(":
+            kind, closer, length = "cmd", ")", 2
+        elif following == "{":
+            kind, closer, length = "param", "}", 2
+        elif following == "[":
+            kind, closer, length = "bracket", "]", 2
+        else:
+            return False
+        dquoted = frame.quote in ('"', "<<") or (frame.kind == "param" and frame.dquoted)
+        self._open(
+            _Frame(
+                closer=closer,
+                start=self.pos,
+                kind=kind,
+                dquoted=dquoted,
+                heredocs_at_open=len(self.heredocs),
+            )
+        )
+        self.pos += length
+        return True
+
+    def _step_expansion(self, frame: _Frame, char: str) -> None:
+        """One character inside ``${...}``, arithmetic, ``$[...]`` or ``a=(...)``: text, but
+        for quotes (which hide a closer from bash too) and the frame's own closer."""
+        self.pos += 1
+        if frame.quote == '"':
             frame.word.append(char)
             if char == '"':
                 frame.quote = ""
-            self.pos += 1
             return
-        self._step_unquoted(frame, char)
+        if char in ("'", '"'):
+            frame.quote = char
+        elif char == "$" and self._peek(0) == "'":
+            frame.quote = "$'"
+            char = "$'"
+            self.pos += 1
+        elif frame.kind == "arith":
+            if char == "(":
+                frame.depth += 1
+            elif char == ")" and frame.depth:
+                frame.depth -= 1
+            elif char == ")" and self._peek(0) == ")":
+                self._close_frame()  # the cursor is on the second ")"
+                self.pos += 1
+                return
+            elif char == ")":
+                # "$((rm x) )": the "(" after "$(" closed, not before a ")": bash reads a
+                # substitution (or a subshell for "((") from the start.
+                self._read_again(frame)
+                return
+        elif char == _EXPANSION_CLOSERS[frame.kind]:
+            if not frame.depth:
+                self.pos -= 1
+                self._close_frame()  # the cursor is on the closer
+                self.pos += 1
+                return
+            frame.depth -= 1
+        elif char == _EXPANSION_OPENERS.get(frame.kind):
+            frame.depth += 1  # "$[a[1]]", "a=((x) y)"; bash does not count "{" in "${"
+        frame.word.append(char)
+
+    def _arithmetic_command(self, frame: _Frame) -> bool:
+        """Whether ``((`` at the cursor starts an arithmetic command (``(( x = 1<<2 ))``,
+        ``for ((...))``): where a command starts, and not already read as subshells."""
+        return (
+            self.text.startswith("((", self.pos)
+            and self.pos not in self.reread
+            and not frame.word
+            and frame.pending is None
+            and all(word in _KEYWORDS or word == "for" for word in frame.words)
+        )
 
     def _step_unquoted(self, frame: _Frame, char: str) -> None:
         if self._copy_run(frame, _UNQUOTED_RUN):
@@ -528,10 +705,20 @@ class _Splitter:
         elif char in ("<", ">") or (char == "&" and self._peek() == ">"):
             self._redirect(frame)
             return
+        elif char == "(" and frame.word and frame.word[-1].endswith("="):  # array: a=(1 2)
+            self._open(_Frame(closer=")", start=self.pos, kind="array"))
+        elif char == "(" and self._arithmetic_command(frame):
+            self._open(
+                _Frame(
+                    closer="))",
+                    start=self.pos,
+                    kind="arith",
+                    heredocs_at_open=len(self.heredocs),
+                )
+            )
+            self.pos += 2
+            return
         elif char == "(":
-            if frame.word and frame.word[-1].endswith("="):  # array: a=(1 2)
-                self._copy_balanced(frame, "(", ")")
-                return
             self._end_command(frame)
             self._open(_Frame(closer=")"))
         elif char == ")":

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from supervisor.policy._bash_lexer import (
@@ -420,15 +425,183 @@ def test_redirect_targets_always_appear_in_the_matched_text(
 
 @given(st.text(max_size=60))
 def test_any_text_lexes(text: str) -> None:
-    """Any input, however malformed, gives subjects and checks without raising."""
-    assert bash_commands(text)
-    permission_checks("Bash", {"command": text}, PROJECT)
+    """Any input, however malformed, gives subjects and checks, or is refused as too complex."""
+    try:
+        assert bash_commands(text)
+        permission_checks("Bash", {"command": text}, PROJECT)
+    except CommandTooComplexError:
+        pass
 
 
-@given(st.text(st.sampled_from("ab ;|&<>()$'\"`\\\n{}#=-c"), max_size=40))
+@given(st.text(st.sampled_from("ab ;|&<>()$'\"`\\\n{}[]#=-c"), max_size=40))
 def test_any_shell_like_text_lexes(text: str) -> None:
-    """Shell punctuation in any order gives subjects and checks without raising."""
-    assert bash_commands(text)
-    for command in run_commands(text):
+    """Shell punctuation in any order gives subjects and checks, or is refused as too complex."""
+    try:
+        commands = run_commands(text)
+        assert bash_commands(text)
+    except CommandTooComplexError:
+        return
+    for command in commands:
         assert command.words or command.redirects
         command.written_files()
+
+
+# --- against bash ------------------------------------------------------------------------
+
+# The lexer is checked against what bash runs: each line below is run by real bash in an empty
+# directory, and where a command ``touch MARK`` hidden in it ran (MARK exists), the lexer must
+# have seen it, or refused the line as too complex (S-SEC-9, S-POL-2: an allowed command
+# must not hide a denied one).
+_MARKER = "touch MARK"
+# Places a command can stand in a line; "{}" is what stands there.
+_PLACES = st.sampled_from(
+    [
+        "{}",
+        "$({})",
+        "`{}`",
+        "\\`{}\\`",
+        '"$({})"',
+        '"`{}`"',
+        "$(({}) )",
+        "$(( $({}) 0 ))",
+        "$(( `{}` 0 ))",
+        "$[ $({}) ]",
+        "${{y:-$({})}}",
+        "${{y:-'$({})'}}",
+        "\"${{y:-'$({})'}}\"",
+        "${{y:-'}}'}}",
+        "a=($({}))",
+        "({})",
+        "{{ {}; }}",
+        "'{}'",
+        '"{}"',
+        "<({})",
+        "x=$({}) true",
+        "if {}; then :; fi",
+        "(( $({}) ))",
+        "((true) ; {})",
+    ]
+)
+# Lines that mean something else to a lexer that reads them wrong.
+_NOISE = st.sampled_from(
+    [
+        "echo ok",
+        "echo $[1<<2]",
+        "echo ${x:-1<<2}",
+        "(( x = 1<<2 ))",
+        "echo $((1<<2))",
+        "echo $(( (1) + (2) ))",
+        "for ((i=0;i<1;i++)); do :; done",
+        "cat <<EOF",
+        "cat <<'EOF'",
+        "cat <<-EOF",
+        "cat <<E\\OF",
+        "cat <<< here",
+        "EOF",
+        "\tEOF",
+        "x\\",
+        'echo "a\'b"',
+        "echo '",
+        "echo \\'",
+        "echo `echo '`",
+        "# comment '",
+        "a=(1 2)",
+        "echo ${x:-{}",
+    ]
+)
+_SEPARATORS = st.sampled_from(["\n", "\n", "; ", " && ", " || ", " | ", " "])
+
+
+@st.composite
+def _lines_hiding_a_marker(draw: st.DrawFn) -> str:
+    marker = _MARKER
+    for _ in range(draw(st.integers(1, 3))):
+        marker = draw(_PLACES).format(marker)
+    if draw(st.booleans()):
+        marker = "echo ok " + marker
+    pieces = draw(st.lists(_NOISE, max_size=5))
+    pieces.insert(draw(st.integers(0, len(pieces))), marker)
+    line = pieces[0]
+    for piece in pieces[1:]:
+        line += draw(_SEPARATORS) + piece
+    return line
+
+
+def _bash_runs_marker(line: str, directory: Path) -> bool:
+    marker = directory / "MARK"
+    marker.unlink(missing_ok=True)
+    subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", line],
+        cwd=directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": os.defpath, "HOME": str(directory)},
+        timeout=60,
+        check=False,
+    )
+    return marker.exists()
+
+
+def _lexer_sees_marker(line: str) -> bool:
+    try:
+        commands = run_commands(line)
+    except CommandTooComplexError:
+        return True  # refused: the conservative answer
+    return any(command.program == "touch" and "MARK" in command.words for command in commands)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@settings(max_examples=300)
+@given(_lines_hiding_a_marker())
+def test_every_command_bash_runs_is_seen_or_the_line_refused(line: str) -> None:
+    """S-SEC-9: where real bash runs the marker command hidden in a line (behind here-documents,
+    ``<<`` in ``$[..]``, ``${..}`` or ``((..))``, inside arithmetic, backticks, arrays, an
+    unquoted here-document body...), the lexer lists it among the line's commands, or refuses
+    the line as too complex: a rule can never allow a line whose parts it has not seen."""
+    # "``touch MARK``" runs a program whose name an (empty) substitution makes: a name no
+    # lexer can see (README, Permissions), matched by no rule but "*".
+    assume("``" not in line)
+    with tempfile.TemporaryDirectory() as directory:
+        if _bash_runs_marker(line, Path(directory)):
+            assert _lexer_sees_marker(line), (line, bash_commands(line))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "git status $[1<<2]\ntouch MARK",
+        "git status ${x:-1<<2}\ntouch MARK",
+        "(( x = 1<<2 ))\ntouch MARK",
+        "git status <<EOF\n$(touch MARK)\nEOF",
+        "git status <<EOF\n`touch MARK`\nEOF",
+        "git status $(( $(touch MARK) 0 ))",
+        "git status $((touch MARK) )",
+        "git status $[ `touch MARK` ]",
+        "a=($(touch MARK))",
+        "echo `echo \\`touch MARK\\``",
+        "cat <<EOF\nx\\\nEOF\n'\nEOF\ntouch MARK\n'",
+        "echo \"${x:-'$(touch MARK)'}\"",
+    ],
+)
+def test_lines_that_hid_a_command_from_the_lexer(line: str, tmp_path: Path) -> None:
+    """S-SEC-9: each of these lines hid the command bash runs (the red team's, with a harmless
+    marker): bash runs it, and the lexer sees it or refuses the line."""
+    assert _bash_runs_marker(line, tmp_path), line
+    assert _lexer_sees_marker(line), (line, bash_commands(line))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "cat <<'EOF'\n$(touch MARK)\nEOF",
+        "cat <<\\EOF\n`touch MARK`\nEOF",
+        "echo ${y:-'$(touch MARK)'}",
+        "echo '$(touch MARK)'",
+    ],
+)
+def test_quoted_text_is_not_a_command(line: str, tmp_path: Path) -> None:
+    """Control: a quoted here-document body or single-quoted text is not run by bash, and the
+    lexer does not list it (an allow rule for the line's own command still allows it)."""
+    assert not _bash_runs_marker(line, tmp_path), line
+    assert not _lexer_sees_marker(line), (line, bash_commands(line))

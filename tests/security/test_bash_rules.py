@@ -146,3 +146,40 @@ async def test_s_sec_9_redirect_inside_the_project_is_an_edit(tmp_path: Path) ->
     for index in (0, 1):
         assert "is denied by the rule edit 'protected.txt' -> deny" in attack.output(index)
     assert (project / "free.txt").read_text() == "ok\n"
+
+
+# bash "*" asks (nobody can approve: refused), "git status *" is allowed, "rm *" denied.
+GIT_STATUS_ONLY = {"*": "allow", "bash": {"*": "ask", "git status *": "allow", "rm *": "deny"}}
+
+# Lines an allowed ``git status`` fronts, whose ``rm`` bash runs: the lexer once took ``<<`` in
+# ``$[..]``, ``${..}`` and ``((..))`` for a here-document, dropped an unquoted here-document's
+# body, and copied ``$((..))`` as text.
+HIDDEN_RM = [
+    "git status $[1<<2]\nrm -rf victim",
+    "git status ${x:-1<<2}\nrm -rf victim",
+    "(( x = 1<<2 ))\nrm -rf victim",
+    "git status <<EOF\n$(rm -rf victim)\nEOF",
+    "git status $(( $(rm -rf victim) 0 ))",
+    "git status $((rm -rf victim) )",
+]
+
+
+async def test_s_sec_9_an_allowed_command_hides_no_denied_one(tmp_path: Path) -> None:
+    """S-SEC-9, S-POL-2: with ``git status *`` allowed and ``rm *`` denied, no arithmetic,
+    ``${..}``, here-document or ``$((`` around an ``rm`` makes the line pass as ``git status``:
+    the victim survives every line, each refused, while a plain ``git status`` runs."""
+    project = _project(tmp_path, "victim")
+    attack = await bash_attack(
+        tmp_path,
+        [*HIDDEN_RM, "git status $[1<<2] 2>&1"],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="full",
+        permission=GIT_STATUS_ONLY,
+    )
+    assert (project / "victim").read_text() == "victim\n"
+    for index, command in enumerate(HIDDEN_RM):
+        output = attack.output(index)
+        assert "denied" in output or "nobody can approve" in output, (command, output)
+    # The allowed command itself runs (the project is no repository: git says so).
+    assert "not a git repository" in attack.output(len(HIDDEN_RM))
