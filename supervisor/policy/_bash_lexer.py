@@ -270,15 +270,22 @@ class Redirect:
 
 @dataclass(frozen=True, slots=True)
 class SimpleCommand:
-    """One simple command: its words as written, then its redirections."""
+    """One simple command: its words as written, then its redirections.
+
+    ``assignments`` are the ``NAME=value`` words written before it: they set the
+    environment the program runs in (``PATH=/tmp/evil git``, ``GIT_CONFIG_*``,
+    ``LD_PRELOAD``), or, with no words, the shell's own variables.
+    """
 
     words: tuple[str, ...]
     redirects: tuple[Redirect, ...] = ()
+    assignments: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
-        """The words and redirections joined by one space: what ``bash`` rules match."""
-        return " ".join((*self.words, *(redirect.text for redirect in self.redirects)))
+        """Assignments, words and redirections joined by one space: what ``bash`` rules match."""
+        redirects = (redirect.text for redirect in self.redirects)
+        return " ".join((*self.assignments, *self.words, *redirects))
 
     @property
     def program(self) -> str | None:
@@ -435,9 +442,9 @@ class _Splitter:
     def _end_command(self, frame: _Frame) -> None:
         self._end_word(frame)
         frame.pending = None  # an operator with no target is a syntax error: nothing opens
-        words = _strip_prefix(frame.words)
-        if words or frame.redirects:
-            self.commands.append(SimpleCommand(tuple(words), tuple(frame.redirects)))
+        assignments, words = _strip_prefix(frame.words)
+        if words or frame.redirects or assignments:
+            self.commands.append(SimpleCommand(words, tuple(frame.redirects), assignments))
         frame.words, frame.redirects = [], []
 
     def _check_nesting(self) -> None:
@@ -743,21 +750,27 @@ class _Splitter:
         self.pos += 1
 
 
-def _strip_prefix(words: list[str]) -> list[str]:
-    """``words`` without leading keywords (``then``, ``do``, ``{``) and variable assignments."""
+def _strip_prefix(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The variable assignments that lead ``words`` once leading keywords (``then``, ``do``,
+    ``{``) are left out, and the words after them."""
     start = 0
-    while start < len(words) and (words[start] in _KEYWORDS or _ASSIGNMENT.match(words[start])):
+    while start < len(words) and words[start] in _KEYWORDS:
         start += 1
-    return words[start:]
+    end = start
+    while end < len(words) and _ASSIGNMENT.match(words[end]):
+        end += 1
+    return tuple(words[start:end]), tuple(words[end:])
 
 
 def split_commands(text: str) -> list[SimpleCommand]:
     """The simple commands of ``text`` in the order they end (a substitution first).
 
-    Leading keywords (``then``, ``do``, ``{``) and variable assignments are
-    left out, as opencode leaves ``CI=true`` out of ``CI=true make``. A
-    command of redirections only (``> file``, or those of ``{ ...; } > file``)
-    is kept: it opens files.
+    Leading keywords (``then``, ``do``, ``{``) are left out. Variable
+    assignments before a command are kept apart (:attr:`SimpleCommand.assignments`),
+    and one of assignments only (``PATH=/tmp/evil``) is a command too: what
+    they set decides what the program (or the next one) runs. A command of
+    redirections only (``> file``, or those of ``{ ...; } > file``) is kept:
+    it opens files.
     """
     return _Splitter(text).run()
 
@@ -924,13 +937,17 @@ def _plain(word: str) -> str:
 
 
 def _spellings(command: SimpleCommand) -> list[SimpleCommand]:
-    """``command`` as written, without needless quotes, and with its program's base name."""
+    """``command`` as written, without needless quotes, and with its program's base name;
+    each with its assignments, then without them (``FOO=1 rm x`` is also ``rm x``)."""
     if not command.words:
         return [command]
     plain = tuple(_plain(word) for word in command.words)
     program = program_name(command.words[0])
-    spellings = (command.words, plain, (program, *plain[1:]))
-    return [SimpleCommand(words, command.redirects) for words in dict.fromkeys(spellings)]
+    spellings = dict.fromkeys((command.words, plain, (program, *plain[1:])))
+    found = [SimpleCommand(words, command.redirects, command.assignments) for words in spellings]
+    if command.assignments:
+        found += [SimpleCommand(words, command.redirects) for words in spellings]
+    return found
 
 
 def _runs(command: SimpleCommand) -> list[SimpleCommand | str]:
@@ -946,14 +963,16 @@ def _runs(command: SimpleCommand) -> list[SimpleCommand | str]:
         return []
     if isinstance(inner, str):
         return [inner]
-    return [SimpleCommand(inner, command.redirects)]
+    assignments, words = _strip_prefix(inner)  # "time FOO=1 git": FOO is git's
+    return [SimpleCommand(words, command.redirects, assignments)] if words else []
 
 
 def run_commands(text: str) -> tuple[SimpleCommand, ...]:
     """Every command ``text`` runs as far as a lexer can see, in order, without repeats.
 
     Each simple command comes as written, then without needless quotes, then
-    with its program's base name, then whatever it runs through a wrapper
+    with its program's base name (each with the assignments written before it,
+    then without them), then whatever it runs through a wrapper
     (:data:`WRAPPERS`, ``find -exec``), each spelled the same ways:
     ``sudo env FOO=1 nice -n 5 /bin/rm -rf x`` ends with ``rm -rf x``. A
     wrapper's inner commands keep the wrapper's redirections; a command line
@@ -981,7 +1000,8 @@ def run_commands(text: str) -> tuple[SimpleCommand, ...]:
         seen.add(item)
         # Each wrapper layer repeats the words of the next and all the redirections: bound
         # the total, which is also what rules are matched against, not each.
-        size += sum(map(len, item.words)) + sum(len(redirect.text) for redirect in item.redirects)
+        size += sum(map(len, (*item.assignments, *item.words)))
+        size += sum(len(redirect.text) for redirect in item.redirects)
         if len(seen) > MAX_COMMANDS or size > MAX_RUN_TEXT:
             raise CommandTooComplexError(
                 f"it runs more than {MAX_COMMANDS} different commands or {MAX_RUN_TEXT} "
@@ -1000,8 +1020,13 @@ def bash_commands(text: str, commands: Sequence[SimpleCommand] | None = None) ->
     ``git status && rm -rf build`` gives ``git status`` and ``rm -rf build``,
     so ``"git *": "allow"`` cannot let the ``rm`` through; ``sudo /bin/rm x``
     gives ``sudo /bin/rm x``, ``/bin/rm x`` and ``rm x``; ``echo x > out``
-    keeps its redirection. ``cd`` commands are left out (only their directory
-    is checked). A line that yields nothing else is matched as written.
+    keeps its redirection. ``PATH=/tmp/x git status`` gives
+    ``PATH=/tmp/x git status`` and ``git status``: a deny of ``git *`` holds,
+    but ``git status *`` alone does not allow it, since what an assignment sets
+    can make any program run other code (``GIT_CONFIG_*``, ``LD_PRELOAD``);
+    an assignment alone (``PATH=/tmp/x``) is a subject too. ``cd`` commands are
+    left out (only their directory is checked). A line that yields nothing
+    else is matched as written.
     ``commands``, when given, is ``run_commands(text)`` already computed.
     """
     if commands is None:

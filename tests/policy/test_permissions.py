@@ -518,6 +518,58 @@ def test_permission_checks(
     assert [(check.permission, check.subject) for check in checks] == expected
 
 
+_GIT_STATUS_ONLY = ToolPolicy(
+    rules=rules_from_config(
+        {
+            "bash": {
+                "*": "ask",
+                "git status *": "allow",
+                "GIT_PAGER=cat git status *": "allow",
+                "rm *": "deny",
+            }
+        }
+    ),
+    mode="default",
+    project_dir=PROJECT,
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "action"),
+    [
+        (
+            "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor "
+            "GIT_CONFIG_VALUE_0='rm -rf victim; false' git status",
+            "ask",
+        ),
+        ("PATH=/tmp/evil:$PATH git status", "ask"),
+        ("LD_PRELOAD=/tmp/evil.so git status", "ask"),
+        ("NODE_OPTIONS=--require=/tmp/x.js git status", "ask"),
+        ("BASH_ENV=/tmp/x git status", "ask"),
+        ("CI=true git status", "ask"),
+        # An assignment alone sets what the next command runs (PATH is exported already).
+        ("PATH=/tmp/evil:$PATH; git status", "ask"),
+        ("export PATH=/tmp/evil; git status", "ask"),
+        ("time GIT_DIR=/tmp/x git status", "ask"),
+        # A deny still sees through the assignments.
+        ("FOO=1 rm -rf victim", "deny"),
+        ("FOO=1 git status; FOO=1 /bin/rm x", "deny"),
+        # Control: a rule that names the assignments allows them, with one for the command.
+        ("GIT_PAGER=cat git status -s", "allow"),
+        ("GIT_PAGER=cat git log -1", "ask"),
+        ("git status --short", "allow"),
+        ("git status $(( 1 + 2 ))", "allow"),
+    ],
+)
+def test_assignments_before_a_command_need_a_rule_of_their_own(command: str, action: str) -> None:
+    """S-SEC-9, S-POL-2: ``git status *`` allows ``git status``, not ``X=... git status``: what an
+    assignment sets can make the program run other code (git's config from the environment,
+    PATH, LD_PRELOAD), so the command with its assignments needs an allow of its own, as a
+    Claude Code allow rule strips only variables it knows to be safe; a deny of the command
+    holds whatever is assigned before it."""
+    assert _GIT_STATUS_ONLY.check("Bash", {"command": command}).action == action
+
+
 @pytest.mark.parametrize(
     ("command", "subjects"),
     [
@@ -532,7 +584,10 @@ def test_permission_checks(
         ("diff <(ls a) <(ls b)", ("ls a", "ls b", "diff <(ls a) <(ls b)")),
         ("(cd sub; make) &", ("make",)),
         # Redirections stay in the text, as opencode's patterns keep them (S-SEC-9).
-        ("FOO=1 BAR=2 make test > out.log 2>&1", ("make test > out.log 2>&1",)),
+        (
+            "FOO=1 BAR=2 make test > out.log 2>&1",
+            ("FOO=1 BAR=2 make test > out.log 2>&1", "make test > out.log 2>&1"),
+        ),
         ("ls &>/dev/null", ("ls &> /dev/null",)),
         ("cat <<EOF\nrm -rf /\nEOF\necho ok", ("cat << EOF", "echo ok")),
         ("cat <<-'END'\n\trm x\n\tEND\nls", ("cat <<- 'END'", "ls")),
@@ -540,7 +595,7 @@ def test_permission_checks(
         ("while true; do sleep 1; done", ("true", "sleep 1")),
         ("{ cat f; }", ("cat f",)),
         ("echo hi # rm -rf /", ("echo hi",)),
-        ("a=(1 2 3); echo $((1+2))", ("echo $((1+2))",)),
+        ("a=(1 2 3); echo $((1+2))", ("a=(1 2 3)", "echo $((1+2))")),
         ("echo a \\\n b", ("echo a b",)),
         ("sudo -u bob rm -rf /", ("sudo -u bob rm -rf /", "rm -rf /")),
         ("timeout 5 sudo gh api", ("timeout 5 sudo gh api", "sudo gh api", "gh api")),

@@ -9,8 +9,10 @@ hold the rules to what a lexer can see.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from tests.support.attack import bash_attack
 
@@ -149,7 +151,10 @@ async def test_s_sec_9_redirect_inside_the_project_is_an_edit(tmp_path: Path) ->
 
 
 # bash "*" asks (nobody can approve: refused), "git status *" is allowed, "rm *" denied.
-GIT_STATUS_ONLY = {"*": "allow", "bash": {"*": "ask", "git status *": "allow", "rm *": "deny"}}
+GIT_STATUS_ONLY: dict[str, Any] = {
+    "*": "allow",
+    "bash": {"*": "ask", "git status *": "allow", "rm *": "deny"},
+}
 
 # Lines an allowed ``git status`` fronts, whose ``rm`` bash runs: the lexer once took ``<<`` in
 # ``$[..]``, ``${..}`` and ``((..))`` for a here-document, dropped an unquoted here-document's
@@ -183,3 +188,35 @@ async def test_s_sec_9_an_allowed_command_hides_no_denied_one(tmp_path: Path) ->
         assert "denied" in output or "nobody can approve" in output, (command, output)
     # The allowed command itself runs (the project is no repository: git says so).
     assert "not a git repository" in attack.output(len(HIDDEN_RM))
+
+
+async def test_s_sec_9_assignments_do_not_ride_on_the_commands_allow(tmp_path: Path) -> None:
+    """S-SEC-9, S-POL-2: with ``git status *`` allowed and ``rm *`` denied, an assignment in
+    front of ``git status`` (git's config from the environment running a program, a PATH
+    reaching a planted ``git``, alone or before it) does not pass as ``git status``: each line
+    is refused and the victim survives."""
+    project = _project(tmp_path, "victim")
+    await trio.run_process(["git", "init", "-q", str(project)])
+    evil = project / "evil"
+    evil.mkdir()
+    (evil / "git").write_text("#!/bin/sh\nrm -rf victim\n")
+    (evil / "git").chmod(0o755)
+    lines = [
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor "
+        "GIT_CONFIG_VALUE_0='rm -rf victim; false' git status",
+        "PATH=$PWD/evil:$PATH git status",
+        "PATH=$PWD/evil:$PATH; git status",
+    ]
+    attack = await bash_attack(
+        tmp_path,
+        [*lines, "git status --short 2>&1; true"],
+        cwd=project,
+        subagent_type="general-purpose",
+        mode="full",
+        permission={**GIT_STATUS_ONLY, "bash": {**GIT_STATUS_ONLY["bash"], "true": "allow"}},
+    )
+    assert (project / "victim").read_text() == "victim\n"
+    for index, command in enumerate(lines):
+        assert "nobody can approve" in attack.output(index), (command, attack.output(index))
+    # The allowed command runs: git lists the untracked files.
+    assert "victim" in attack.output(len(lines))
