@@ -24,7 +24,6 @@ from ._rules import (
     decide,
     evaluate,
     last_matching_rule,
-    wildcard_match,
 )
 from ._tool_permissions import (
     disabled_tools,
@@ -156,9 +155,13 @@ class ToolPolicy:
         )
 
     def remembering(self, tool_name: str, tool_input: Mapping[str, Any]) -> ToolPolicy:
-        """This policy plus rules allowing what this call needs ("allow always")."""
+        """This policy plus rules allowing what this call needs ("allow always").
+
+        Each rule is literal: it allows that very subject again, nothing its ``*`` or ``?``
+        would match as a wildcard (``rm -rf build/*`` does not allow ``rm -rf build/../x``).
+        """
         extra = tuple(
-            PermissionRule(check.permission, check.subject, "allow")
+            PermissionRule(check.permission, check.subject, "allow", literal=True)
             for check in permission_checks(tool_name, tool_input, self.project_dir)
         )
         ceiling = None if self.ceiling is None else self.ceiling + extra
@@ -206,16 +209,12 @@ def _always_allows(policy: ToolPolicy, tool_name: str) -> bool:
     permission = permission_name(tool_name)
     # A Bash command's redirections and tee are edits (S-SEC-9).
     wanted = (permission, "external_directory", *(("edit",) if permission == "bash" else ()))
-    relevant = [
-        rule
-        for rule in policy.rules
-        if any(wildcard_match(rule.permission, name) for name in wanted)
-    ]
+    relevant = [rule for rule in policy.rules if any(rule.names(name) for name in wanted)]
     covers_everything = {
         name
         for name in wanted
         for rule in relevant
-        if rule.pattern == "*" and wildcard_match(rule.permission, name)
+        if rule.covers_every_subject and rule.names(name)
     }
     if permission in ("glob", "grep", "read") and any(
         rule.action == "deny" and wildcard_match(rule.permission, "read") for rule in policy.rules

@@ -62,11 +62,18 @@ class PermissionConfigError(SubvisorError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PermissionRule:
-    """One rule: ``action`` applies when ``permission`` and ``pattern`` both match."""
+    """One rule: ``action`` applies when ``permission`` and ``pattern`` both match.
+
+    A ``literal`` rule matches only the very permission and subject it names:
+    "allow always" remembers what was approved so, since a subject may hold
+    ``*`` or ``?`` (``rm -rf build/*``, a file named ``*``) that a wildcard
+    would widen to anything.
+    """
 
     permission: str
     pattern: str
     action: Action
+    literal: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.permission, str) or not isinstance(self.pattern, str):
@@ -79,6 +86,23 @@ class PermissionRule:
                 f"permission {self.permission!r} pattern {self.pattern!r}: action must be "
                 f"one of {', '.join(ACTIONS)}, got {self.action!r}"
             )
+
+    def matches(self, permission: str, subject: str) -> bool:
+        """Whether this rule applies to ``permission`` on ``subject``."""
+        if self.literal:
+            return self.permission == permission and self.pattern == subject
+        return wildcard_match(self.permission, permission) and wildcard_match(self.pattern, subject)
+
+    def names(self, permission: str) -> bool:
+        """Whether this rule is about ``permission`` (for some subject)."""
+        if self.literal:
+            return self.permission == permission
+        return wildcard_match(self.permission, permission)
+
+    @property
+    def covers_every_subject(self) -> bool:
+        """Whether its pattern matches every subject (``*``)."""
+        return self.pattern == "*" and not self.literal
 
 
 #: Rules in evaluation order (opencode's ``Ruleset``).
@@ -177,7 +201,7 @@ def last_matching_rule(
 ) -> PermissionRule | None:
     """The last rule matching ``permission`` and ``subject``, or None when none does."""
     for rule in reversed(rules):
-        if wildcard_match(rule.permission, permission) and wildcard_match(rule.pattern, subject):
+        if rule.matches(permission, subject):
             return rule
     return None
 

@@ -28,7 +28,7 @@ from ._bash_lexer import (
     unquote,
     word_value,
 )
-from ._rules import PermissionCheck, PermissionRule, wildcard_match
+from ._rules import PermissionCheck, PermissionRule
 
 __all__ = [
     "MAX_PATHS",
@@ -103,8 +103,8 @@ def disabled_tools(tool_names: Iterable[str], rules: Sequence[PermissionRule]) -
     for name in tool_names:
         permission = permission_name(name)
         for rule in reversed(rules):
-            if wildcard_match(rule.permission, permission):
-                if rule.pattern == "*" and rule.action == "deny":
+            if rule.names(permission):
+                if rule.covers_every_subject and rule.action == "deny":
                     hidden.add(name)
                 break
     return frozenset(hidden)

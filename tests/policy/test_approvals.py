@@ -211,3 +211,34 @@ async def test_without_anyone_to_ask_the_agent_is_told_to_decide(tmp_path: Path)
     async with Subvisor(SubvisorSettings(home=home_for(tmp_path))) as host:
         outcome = await RootSession(host, model=model, cwd=tmp_path).run("go")
     assert "nobody can answer questions in this session" in outcome.text
+
+
+async def test_allow_always_on_a_wildcard_subject_allows_nothing_else(tmp_path: Path) -> None:
+    """S-POL-2: "always" on ``rm -rf build/*`` (and on a Write of a file named ``*``) remembers
+    that very call: ``rm -rf build/../victim`` and a Write of ``victim`` are still asked
+    about (here denied), so the victim survives."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / "victim").write_text("precious")
+    calls = [
+        {"name": "Bash", "input": {"command": "rm -rf build/*"}},
+        {"name": "Bash", "input": {"command": "rm -rf build/../victim"}},
+        {"name": "Write", "input": {"file_path": "*", "content": "x"}},
+        {"name": "Write", "input": {"file_path": "victim", "content": "owned"}},
+    ]
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("cleanup", "clean")]}, {"text": "done"}],
+            "cleanup": [*({"tool_calls": [call]} for call in calls), {"text": "ok"}],
+        },
+    )
+    handler = Recorder("allow_always", "deny", "allow_always", "deny")
+    settings = SubvisorSettings(
+        home=home_for(tmp_path),
+        permission={**ASK_RM, "edit": "ask"},
+        subagent_limits=ResourceLimits(idle_timeout_s=30),
+    )
+    async with Subvisor(settings, approval_handler=handler) as host:
+        await RootSession(host, model=model, cwd=tmp_path).run("go")
+    assert [request.tool_input for request in handler.requests] == [call["input"] for call in calls]
+    assert (tmp_path / "victim").read_text() == "precious"

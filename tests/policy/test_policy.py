@@ -102,3 +102,26 @@ def test_rules_that_let_an_agent_call_run_still_ask_about_other_tools() -> None:
     policy = _policy({"*": "ask"})
     assert policy.check("Read", {"file_path": "/project/a"}).action == "ask"
     assert policy.check("Agent", {"subagent_type": "Explore"}).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("tool", "approved", "later"),
+    [
+        ("Bash", {"command": "rm -rf build/*"}, {"command": "rm -rf build/../victim"}),
+        ("Bash", {"command": "rm -rf build/?"}, {"command": "rm -rf build/x"}),
+        ("Write", {"file_path": "*", "content": "x"}, {"file_path": "victim", "content": "x"}),
+        ("Edit", {"file_path": "src/*"}, {"file_path": "src/main.py"}),
+    ],
+)
+def test_allow_always_allows_that_call_again_and_nothing_its_wildcards_would_match(
+    tool: str, approved: dict[str, str], later: dict[str, str]
+) -> None:
+    """S-POL-2: "allow always" on a call whose subject holds ``*`` or ``?`` allows that very
+    call again; a rule it remembers is literal, so the other call still asks."""
+    policy = _policy({"*": "allow", "bash": {"*": "allow", "rm *": "ask"}, "edit": "ask"})
+    assert policy.check(tool, approved).action == "ask"
+    remembered = policy.remembering(tool, approved)
+    assert remembered.check(tool, approved).action == "allow"
+    assert remembered.check(tool, later).action == "ask"
+    # A literal "*" rule is no rule for every subject: the tool still asks before each call.
+    assert not remembered.always_allows(tool)
