@@ -754,8 +754,14 @@ def _strip_prefix(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...
     """The variable assignments that lead ``words`` once leading keywords (``then``, ``do``,
     ``{``) are left out, and the words after them."""
     start = 0
-    while start < len(words) and words[start] in _KEYWORDS:
-        start += 1
+    while start < len(words):
+        if words[start] in _KEYWORDS:
+            start += 1
+        elif words[start] == "function":  # "function f { rm x; }": f's body is the command
+            start += 2
+        else:
+            break
+    start = min(start, len(words))
     end = start
     while end < len(words) and _ASSIGNMENT.match(words[end]):
         end += 1
@@ -796,6 +802,8 @@ class Wrapper:
     shell: bool = False
     #: It joins its arguments into a command line and runs that (``eval``, ``watch``).
     joins: bool = False
+    #: Its first operand is a command line it runs later (``trap 'rm x' EXIT``).
+    script_operand: bool = False
 
 
 def _options(names: str) -> frozenset[str]:
@@ -841,6 +849,15 @@ WRAPPERS: Final[Mapping[str, Wrapper]] = {
         value_options=_options("-n --interval -d --differences -q --equexit"), joins=True
     ),
     "eval": Wrapper(joins=True),
+    # "flock FILE cmd..." or "flock FILE -c 'cmd'"; options stop at FILE.
+    "flock": Wrapper(
+        value_options=_options("-w --wait --timeout -E --conflict-exit-code"),
+        operands=1,
+        script_options=_options("-c --command"),
+    ),
+    "trap": Wrapper(query_options=_options("-l -p"), script_operand=True),
+    # "coproc cmd", or "coproc NAME { cmd; }": both are seen (_runs).
+    "coproc": Wrapper(),
     **{name: _SHELL for name in ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")},
 }
 _FIND_EXEC: Final[frozenset[str]] = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -905,7 +922,13 @@ def _wrapped(wrapper: Wrapper, words: tuple[str, ...]) -> tuple[str, ...] | str 
         index += 1
     if wrapper.shell:
         return values[index] if shell_script and index < len(words) else None
+    if wrapper.script_operand:
+        # "trap - INT" and "trap 2" reset signals; anything else is a script run later.
+        script = values[index] if index < len(words) else "-"
+        return None if script == "-" or script.isdigit() else script
     index += wrapper.operands
+    if index < len(words) and values[index] in wrapper.script_options:
+        return values[index + 1] if index + 1 < len(words) else None
     if index >= len(words):
         return None
     if wrapper.joins:
@@ -963,8 +986,14 @@ def _runs(command: SimpleCommand) -> list[SimpleCommand | str]:
         return []
     if isinstance(inner, str):
         return [inner]
-    assignments, words = _strip_prefix(inner)  # "time FOO=1 git": FOO is git's
-    return [SimpleCommand(words, command.redirects, assignments)] if words else []
+    # "coproc NAME { rm x; }": the words after a NAME may be the command as well.
+    candidates = [inner, inner[1:]] if program == "coproc" else [inner]
+    found: list[SimpleCommand | str] = []
+    for candidate in candidates:
+        assignments, words = _strip_prefix(candidate)  # "time FOO=1 git": FOO is git's
+        if words:
+            found.append(SimpleCommand(words, command.redirects, assignments))
+    return found
 
 
 def run_commands(text: str) -> tuple[SimpleCommand, ...]:

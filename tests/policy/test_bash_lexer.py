@@ -237,6 +237,11 @@ def test_subjects_keep_redirections(command: str, subjects: tuple[str, ...]) -> 
         ("/usr/bin/sudo /usr/bin/env /bin/rm x", "rm x"),
         ("sudo env FOO=1 nice -n 5 /bin/rm -rf x", "rm -rf x"),
         ("time nohup timeout 5 stdbuf -oL xargs -r rm", "rm"),
+        ("coproc rm x", "rm x"),
+        ("flock /tmp/l rm x", "rm x"),
+        ("flock -w 5 /tmp/l -c 'rm x'", "rm x"),
+        ("trap 'rm x' EXIT", "rm x"),
+        ("trap -- 'rm x' INT TERM", "rm x"),
     ],
 )
 def test_wrappers_are_seen_through(command: str, inner: str) -> None:
@@ -255,6 +260,9 @@ def test_wrappers_are_seen_through(command: str, inner: str) -> None:
         'sh -c "$CMD"',
         "rmdir x",
         "echo rm x",
+        "trap - EXIT",
+        "trap -p rm",
+        "flock 9",
     ],
 )
 def test_commands_that_run_no_rm(command: str) -> None:
@@ -265,10 +273,30 @@ def test_inner_commands_keep_the_wrappers_redirections() -> None:
     assert bash_commands("sudo rm x 2> err") == ("sudo rm x 2> err", "rm x 2> err")
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "coproc rm -rf victim",
+        "coproc NAME { rm -rf victim; }",
+        "coproc { rm -rf victim; }",
+        "trap 'rm -rf victim' EXIT",
+        "flock /tmp/l rm -rf victim",
+        "flock -n /tmp/l -c 'rm -rf victim'",
+        "function f { rm -rf victim; }; f",
+        "function f() { rm -rf victim; }; f",
+    ],
+)
+def test_an_rm_deny_holds_inside_coproc_trap_flock_and_functions(command: str) -> None:
+    """S-SEC-9: with ``rm *`` denied and everything else allowed, an rm that ``coproc``,
+    ``trap``, ``flock`` or a ``function`` body runs is denied (each was allowed on main)."""
+    rules = rules_from_config({"*": "allow", "bash": {"*": "allow", "rm *": "deny"}})
+    assert decide(rules, permission_checks("Bash", {"command": command}, PROJECT)) == "deny"
+
+
 def test_wrappers_table_names_the_documented_wrappers() -> None:
     """S-SEC-9: SPEC's wrappers and the brief's are all known."""
     documented = ["command", "builtin", "exec", "env", "nice", "nohup", "timeout", "xargs"]
-    documented += ["sudo", "doas", "stdbuf", "time", "sh", "bash"]
+    documented += ["sudo", "doas", "stdbuf", "time", "sh", "bash", "coproc", "flock", "trap"]
     assert set(documented) <= set(WRAPPERS)
 
 
