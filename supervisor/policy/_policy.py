@@ -217,7 +217,7 @@ def _always_allows(policy: ToolPolicy, tool_name: str) -> bool:
         if rule.covers_every_subject and rule.names(name)
     }
     if permission in ("glob", "grep", "read") and any(
-        rule.action == "deny" and wildcard_match(rule.permission, "read") for rule in policy.rules
+        rule.action == "deny" and rule.names("read") for rule in policy.rules
     ):
         return False  # a read deny may cover its path or a link's target: ask each call
     return all(rule.action == "allow" for rule in relevant) and covers_everything == set(wanted)
