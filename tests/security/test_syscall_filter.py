@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from tests.support.attack import Attack, bash_attack
+from tests.support.listener import record_connections
 
 PY = sys.executable
 # Bash's parent is the worker; above it the zygote, then the supervisor (this process).
@@ -105,19 +106,7 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
-    got: list[bytes] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn:
-                got.append(conn.recv(100))
-                conn.sendall(b"pong")
-
-    threading.Thread(target=serve, daemon=True).start()
+    got = record_connections(srv)
     try:
         yield srv.getsockname()[1], got
     finally:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from supervisor.policy._sandbox import SandboxSettings
 from tests.support.attack import bash_attack
+from tests.support.listener import record_connections
 
 PY = sys.executable
 
@@ -34,19 +34,7 @@ def socket_file(tmp_path: Path) -> Iterator[tuple[Path, list[bytes]]]:
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(str(path))
     srv.listen(8)
-    got: list[bytes] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn:
-                got.append(conn.recv(100))
-                conn.sendall(b"pong")
-
-    threading.Thread(target=serve, daemon=True).start()
+    got = record_connections(srv)
     try:
         yield path, got
     finally:
