@@ -54,11 +54,6 @@ namespace when the tree's last process ends (S-SEC-4, S-SEC-5), and no
 worker sees another's. It needs ``CAP_SYS_ADMIN`` where the worker is: root,
 or the user namespace ``enter`` made (the zygote's, inherited by fork).
 
-In that namespace a tmpfs covers the worker's temp dir (``bound_temp_dir``):
-bounded, charged to the worker's memory cgroup, gone with its tree, so that
-the one place a ``read-only`` worker may write cannot fill the host's disk
-(S-SEC-4). From outside (the supervisor) the temp dir is an empty directory.
-
 Each worker also mounts a procfs of its own over ``/proc`` in a mount
 namespace of its own (``private_proc``), with ``hidepid=ptraceable``: a
 process appears there only to those that may ptrace-read it, which for a
@@ -100,13 +95,11 @@ from ._privileges import status_caps
 __all__ = [
     "CURRENT",
     "DEVICE_DIRS",
-    "TEMP_SOURCE",
     "VCS_NAMES",
     "VCS_PLACEHOLDERS",
     "VCS_WALK_DEPTH",
     "VCS_WALK_ENTRIES",
     "MountNamespace",
-    "bound_temp_dir",
     "enter_ipc_namespace",
     "isolate_temp_dir",
     "missing_vcs_dirs",
@@ -360,37 +353,6 @@ def isolate_temp_dir(path: str) -> str:
     parent, name = os.path.split(path.rstrip("/"))
     # Its own record: CURRENT describes the namespace shared with the zygote.
     return "; ".join(MountNamespace(how="mount namespace").hide([parent], keep=[name]))
-
-
-#: Where the tmpfs over a worker's temp dir comes from (``mountinfo``'s source).
-TEMP_SOURCE = "subvisor-temp"
-
-
-def bound_temp_dir(path: str, size_kib: int | None) -> str:
-    """Mount a tmpfs of ``size_kib`` (``None``: the kernel's default) over ``path``; why not, or "".
-
-    The worker's temp dir is the one place a ``read-only`` tree may write, and
-    nothing else bounded what it wrote there: a loop of files each under
-    ``file_size_mb`` filled the disk that also holds subvisor's home (S-SEC-4).
-    A tmpfs is full at its ``size`` (``ENOSPC``), and its pages are charged to
-    the memory cgroup of whoever writes them: the worker's. Only in this
-    process's own mount namespace (taken by ``isolate_temp_dir``, never the
-    one a zygote's workers share): the host's directory stays empty, and the
-    tmpfs with all it holds goes with the namespace when the tree's last
-    process ends. Owned by the worker's uid and gid, mode 0700, no setuid and
-    no device nodes; executable, as a host's ``/tmp`` is (builds run what they
-    make there).
-    """
-    if _own_namespace_of != os.getpid():
-        return "no mount namespace of its own"
-    options = f"mode=0700,uid={os.getuid()},gid={os.getgid()}"
-    if size_kib is not None:
-        options += f",size={max(size_kib, 1)}k"
-    try:
-        _mount(TEMP_SOURCE, path, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
-    except OSError as exc:
-        return str(exc)
-    return ""
 
 
 PROC = "/proc"

@@ -278,9 +278,7 @@ def _confine(
     prefer_for_oom_kill()
     set_child_subreaper()
     rlimits = apply_resource_limits(limits)
-    report = apply_sandbox(
-        sandbox, file_size_cap=limits.file_size_mb is not None, memory_mb=limits.memory_mb
-    )
+    report = apply_sandbox(sandbox, file_size_cap=limits.file_size_mb is not None)
     # Last: a user namespace (in ``apply_sandbox``) needs us dumpable to map uids.
     set_dumpable(False)
     return rlimits, report, cgroup_error

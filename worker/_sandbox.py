@@ -12,9 +12,6 @@ In order, because each step needs what the next one takes away:
    zygote worker finds the namespace made by its zygote; an exec'd one
    makes it here. Then the worker's own IPC namespace, never shared (S-SEC-4,
    S-SEC-5): its SysV shared memory and message queues end with its tree.
-   Then, in that namespace, a tmpfs over the worker's temp dir, sized by its
-   memory cap (``TEMP_SHARE``) and charged to its memory cgroup (S-SEC-4): a
-   ``read-only`` tree's one writable place can no longer fill the host's disk.
    Then a procfs of its own over ``/proc`` with ``hidepid=ptraceable``, in a
    mount namespace of its own (S-SEC-1): other processes, whose command lines
    hold MCP servers' tokens and other sessions' prompts, do not show.
@@ -93,11 +90,9 @@ __all__ = [
     "CGROUP_FS",
     "DEVICE_FILES",
     "KERNEL_PATHS",
-    "TEMP_SHARE",
     "apply_sandbox",
     "isolate_mounts",
     "landlock_abi",
-    "temp_size_kib",
 ]
 
 #: Char devices shells write to (``cmd > /dev/null``); writing them changes nothing.
@@ -121,12 +116,6 @@ CGROUP_FS = "/sys/fs/cgroup"
 #: capability, outside the worker's tree (and reboot through ``sysrq-trigger``,
 #: or raise the supervisor's ``oom_score_adj`` and renice its ``autogroup``).
 KERNEL_PATHS = ("/proc", "/sys")
-#: The share of a worker's memory cap its temp dir (a tmpfs, charged to the
-#: worker's memory cgroup) may hold. Less than all: a tree that fills it is told
-#: ``ENOSPC`` and goes on, with the rest of its cap for its processes, rather
-#: than being killed at the cap. Where the tree is sampled (no cgroup), tmpfs
-#: pages are in no resident set: the tree may hold its cap plus this share.
-TEMP_SHARE = 0.5
 #: Kept visible inside a hidden home: profiles' ``memory: user`` dirs (S-PROF-8).
 #: Only the mounts keep them: a restricted worker's rules leave them out of its
 #: read grant and grant its own ``memory_dir`` alone, so no subagent reads
@@ -329,23 +318,11 @@ def _isolate(policy: SandboxPolicy) -> tuple[list[str], list[str], list[str]]:
     return hidden, read_only, carve
 
 
-def temp_size_kib(memory_mb: float | None) -> int | None:
-    """The size of a worker's temp dir (KiB) under a memory cap of ``memory_mb``.
-
-    ``TEMP_SHARE`` of the cap; ``None`` (the kernel's default, half the
-    machine's memory) where there is no cap.
-    """
-    return None if memory_mb is None else int(memory_mb * TEMP_SHARE * 1024)
-
-
-def apply_sandbox(
-    policy: SandboxPolicy | None, *, file_size_cap: bool = False, memory_mb: float | None = None
-) -> SandboxReport:
+def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) -> SandboxReport:
     """Confine this process as ``policy`` says; report what is in force (never more).
 
     ``file_size_cap``: an ``RLIMIT_FSIZE`` is set, so reserving space past a
-    file's end, which it does not count, is refused too. ``memory_mb``: the
-    tree's memory cap, which sizes its temp dir (``temp_size_kib``).
+    file's end, which it does not count, is refused too.
     """
     policy = policy or SandboxPolicy()
     if policy.temp_dir is not None:
@@ -376,10 +353,6 @@ def apply_sandbox(
             missing.append(f"other workers' temp dirs are not hidden: {temp_error}")
         else:
             hidden.append(os.path.dirname(policy.temp_dir.rstrip("/")))
-        # Before the read-only view, which finds it a writable mount and keeps it so.
-        bound_error = _mounts.bound_temp_dir(policy.temp_dir, temp_size_kib(memory_mb))
-        if bound_error:
-            missing.append(f"its temp dir is on the host's disk, unbounded: {bound_error}")
     ipc_error = _mounts.enter_ipc_namespace()
     if ipc_error:
         missing.append(f"no IPC namespace of its own: {ipc_error}")

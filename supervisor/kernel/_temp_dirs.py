@@ -23,12 +23,6 @@ class WorkerTempDirs:
     do that, so the first sandboxed spawn of the next one removes the dirs of
     supervisors whose pid no longer exists.
 
-    A sandboxed worker covers its dir with a tmpfs in its own mount namespace
-    (``worker._mounts.bound_temp_dir``): what it writes there is its memory,
-    gone with its tree, and this side sees an empty directory. Nothing here
-    reads it: ``release`` finds something only where the worker could not
-    mount one (or in a dir made for a worker that never started).
-
     A worker that leaves its dir empty (most do) leaves it until close, or
     until ``MAX_KEPT_EMPTY`` pile up: on ext4 without a journal every removal
     slows each file created in the next minute (see ``supervisor.files._atomic_write``), so

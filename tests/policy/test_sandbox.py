@@ -452,13 +452,12 @@ async def test_temp_dirs_are_private_and_a_killed_supervisors_are_swept(
 
 
 @needs_landlock
-async def test_what_a_worker_writes_in_its_temp_dir_stays_off_the_host_and_no_dir_is_reused(
+async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_never_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """S-SBX-1, S-SEC-4: what a worker writes in its temp dir is in its own tmpfs, never in
-    the host's dir, which is empty while it runs and after; an empty dir stays until the
-    supervisor closes (removing it early only slows later file creation) and is never
-    handed to another worker."""
+    """S-SBX-1: a temp dir its worker wrote into is removed as soon as the worker ends;
+    an empty one stays until the supervisor closes (removing it early only slows later
+    file creation) and is never handed to another worker."""
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -469,39 +468,17 @@ async def test_what_a_worker_writes_in_its_temp_dir_stays_off_the_host_and_no_di
         assert (await _run_bash_agent(used, tmp_path)).startswith("OK ")
         idle = await sup.spawn(sandbox=policy)
         used_dir, idle_dir = (h.sandbox.temp_dir for h in (used, idle) if h.sandbox)
-        assert used_dir and idle_dir and os.listdir(used_dir) == []
+        assert used_dir and idle_dir and os.listdir(used_dir) == ["scratch.txt"]
         # All under one spread subdir of the supervisor's root (see files._ext4_topdir).
         root = Path(used_dir).parent.parent
         assert Path(used_dir).parent == Path(idle_dir).parent == root / "workers"
         assert is_top_directory(root) or not can_mark_top_directories(tmp_path)
         await used.shutdown()
         await idle.shutdown()
-        assert _exist([used_dir, idle_dir]) == [True, True]
-        assert os.listdir(used_dir) == []
+        assert _exist([used_dir, idle_dir]) == [False, True]
         later = await sup.spawn(sandbox=policy)
         assert later.sandbox is not None and later.sandbox.temp_dir not in (used_dir, idle_dir)
-    assert _exist([used_dir, idle_dir]) == [False, False]
-
-
-def test_a_temp_dir_found_holding_files_is_removed_when_its_worker_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """S-SBX-1: where a worker's files did reach the host's dir (no tmpfs of its own), the
-    dir is handed back for removal as soon as the worker ends; an empty one is kept."""
-    import tempfile
-
-    from supervisor.kernel._temp_dirs import WorkerTempDirs
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dirs = WorkerTempDirs()
-    used, idle = dirs.make("w_used"), dirs.make("w_idle")
-    Path(used, "scratch.txt").write_text("x")
-    assert dirs.release("w_used") == [used]
-    assert dirs.release("w_idle") == []
-    dirs.remove([used])
-    assert _exist([used, idle]) == [False, True]
-    dirs.close()
-    assert _exist([idle]) == [False]
+    assert _exist([idle_dir]) == [False]
 
 
 def _exist(paths: Any) -> list[bool]:
