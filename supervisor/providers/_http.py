@@ -129,6 +129,15 @@ class CallOrigin:
             retryable=False,
         )
 
+    def oversized_stream(self, says: str) -> ModelResponseError:
+        """The error of a stream past a bound: it ``says`` what it holds (not retried)."""
+        return ModelResponseError(
+            f"{self.label}: the stream from {self.url} {says} (check the URL and the model; "
+            "not retried)",
+            provider=self.provider,
+            model=self.model,
+        )
+
     @property
     def label(self) -> str:
         """``provider model 'name'``, the start of every error message."""
@@ -445,12 +454,7 @@ class AnswerBudget:
             raise self._over(f"more than {MAX_STREAM_PARTS} content blocks or tool calls")
 
     def _over(self, what: str) -> ModelResponseError:
-        return ModelResponseError(
-            f"{self.origin.label}: the stream from {self.origin.url} holds {what}, more than "
-            "any answer can (check the URL and the model; not retried)",
-            provider=self.origin.provider,
-            model=self.origin.model,
-        )
+        return self.origin.oversized_stream(f"holds {what}, more than any answer can")
 
 
 class StreamAssembler(Protocol):
@@ -508,12 +512,9 @@ async def stream_sse_answer(
             raise origin.past_deadline()
         read += len(data)
         if read > MAX_STREAM_BYTES:
-            raise ModelResponseError(
-                f"{origin.label}: the stream from {origin.url} is over "
-                f"{MAX_STREAM_BYTES >> 20} MiB without its last word, more than any answer "
-                "takes (check the URL and the model; not retried)",
-                provider=origin.provider,
-                model=origin.model,
+            raise origin.oversized_stream(
+                f"is over {MAX_STREAM_BYTES >> 20} MiB without its last word, more than any "
+                "answer takes"
             )
 
     try:
@@ -558,12 +559,7 @@ async def stream_sse_answer(
                 elif text:
                     yield ModelStreamDelta(text=text)
     except SseTooLargeError as exc:
-        raise ModelResponseError(
-            f"{origin.label}: the stream from {origin.url} has {exc}, more than any answer "
-            "can hold (check the URL; not retried)",
-            provider=origin.provider,
-            model=origin.model,
-        ) from exc
+        raise origin.oversized_stream(f"has {exc}, more than any answer can hold") from exc
     missing = assembler.unfinished
     if missing is not None:
         raise ModelConnectionError(
