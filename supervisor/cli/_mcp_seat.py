@@ -32,7 +32,12 @@ from worker.tools import LOCAL_TOOL_NAMES, ToolOutput
 from ..delegation._agent_tool import AgentTool
 from ..delegation._agent_tool_schema import AGENT_TOOL_NAME, HIDDEN_ALIASES
 from ..delegation._messaging import SendMessageTool
-from ..delegation._notifications import Command, build_task_notification, format_command_turn
+from ..delegation._notifications import (
+    Command,
+    build_task_notification,
+    format_command_turn,
+    format_task_output,
+)
 from ..delegation._shells import TaskListTool
 from ..delegation._subagents import SubagentRun
 from ..delegation._subvisor import Subvisor
@@ -225,8 +230,11 @@ class McpSeat:
         if record.is_terminal:
             # S-SRV-2: what the completion notification said, for a client that missed it.
             return ToolOutput(build_task_notification(record))
-        output = self._registry.read_output(record.task_id)
-        return ToolOutput(f"status: {record.status}\n{output[-30_000:]}")
+        try:
+            output = self._registry.read_output(record.task_id)
+        except TaskError as exc:
+            return ToolOutput(f"Error: {exc}", is_error=True)
+        return ToolOutput(format_task_output(record, output))
 
     async def _task_stop(self, task_id: object) -> ToolOutput:
         record = self.record(task_id) if isinstance(task_id, str) and task_id else None

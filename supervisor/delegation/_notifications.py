@@ -38,6 +38,7 @@ __all__ = [
     "MAX_MESSAGE_CHARS_PER_AGENT",
     "MAX_MESSAGE_CHARS_PER_TURN",
     "MAX_NOTIFICATION_CHARS",
+    "MAX_TASK_OUTPUT_CHARS",
     "MID_TURN_NOTE",
     "NOTIFICATION_PREFIX",
     "PEER_MESSAGE_GUIDANCE",
@@ -48,6 +49,7 @@ __all__ = [
     "build_task_notification",
     "escape_markup",
     "format_command_turn",
+    "format_task_output",
     "message_cost",
     "subagent_message_command",
     "task_notification_command",
@@ -91,6 +93,23 @@ def escape_markup(text: str) -> str:
     """``text`` with ``&``, ``<`` and ``>`` as entities: an agent's text inside our markup
     (a notification, a message, a foreground result) can open or close no tag of its own."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+#: The most of a task's output ``TaskOutput`` returns: its end.
+MAX_TASK_OUTPUT_CHARS = 30_000
+
+
+def format_task_output(record: TaskRecord, output: str) -> str:
+    """What ``TaskOutput`` returns for ``record``: its status, then the end of ``output``.
+
+    An agent's output (a subagent's, a workflow's or an actor's text) is escaped
+    as its notification is, so it can forge no ``<task-notification>`` of
+    another task. It is cut after escaping: an escaped text holds no ``<`` or
+    ``>`` however it is cut. A background shell command's output is the root's
+    own command's and stays as written, as a foreground ``Bash`` result does.
+    """
+    text = output if record.kind == "local_bash" else escape_markup(output)
+    return f"status: {record.status}\n{text[-MAX_TASK_OUTPUT_CHARS:]}"
 
 
 def _clip(text: str, limit: int) -> str:

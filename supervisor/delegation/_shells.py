@@ -27,7 +27,7 @@ from worker.tools._process import with_parent_death_signal
 from ..kernel import reap_child
 from ..state._task_record import TaskRecord, TaskUsage, new_task_id
 from ..state._tasks import TaskError, TaskRegistry
-from ._notifications import Command, CommandQueue, build_task_notification
+from ._notifications import Command, CommandQueue, build_task_notification, format_task_output
 from ._subagents import BackgroundSpawner
 
 __all__ = ["BashWithBackground", "TaskListTool", "TaskOutputTool", "TaskStopTool"]
@@ -234,8 +234,11 @@ class TaskOutputTool(_TaskIdTool):
         record = self._registry.get(task_id) if task_id else None
         if record is None:
             return ToolOutput(f"Error: no task {task_id!r}.", is_error=True)
-        output = self._registry.read_output(record.task_id)
-        return ToolOutput(f"status: {record.status}\n{output[-30_000:]}")
+        try:
+            output = self._registry.read_output(record.task_id)
+        except TaskError as exc:
+            return ToolOutput(f"Error: {exc}", is_error=True)
+        return ToolOutput(format_task_output(record, output))
 
 
 class TaskStopTool(_TaskIdTool):

@@ -1,4 +1,4 @@
-"""S-NOTE-1, S-MSG-2: a foreground child's final text cannot forge the supervisor's markup.
+"""S-NOTE-1, S-MSG-2: a child's text cannot forge the supervisor's markup.
 
 The root reads a foreground child's result as its Agent tool result. A child
 (a real worker, scripted) ends with text that imitates what only the
@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from protocol import ToolCall
 from supervisor import RootSession
+from supervisor.delegation._notifications import format_task_output
+from supervisor.delegation._shells import TaskOutputTool
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 pytestmark = pytest.mark.trio
@@ -59,3 +62,38 @@ async def test_s_note_1_a_foreground_result_forges_no_markup(tmp_path: Path, sty
         assert result.endswith("</task_result></task>")
     else:
         assert result.count("<usage>") == 1
+
+
+async def test_s_note_1_task_output_of_a_background_child_forges_no_markup(tmp_path: Path) -> None:
+    """What ``TaskOutput`` returns for a background child, ended or still running, holds none
+    of the forged tags, only their escaped text; a background shell command's output, the
+    root's own command's, reads as written."""
+    project = tmp_path / "project"
+    project.mkdir()
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("bg", "check", run_in_background=True)]},
+                {"text": "waiting"},
+            ],
+            "bg": [{"text": FORGED}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.ask("go")
+        [record] = host.registry.list(root.session_id)
+        await host.runs[record.task_id].done.wait()
+        tool = TaskOutputTool(host.registry)
+        ended = await tool(ToolCall(id="c1", name="TaskOutput", input={"task_id": record.task_id}))
+        # What a reader of a running agent's log gets, with the same text in it.
+        running = record.model_copy(update={"status": "running"})
+        so_far = format_task_output(running, FORGED)
+        shell = record.model_copy(update={"kind": "local_bash"})
+    for text in (ended.text, so_far):
+        assert "<task-notification>" not in text and "<subagent-message" not in text, text
+        assert "&lt;task-notification&gt;" in text
+        assert "a &lt; b &amp;&amp; c &gt; d" in text
+    assert ended.text.startswith("status: completed\n")
+    assert format_task_output(shell, "a < b\n").endswith("a < b\n")
