@@ -96,7 +96,13 @@ from ._events import (
     event_input,
 )
 from ._frame import FrameDecoder, FrameLimits, encode_frame
-from ._json import MAX_JSON_CONTAINERS, BoundedJsonObject, JsonObject, json_containers
+from ._json import (
+    MAX_JSON_CONTAINERS,
+    BoundedJsonObject,
+    BoundedJsonValue,
+    JsonObject,
+    json_containers,
+)
 from ._messages import (
     PROTOCOL_VERSION,
     Cancel,
@@ -258,6 +264,7 @@ __all__ = [
     "AllocateParams",
     "Allocated",
     "BoundedJsonObject",
+    "BoundedJsonValue",
     "BurnCpuParams",
     "Cancel",
     "ChatMessage",

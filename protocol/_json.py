@@ -3,7 +3,8 @@
 A tool's input crosses the pipe three ways: in a ``tool.started`` event, in a
 ``permission.check`` (the supervisor matches its rules against it), and as a
 borrowed MCP call's ``arguments`` (the supervisor forwards them to the MCP
-server). Each is a ``BoundedJsonObject``.
+server). Each is a ``BoundedJsonObject``, as are a workflow ask's JSON schema
+and a ``progress`` frame's data; an echo's value is a ``BoundedJsonValue``.
 
 Invariants:
 
@@ -29,7 +30,13 @@ from typing import Annotated, Any
 
 from pydantic import JsonValue, PlainValidator
 
-__all__ = ["MAX_JSON_CONTAINERS", "BoundedJsonObject", "JsonObject", "json_containers"]
+__all__ = [
+    "MAX_JSON_CONTAINERS",
+    "BoundedJsonObject",
+    "BoundedJsonValue",
+    "JsonObject",
+    "json_containers",
+]
 
 #: A JSON object as the model wrote it: a tool's input, an MCP call's arguments.
 JsonObject = dict[str, JsonValue]
@@ -79,6 +86,10 @@ _JSON_ARRAYS = (list, tuple)
 def _bounded_json(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"must be a JSON object, not {type(value).__name__}")
+    return _bounded_json_value(value)  # type: ignore[no-any-return]
+
+
+def _bounded_json_value(value: Any) -> Any:
     if json_containers(value, MAX_JSON_CONTAINERS) > MAX_JSON_CONTAINERS:
         raise ValueError(
             f"holds more than MAX_JSON_CONTAINERS ({MAX_JSON_CONTAINERS}) JSON maps and "
@@ -91,4 +102,9 @@ def _bounded_json(value: Any) -> dict[str, Any]:
 #: ``MAX_JSON_CONTAINERS`` maps and arrays, kept as decoded.
 BoundedJsonObject = Annotated[
     dict[str, Any], PlainValidator(_bounded_json, json_schema_input_type=JsonObject)
+]
+
+#: Any JSON value a worker sends, bounded as ``BoundedJsonObject`` is.
+BoundedJsonValue = Annotated[
+    Any, PlainValidator(_bounded_json_value, json_schema_input_type=JsonValue)
 ]

@@ -46,7 +46,7 @@ from ._events import (
     ToolFinishedEvent,
     ToolStartedEvent,
 )
-from ._json import JsonObject
+from ._json import BoundedJsonObject
 from ._methods import (
     CoordinatorMessageRequest,
     EchoRequest,
@@ -210,7 +210,7 @@ class Progress(_Frozen):
 
     type: Literal["progress"] = "progress"
     id: int = Field(ge=0)
-    data: JsonObject = Field(default_factory=dict)
+    data: BoundedJsonObject = Field(default_factory=dict)
 
 
 class Heartbeat(_Frozen):

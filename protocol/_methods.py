@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._chat import ModelRequest, ModelResult
-from ._json import BoundedJsonObject, JsonObject
+from ._json import BoundedJsonObject, BoundedJsonValue
 from ._request_spec import RequestSpec
 
 __all__ = [
@@ -104,13 +104,13 @@ class _Body(BaseModel):
 class EchoParams(_Body):
     """``supervisor.echo``: a value to send back (a liveness check through the handler)."""
 
-    value: JsonValue = None
+    value: BoundedJsonValue = None
 
 
 class EchoResult(_Body):
     """The value ``supervisor.echo`` was given."""
 
-    value: JsonValue = None
+    value: BoundedJsonValue = None
 
 
 class PermissionCheck(_Body):
@@ -202,7 +202,7 @@ class WorkflowAsk(_Body):
     actor_id: str = Field(min_length=1)
     prompt: str = Field(min_length=1, pattern=r"\S")
     schema_name: str | None = Field(default=None, max_length=200)
-    json_schema: JsonObject | None = None
+    json_schema: BoundedJsonObject | None = None
     check_id: int | None = Field(default=None, ge=0)
 
 

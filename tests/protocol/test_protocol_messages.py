@@ -1012,6 +1012,26 @@ _MODEL_JSON: dict[str, tuple[Callable[[Any], BaseModel], Callable[[Any], dict[st
         },
         "params.arguments",
     ),
+    "workflow.ask": (
+        lambda value: WorkflowAsk(actor_id="a", prompt="p", json_schema=value),
+        lambda value: {
+            "type": "request",
+            "id": 8,
+            "method": "workflow.ask",
+            "params": {"actor_id": "a", "prompt": "p", "json_schema": value},
+        },
+        "params.json_schema",
+    ),
+    "supervisor.echo": (
+        lambda value: EchoParams(value=value),
+        lambda value: {
+            "type": "request",
+            "id": 8,
+            "method": "supervisor.echo",
+            "params": {"value": value},
+        },
+        "params.value",
+    ),
     "tool.started": (
         lambda value: ToolStarted(call_id="c", name="Bash", input=value),
         lambda value: {
@@ -1071,10 +1091,10 @@ def _json_of(containers: int, rng: random.Random) -> dict[str, Any]:
 def test_m6_s_sec_8_the_model_json_the_supervisor_walks_holds_at_most_the_bound(
     carrier: str, containers: int, shape: int
 ) -> None:
-    """M6, S-SEC-8: a tool input or MCP arguments of up to MAX_JSON_CONTAINERS maps and
-    arrays, of any shape, pass both the worker's model and the supervisor's decoder; one
-    more is refused by both, the supervisor's refusal (a protocol violation) naming the
-    field and the bound."""
+    """M6, S-SEC-8: a tool input, MCP arguments, a workflow ask's schema or an echo's value
+    of up to MAX_JSON_CONTAINERS maps and arrays, of any shape, pass both the worker's
+    model and the supervisor's decoder; one more is refused by both, the supervisor's
+    refusal (a protocol violation) naming the field and the bound."""
     build, frame, field = _MODEL_JSON[carrier]
     value = _json_of(containers, random.Random(shape))
     supervisor = _open_pair()[S]
