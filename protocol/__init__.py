@@ -121,6 +121,8 @@ from ._messages import (
 from ._methods import (
     COORDINATOR_MESSAGE,
     ECHO,
+    MAX_READ_PATTERN_CHARS,
+    MAX_READ_RULES,
     MCP_CALL_TOOL,
     MODEL_CALL,
     PERMISSION_CHECK,
@@ -145,6 +147,7 @@ from ._methods import (
     PermissionCheckRequest,
     PermissionVerdict,
     QuestionAnswer,
+    ReadRule,
     UserQuestion,
     UserQuestionRequest,
     WorkerMethod,
@@ -188,6 +191,7 @@ from ._sandbox import (
     SandboxPolicy,
     SandboxReport,
 )
+from ._wildcard import wildcard_match
 from ._workflow import (
     MAX_CHECK_PROBLEM_CHARS,
     WORKFLOW_SCRIPT_ERROR,
@@ -231,6 +235,8 @@ __all__ = [
     "MAX_CHECK_PROBLEM_CHARS",
     "MAX_CONTROL_DATAGRAM",
     "MAX_JSON_CONTAINERS",
+    "MAX_READ_PATTERN_CHARS",
+    "MAX_READ_RULES",
     "MCP_CALL_TOOL",
     "MESSAGE",
     "MODEL_CALL",
@@ -345,6 +351,7 @@ __all__ = [
     "Progress",
     "ProtocolError",
     "QuestionAnswer",
+    "ReadRule",
     "RemoteProtocolError",
     "ResourceLimits",
     "Response",
@@ -405,4 +412,5 @@ __all__ = [
     "encode_node_control",
     "event_input",
     "json_containers",
+    "wildcard_match",
 ]

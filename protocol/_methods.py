@@ -29,17 +29,20 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, Final, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._chat import ModelRequest, ModelResult
 from ._json import BoundedJsonObject, BoundedJsonValue
 from ._request_spec import RequestSpec
+from ._wildcard import wildcard_match
 
 __all__ = [
     "COORDINATOR_MESSAGE",
     "ECHO",
+    "MAX_READ_PATTERN_CHARS",
+    "MAX_READ_RULES",
     "MCP_CALL_TOOL",
     "MODEL_CALL",
     "PERMISSION_CHECK",
@@ -64,6 +67,7 @@ __all__ = [
     "PermissionCheckRequest",
     "PermissionVerdict",
     "QuestionAnswer",
+    "ReadRule",
     "UserQuestion",
     "UserQuestionRequest",
     "WorkerMethod",
@@ -120,11 +124,52 @@ class PermissionCheck(_Body):
     input: BoundedJsonObject = Field(default_factory=dict)
 
 
+#: The most ``read`` rules one ruleset of a verdict carries (:class:`PermissionVerdict`).
+MAX_READ_RULES: Final = 1024
+#: The longest pattern of a :class:`ReadRule`.
+MAX_READ_PATTERN_CHARS: Final = 4096
+
+
+class ReadRule(_Body):
+    """One ``read`` rule of an agent's policy, as a worker's search needs it (S-POL-2).
+
+    ``pattern`` is the rule's wildcard (:func:`wildcard_match`, the supervisor's own
+    matcher), or, for a ``literal`` rule, the one path it names.
+    """
+
+    pattern: str = Field(max_length=MAX_READ_PATTERN_CHARS)
+    deny: bool
+    literal: bool = False
+
+    def matches(self, path: str) -> bool:
+        """Whether this rule applies to the absolute ``path``."""
+        return self.pattern == path if self.literal else wildcard_match(self.pattern, path)
+
+
 class PermissionVerdict(_Body):
-    """The supervisor's decision on one tool call; ``reason`` says why not."""
+    """The supervisor's decision on one tool call; ``reason`` says why not.
+
+    ``read_rules``: for an allowed Grep or Glob, each ruleset's ``read`` rules in order
+    (the agent's own, then any ceiling), so that the search skips every file a ``read`` deny
+    covers (:meth:`hides`), as Claude Code's Read denies cover Grep and Glob.
+    """
 
     allowed: bool
     reason: str = ""
+    read_rules: tuple[Annotated[tuple[ReadRule, ...], Field(max_length=MAX_READ_RULES)], ...] = (
+        Field(default=(), max_length=2)
+    )
+
+    def hides(self, path: str) -> bool:
+        """Whether a search must skip ``path``: the last ``read`` rule matching it, in some
+        ruleset, is a deny (as the supervisor decides a Read of it)."""
+        for rules in self.read_rules:
+            for rule in reversed(rules):
+                if rule.matches(path):
+                    if rule.deny:
+                        return True
+                    break
+        return False
 
 
 class CoordinatorMessage(_Body):

@@ -27,6 +27,7 @@ from protocol import (
     ModelRequest,
     ModelResult,
     PermissionCheck,
+    PermissionVerdict,
     ToolCall,
     ToolSpec,
     UserQuestion,
@@ -101,18 +102,20 @@ class PipeApprovalPort:
         self._link = link
         self._preapproved = frozenset(preapproved)
 
-    async def authorize(self, call: ToolCall) -> str | None:
-        """Ask the supervisor; ``None`` when the call may run."""
+    async def authorize(self, call: ToolCall) -> PermissionVerdict:
+        """Ask the supervisor; a preapproved tool runs unasked (no search is, under a read deny)."""
         if (resolve_tool_name(call.name) or call.name) in self._preapproved:
-            return None
+            return PermissionVerdict(allowed=True)
         try:
             check = PermissionCheck(tool=call.name, input=call.input)
         except ValidationError as exc:
-            return f"this tool call cannot be checked ({_first_error(exc)})"
+            return PermissionVerdict(
+                allowed=False, reason=f"this tool call cannot be checked ({_first_error(exc)})"
+            )
         verdict = await self._link.call(PERMISSION_CHECK, check)
-        if verdict.allowed:
-            return None
-        return verdict.reason or "the supervisor refused this tool call"
+        if verdict.allowed or verdict.reason:
+            return verdict
+        return verdict.model_copy(update={"reason": "the supervisor refused this tool call"})
 
 
 class CoordinatorReplyTool:

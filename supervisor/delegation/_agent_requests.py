@@ -307,7 +307,11 @@ class AgentRequestServer:
     ) -> PermissionVerdict:
         requester = dataclasses.replace(policy.requester, budget=handle.budget)
         decision = await self._desk.authorize(policy.holder, tool, tool_input, requester)
-        return PermissionVerdict(allowed=decision.action == "allow", reason=decision.reason)
+        if decision.action != "allow":
+            return PermissionVerdict(allowed=False, reason=decision.reason)
+        # Read after the desk: "allow always" may have grown the policy while it asked.
+        read_rules = policy.holder.policy.search_read_rules(tool)
+        return PermissionVerdict(allowed=True, read_rules=read_rules)
 
     async def _call_mcp(
         self, policy: AgentRequestPolicy, handle: WorkerHandle, request: McpToolCallRequest

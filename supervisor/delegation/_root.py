@@ -18,6 +18,7 @@ from protocol import (
     MessageAppended,
     ModelRequest,
     ModelResult,
+    PermissionVerdict,
     ToolCall,
     ToolSpec,
     UserQuestion,
@@ -80,11 +81,13 @@ class PolicyApprovals:
         self._desk = desk
         self._root = root
 
-    async def authorize(self, call: ToolCall) -> str | None:
-        """``None`` when the call may run, else why not."""
+    async def authorize(self, call: ToolCall) -> PermissionVerdict:
+        """The verdict on ``call``; an allowed search carries the read rules it must skip by."""
         root = self._root
         decision = await self._desk.authorize(root, call.name, call.input, root.requester)
-        return None if decision.action == "allow" else decision.reason
+        if decision.action != "allow":
+            return PermissionVerdict(allowed=False, reason=decision.reason)
+        return PermissionVerdict(allowed=True, read_rules=root.policy.search_read_rules(call.name))
 
 
 class RootQuestionTool:

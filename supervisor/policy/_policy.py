@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
+from protocol import MAX_READ_PATTERN_CHARS, MAX_READ_RULES, ReadRule
+
 from ._bash_lexer import CommandTooComplexError
 from ._rules import (
     STRICTNESS,
@@ -45,6 +47,8 @@ NO_APPROVER = (
 #: child's own calls is checked. A rule may still deny one (S-TOOL-4); what a
 #: rule would ask about, or no rule covers, runs.
 _NEVER_ASKED: Final[frozenset[str]] = frozenset({"task"})
+#: Permissions of the tools that read files they find, not files they name (S-POL-2).
+_SEARCHES: Final[frozenset[str]] = frozenset({"glob", "grep"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,13 @@ class ToolPolicy:
         denied = self._read_denied(tool_name, tool_input)
         if denied is not None:
             return denied
+        if permission_name(tool_name) in _SEARCHES and self._read_rules_unsendable():
+            return PolicyDecision(
+                "deny",
+                f"{tool_name} cannot skip the files the read rules deny: a ruleset names read "
+                f"in more than {MAX_READ_RULES} rules or in a pattern over "
+                f"{MAX_READ_PATTERN_CHARS} characters; merge those read rules",
+            )
         never_asked = bool(checks) and all(check.permission in _NEVER_ASKED for check in checks)
         action: Action = "allow"
         deciding = self.rules
@@ -123,6 +134,41 @@ class ToolPolicy:
                         f"{rule.permission} {rule.pattern!r} -> deny",
                     )
         return None
+
+    def _read_rulesets(self) -> list[list[PermissionRule]]:
+        return [
+            [rule for rule in rules if rule.names("read")]
+            for rules in (self.rules, self.ceiling)
+            if rules is not None
+        ]
+
+    def _read_rules_unsendable(self) -> bool:
+        return any(
+            len(rules) > MAX_READ_RULES
+            or any(len(rule.pattern) > MAX_READ_PATTERN_CHARS for rule in rules)
+            for rules in self._read_rulesets()
+        )
+
+    def search_read_rules(self, tool_name: str) -> tuple[tuple[ReadRule, ...], ...]:
+        """The ``read`` rules an allowed Grep or Glob must skip files by (S-POL-2); else ``()``.
+
+        Each ruleset (``rules``, then ``ceiling``) that denies some read, its read rules in
+        order, for :meth:`protocol.PermissionVerdict.hides`: a search of a folder holding
+        ``.env`` under ``read: {"*/.env": "deny"}`` does not return its lines, as Claude
+        Code's Read denies cover Grep and Glob. :meth:`check` denies a search whose rules are
+        past the verdict's bounds. Like :func:`read_deny_checks`, a policy over an honest
+        worker's tools: only the sandbox holds a worker that lies.
+        """
+        if permission_name(tool_name) not in _SEARCHES:
+            return ()
+        return tuple(
+            tuple(
+                ReadRule(pattern=rule.pattern, deny=rule.action == "deny", literal=rule.literal)
+                for rule in rules
+            )
+            for rules in self._read_rulesets()
+            if any(rule.action == "deny" for rule in rules)
+        )
 
     def always_allows(self, tool_name: str) -> bool:
         """True when every call of ``tool_name`` is allowed, whatever its input.

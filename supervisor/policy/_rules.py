@@ -3,7 +3,8 @@
 A rule says what happens (``allow``, ``ask``, ``deny``) when a *permission*
 (``bash``, ``edit``, ``task``, an MCP tool name...) is used on a *subject*
 (the command, the path, the subagent type). Both the rule's permission and
-its pattern are wildcards (:func:`wildcard_match`). Rules are evaluated in
+its pattern are wildcards (:func:`wildcard_match`, which ``protocol`` holds: a worker
+matches the ``read`` rules a verdict carries with it). Rules are evaluated in
 order and the last one that matches wins; when none matches the answer is
 ``ask`` (opencode's ``Permission.evaluate``). A tool call may need several
 checks (``_tool_permissions``); :func:`decide` combines them: any deny
@@ -16,11 +17,11 @@ reach children as deny rules, since a child inherits every deny (S-POL-2).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final, Literal, TypeAlias, get_args
+
+from protocol import wildcard_match
 
 from ..kernel import SubvisorError
 
@@ -107,85 +108,6 @@ class PermissionRule:
 
 #: Rules in evaluation order (opencode's ``Ruleset``).
 Ruleset: TypeAlias = tuple[PermissionRule, ...]
-
-
-# --- wildcards -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Piece:
-    """What a pattern holds between two ``*``: literal text, each ``?`` any one character."""
-
-    text: str
-    #: For a piece with ``?``: a regex of exactly ``len(text)`` characters.
-    regex: re.Pattern[str] | None
-
-    @classmethod
-    def of(cls, text: str) -> _Piece:
-        if "?" not in text:
-            return cls(text, None)
-        body = "".join("." if char == "?" else re.escape(char) for char in text)
-        return cls(text, re.compile(body, re.DOTALL))
-
-    def at(self, text: str, start: int) -> bool:
-        if self.regex is None:
-            return text.startswith(self.text, start)
-        return self.regex.match(text, start) is not None
-
-    def find(self, text: str, start: int, end: int) -> int:
-        if self.regex is None:
-            return text.find(self.text, start, end)
-        found = self.regex.search(text, start, end)
-        return -1 if found is None else found.start()
-
-
-@lru_cache(maxsize=4096)
-def _wildcard_pieces(pattern: str) -> tuple[tuple[_Piece, ...], ...]:
-    """The pieces of each form ``pattern`` may take; a trailing ``" *"`` gives two forms."""
-    pattern = pattern.replace("\\", "/")
-    forms = [pattern]
-    if pattern.endswith(" *"):
-        # opencode: a trailing " *" also matches nothing at all, so "git *" covers "git".
-        forms.append(pattern[:-2])
-    return tuple(tuple(_Piece.of(part) for part in form.split("*")) for form in forms)
-
-
-def _pieces_match(pieces: tuple[_Piece, ...], text: str) -> bool:
-    """Whether ``text`` is the pieces in order with anything between them (no backtracking).
-
-    Every piece has a fixed length, so taking each middle piece at its first
-    place after the one before leaves the most room for the rest: one pass,
-    linear in ``text`` for a given pattern (a regex of ``.*`` runs
-    backtracks: ``*a*b*c*`` took cubic time in the length of a subject).
-    """
-    first, last = pieces[0], pieces[-1]
-    if len(pieces) == 1:
-        return len(text) == len(first.text) and first.at(text, 0)
-    tail = len(text) - len(last.text)
-    if tail < len(first.text) or not first.at(text, 0) or not last.at(text, tail):
-        return False
-    position = len(first.text)
-    for piece in pieces[1:-1]:
-        found = piece.find(text, position, tail)
-        if found < 0:
-            return False
-        position = found + len(piece.text)
-    return True
-
-
-def wildcard_match(pattern: str, text: str) -> bool:
-    """Whether ``pattern`` matches the whole of ``text``, as opencode's ``Wildcard.match``.
-
-    ``*`` matches any run of characters, ``/`` and newlines included (it is
-    not a path glob: ``src/*`` matches ``src/a/b.py``); ``?`` matches exactly
-    one character; everything else is literal, with no escape syntax. Both
-    sides have ``\\`` turned into ``/`` first. A pattern ending in ``" *"``
-    also matches without that tail: ``git *`` matches ``git``, ``git status``,
-    but not ``gitk``. Case-sensitive (opencode ignores case only on Windows).
-    Time linear in ``text`` for a given pattern, whatever either holds.
-    """
-    text = text.replace("\\", "/")
-    return any(_pieces_match(pieces, text) for pieces in _wildcard_pieces(pattern))
 
 
 # --- evaluation ----------------------------------------------------------------------------

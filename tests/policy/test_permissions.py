@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol import PermissionVerdict
 from supervisor.policy._bash_lexer import bash_commands
 from supervisor.policy._policy import ToolPolicy
 from supervisor.policy._rule_config import rules_from_config, tools_map_to_rules
@@ -804,3 +805,30 @@ def test_s_sec_3_a_ceiling_only_ever_tightens(
     assert _STRICT[answer] == max(_STRICT[alone.action], _STRICT[capped.action])
     if both.always_allows(name):
         assert answer == "allow"
+
+
+_READ_RULESETS = [
+    {"*": "allow", "read": {"*/.env": "deny"}},
+    {"*": "allow", "read": {"*/.env": "deny", "/p/.env": "allow"}},
+    {"*": "allow", "read": {"/p/*": "deny", "/p/src/*": "allow", "*.key": "deny"}},
+    {"*": "deny", "read": {"*": "allow"}, "grep": "allow"},
+]
+_PATHS = ["/p/.env", "/p/src/.env", "/p/src/a.py", "/p/a.key", "/p/src/b.key", "/p/?", "/p/x"]
+
+
+@pytest.mark.parametrize("config", _READ_RULESETS)
+@pytest.mark.parametrize("ceiling", [None, {"read": {"*/src/*": "deny"}}])
+def test_s_pol_2_search_hides_what_read_denies(config: object, ceiling: object) -> None:
+    """S-POL-2: the read rules an allowed Grep carries hide exactly the paths a Read of them
+    is denied for, rule order, ceiling and literal ("allow always") rules included."""
+    policy = ToolPolicy(
+        rules=(*rules_from_config(config), PermissionRule("read", "/p/?", "allow", literal=True)),
+        mode="default",
+        project_dir="/p",
+        ceiling=None if ceiling is None else rules_from_config(ceiling),
+    )
+    verdict = PermissionVerdict(allowed=True, read_rules=policy.search_read_rules("Grep"))
+    for path in _PATHS:
+        denied = policy.check("Read", {"file_path": path}).action == "deny"
+        assert verdict.hides(path) is denied, (path, verdict)
+    assert policy.search_read_rules("Read") == ()

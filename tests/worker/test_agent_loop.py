@@ -8,7 +8,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from protocol import PARTIAL_MARKER, EventSpec, ModelRequest, ModelResult, ToolCall, ToolSpec
+from protocol import (
+    PARTIAL_MARKER,
+    EventSpec,
+    ModelRequest,
+    ModelResult,
+    PermissionVerdict,
+    ToolCall,
+    ToolSpec,
+)
 from worker.agent import AgentLoop, Toolbox
 from worker.tools import LocalToolSet, ToolContext, ToolOutput
 
@@ -47,8 +55,9 @@ class BrokenTool:
 
 
 class Refuser:
-    async def authorize(self, call: ToolCall) -> str | None:
-        return "not today" if call.name == "LS" else None
+    async def authorize(self, call: ToolCall) -> PermissionVerdict:
+        refused = call.name == "LS"
+        return PermissionVerdict(allowed=not refused, reason="not today" if refused else "")
 
 
 def _loop(tmp_path: Path, model: ScriptedModel, events: Events, **kwargs: Any) -> AgentLoop:

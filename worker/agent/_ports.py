@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from protocol import EventSpec, ModelRequest, ModelResult, ToolCall, ToolSpec
+from protocol import EventSpec, ModelRequest, ModelResult, PermissionVerdict, ToolCall, ToolSpec
 
 from ..tools import ToolOutput
 
@@ -64,6 +64,6 @@ class EventSink(Protocol):
 class ApprovalPort(Protocol):
     """Decides whether a tool call may run (permission rules, approvals)."""
 
-    async def authorize(self, call: ToolCall) -> str | None:
-        """``None`` to run the call, else why it may not."""
+    async def authorize(self, call: ToolCall) -> PermissionVerdict:
+        """Whether the call may run, why not, and which files a search must skip."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Protocol, TypeGuard
@@ -120,10 +121,13 @@ class Toolbox:
 
     async def call(self, call: ToolCall) -> ToolOutput:
         """Run ``call`` with whichever tool answers to its name, if it is allowed to run."""
+        context = self._context
         if self._approvals is not None:
-            refusal = await self._approvals.authorize(call)
-            if refusal is not None:
-                return ToolOutput(f"Error: permission denied: {refusal}", is_error=True)
+            verdict = await self._approvals.authorize(call)
+            if not verdict.allowed:
+                return ToolOutput(f"Error: permission denied: {verdict.reason}", is_error=True)
+            if verdict.read_rules:
+                context = dataclasses.replace(context, read_denied=verdict.hides)
         host = self._host.get(call.name)
         if host is not None:
             try:
@@ -138,7 +142,7 @@ class Toolbox:
                     is_error=True,
                 )
         if call.name in self._local or not self._host:
-            return await self._local.run(call.name, call.input, self._context)
+            return await self._local.run(call.name, call.input, context)
         available = ", ".join(self.names) or "none"
         return ToolOutput(
             f"Error: no tool named {call.name!r} is available. Available tools: {available}.",

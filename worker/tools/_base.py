@@ -36,18 +36,33 @@ class ToolContext:
     ``cwd`` resolves relative paths. ``max_output_bytes`` caps the UTF-8 size
     of the text the model gets back. ``on_process_group`` is called with the
     process group id of every command Bash starts, so that whoever owns the
-    worker can kill leftovers (background ``&`` jobs) later.
+    worker can kill leftovers (background ``&`` jobs) later. ``read_denied``
+    tells Grep and Glob which absolute paths to skip: those a ``read`` deny of the agent's
+    rules covers (S-POL-2), as the supervisor's verdict on the call says.
     """
 
     cwd: Path
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     on_process_group: Callable[[int], None] | None = None
+    read_denied: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.cwd.is_absolute():
             raise ValueError(f"ToolContext.cwd must be absolute, got {self.cwd}")
         if self.max_output_bytes < MIN_OUTPUT_BYTES:
             raise ValueError(f"ToolContext.max_output_bytes must be >= {MIN_OUTPUT_BYTES}")
+
+    def hides(self, path: str) -> bool:
+        """Whether a search must skip the absolute ``path``: ``read_denied`` covers it as
+        written or its target with every link resolved, as the supervisor checks a Read.
+
+        A policy over this honest worker's tools, not a boundary: a link swapped after this
+        check is read, and only the sandbox holds a worker that lies.
+        """
+        if self.read_denied is None:
+            return False
+        written = os.path.normpath(path)
+        return self.read_denied(written) or self.read_denied(os.path.realpath(written))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,14 @@
-"""Glob: find files by name pattern, newest first (S-LOCAL-1)."""
+"""Glob: find files by name pattern, newest first (S-LOCAL-1).
+
+A file a ``read`` deny of the agent's rules covers is not listed (S-POL-2,
+:meth:`ToolContext.hides`), as Claude Code's Read denies cover Glob.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -48,7 +53,7 @@ def _max_depth(pattern: str) -> int | None:
     return max(alternative.count("/") for alternative in alternatives)
 
 
-def _find(base: Path, pattern: str, stop: threading.Event) -> str:
+def _find(base: Path, pattern: str, hides: Callable[[str], bool], stop: threading.Event) -> str:
     _check_directory(base)
     prefix, rest = split_literal_prefix(pattern)
     root = Path(os.path.normpath(base / prefix)) if prefix else base
@@ -59,13 +64,14 @@ def _find(base: Path, pattern: str, stop: threading.Event) -> str:
     for relative, entry in walk_files(root, _max_depth(rest)):
         if stop.is_set():
             break
-        if not matcher.matches(relative):
+        path = os.path.join(root, relative)
+        if not matcher.matches(relative) or hides(path):
             continue
         try:
             mtime = entry.stat().st_mtime
         except OSError:
             continue  # vanished or a dangling symlink
-        found.append((mtime, os.path.join(root, relative)))
+        found.append((mtime, path))
     if not found:
         return "No files found"
     found.sort(key=lambda item: (-item[0], item[1]))
@@ -80,7 +86,7 @@ def _find(base: Path, pattern: str, stop: threading.Event) -> str:
 
 async def _glob(params: GlobInput, ctx: ToolContext) -> ToolOutput:
     base = resolve_path(ctx, params.path or ".")
-    return ToolOutput(await run_stoppable(partial(_find, base, params.pattern)))
+    return ToolOutput(await run_stoppable(partial(_find, base, params.pattern, ctx.hides)))
 
 
 GLOB_TOOL: LocalTool[GlobInput] = LocalTool(

@@ -1,11 +1,15 @@
-"""Grep: search file contents with a Python regular expression (S-LOCAL-1)."""
+"""Grep: search file contents with a Python regular expression (S-LOCAL-1).
+
+A file a ``read`` deny of the agent's rules covers is skipped (S-POL-2,
+:meth:`ToolContext.hides`): searching a folder does not read what Read may not.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -67,17 +71,21 @@ class _FileMatches:
 
 
 def _candidate_files(
-    target: Path, glob: GlobMatcher | None, stop: threading.Event
+    target: Path, glob: GlobMatcher | None, stop: threading.Event, hides: Callable[[str], bool]
 ) -> Iterator[str]:
+    """The files to search; none a ``read`` deny covers (S-POL-2), as if they were not there."""
     if not target.is_dir():
         check_regular_file(target)  # a FIFO would block the search forever
-        yield str(target)
+        if not hides(str(target)):
+            yield str(target)
         return
     for relative, _entry in walk_files(target):
         if stop.is_set():
             return
         if glob is None or glob.matches_file(relative):
-            yield os.path.join(target, relative)
+            path = os.path.join(target, relative)
+            if not hides(path):
+                yield path
 
 
 def _search_file(
@@ -130,7 +138,9 @@ def _format_content(results: list[_FileMatches], line_numbers: bool, truncated: 
     return lines
 
 
-def _grep(params: GrepInput, target: Path, stop: threading.Event) -> str:
+def _grep(
+    params: GrepInput, target: Path, hides: Callable[[str], bool], stop: threading.Event
+) -> str:
     if not target.exists():
         raise ToolError(f"Error: path does not exist: {target}")
     flags = re.IGNORECASE if params.case_insensitive else 0
@@ -143,7 +153,7 @@ def _grep(params: GrepInput, target: Path, stop: threading.Event) -> str:
     results: list[_FileMatches] = []
     line_total = 0
     truncated = False
-    for path in _candidate_files(target, glob, stop):
+    for path in _candidate_files(target, glob, stop, hides):
         if stop.is_set():
             break
         # One line more than fits tells us there is more to say.
@@ -178,7 +188,7 @@ def _grep(params: GrepInput, target: Path, stop: threading.Event) -> str:
 async def _run_grep(params: GrepInput, ctx: ToolContext) -> ToolOutput:
     target = resolve_path(ctx, params.path or ".")
     inline = inline_size(target) is not None
-    return ToolOutput(await run_stoppable(partial(_grep, params, target), inline=inline))
+    return ToolOutput(await run_stoppable(partial(_grep, params, target, ctx.hides), inline=inline))
 
 
 GREP_TOOL: LocalTool[GrepInput] = LocalTool(
