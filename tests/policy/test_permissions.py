@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import PermissionVerdict
+from protocol import MAX_READ_RULES, PermissionVerdict
 from supervisor.policy._bash_lexer import bash_commands
 from supervisor.policy._policy import ToolPolicy
 from supervisor.policy._rule_config import rules_from_config, tools_map_to_rules
@@ -832,3 +832,15 @@ def test_s_pol_2_search_hides_what_read_denies(config: object, ceiling: object) 
         denied = policy.check("Read", {"file_path": path}).action == "deny"
         assert verdict.hides(path) is denied, (path, verdict)
     assert policy.search_read_rules("Read") == ()
+
+
+def test_s_pol_2_a_search_past_the_verdicts_read_rules_is_denied() -> None:
+    """S-POL-2: read rules too many to send with a verdict deny the search, saying what to do
+    (never a search that would skip nothing); a Read is still decided by them."""
+    rules = tuple(PermissionRule("read", f"/p/{n}", "deny") for n in range(MAX_READ_RULES + 1))
+    policy = ToolPolicy(
+        rules=(PermissionRule("*", "*", "allow"), *rules), mode="default", project_dir="/p"
+    )
+    decision = policy.check("Grep", {"pattern": "x"})
+    assert decision.action == "deny" and "merge those read rules" in decision.reason
+    assert policy.check("Read", {"file_path": "/p/ok"}).action == "allow"
