@@ -70,8 +70,9 @@ has no right for a file's metadata, so without it a read-only worker could
 ``chmod``, ``touch -d`` or ``setfattr`` any file it owns (as uid 0, every
 root-owned one). Each writable path is bound over itself and given back its
 flag, and each mount below it the flag it had: a ``.git`` bind stays
-read-only, a ``pin`` writable. Needs ``mount_setattr`` (Linux >= 5.12). A
-mount the host makes later and propagates in arrives as the host made it.
+read-only, a ``pin`` writable. Needs ``mount_setattr`` (Linux >= 5.12). That
+namespace's mounts are made private first: a mount the host makes later would
+arrive as the host made it (writable), so none arrives.
 
 Invariant: ``unshare`` runs while the process has one thread (the kernel
 refuses ``CLONE_NEWUSER``, and ``CLONE_NEWNS`` implies an unshared fs).
@@ -121,6 +122,7 @@ _MS_NOEXEC = 0x8
 _MS_REMOUNT = 0x20
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
 _MS_SLAVE = 0x80000
 _MNT_DETACH = 0x2
 _CAP_SYS_ADMIN = 21
@@ -526,6 +528,9 @@ def read_only_except(
         was_read_only = {
             root: table[root] if root in table else _fd_read_only(fd) for root, fd in opened.items()
         }
+        # Cut off from the host's later mounts first: one propagated in after
+        # this would arrive with the host's flags, writable.
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
         whole = os.open("/", _O_PATH)
         try:
             _set_read_only(whole, True, recursive=True)

@@ -169,3 +169,73 @@ def test_s_sbx_1_mounts_in_the_project_keep_their_writability(tmp_path: Path) ->
     answer = json.loads((out / "run.json").read_text())["answer"]
     assert re.findall(r"rc=(\d+)", answer) == ["0", "1", "1"], answer
     assert (out / "modes").read_text().split() == ["600", "700"], answer
+
+
+# A filesystem the host mounts while a read-only subagent runs. ``$B`` is a
+# shared mount of the test's own namespace, so the mount made below it reaches
+# every namespace copied from it, as a mount under a shared ``/`` reaches a
+# supervisor's on a host. The subagent waits for ``$SIG`` after its marker
+# shows in the process list, then tries the new filesystem's file.
+_LATE_MOUNT_SCRIPT = """
+set -eu
+mount -t tmpfs -o size=1m tmpfs "$B"
+mount --make-shared "$B"
+mkdir "$B/mnt"
+"$PY" -m supervisor.cli run --model "$MODEL" --json --cwd "$P" attack > "$OUT/run.json" &
+run=$!
+for _ in $(seq 600); do pgrep -f "$MARKER" > /dev/null && break; sleep 0.1; done
+mount -t tmpfs -o size=1m tmpfs "$B/mnt"
+echo data > "$B/mnt/f" && chmod 600 "$B/mnt/f"
+touch "$SIG"
+wait "$run"
+stat -c %a "$B/mnt/f" > "$OUT/modes"
+"""
+
+
+@pytest.mark.machine_may_lack(
+    "root and unshare, to mount filesystems in a private mount namespace",
+    when=os.geteuid() != 0 or shutil.which("unshare") is None,
+)
+def test_s_sbx_1_a_filesystem_mounted_later_is_no_writable_way_out(tmp_path: Path) -> None:
+    """S-SBX-1: a filesystem the host mounts while a read-only subagent runs gives it no file
+    whose mode it may change (before, the mount arrived writable in its view)."""
+    project, out, base = tmp_path / "project", tmp_path / "out", tmp_path / "base"
+    for path in (project, out, base):
+        path.mkdir()
+    marker = f"wait-for-the-host-{os.getpid()}"
+    signal = tmp_path / "mounted"
+    wait = f"for i in $(seq 600); do [ -e {signal} ] && break; sleep 0.1; done; : {marker}"
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call("attack", "attack", subagent_type="Explore")]},
+                {"text": "done:\n{{tool_result}}"},
+            ],
+            "attack": [
+                {"tool_calls": [bash(f"{wait}; chmod 0777 {base}/mnt/f; echo rc=$?")]},
+                {"text": "{{tool_result}}"},
+            ],
+        },
+    )
+    env = {
+        **cli_env(tmp_path / "home"),
+        "P": str(project),
+        "B": str(base),
+        "OUT": str(out),
+        "SIG": str(signal),
+        "MARKER": marker,
+        "MODEL": model,
+        "PY": sys.executable,
+    }
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", _LATE_MOUNT_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads((out / "run.json").read_text())["answer"]
+    assert re.findall(r"rc=(\d+)", answer) == ["1"], answer
+    assert (out / "modes").read_text().split() == ["600"], answer
