@@ -4,9 +4,12 @@ Such a path may name a FIFO (a plain ``open`` blocks until a writer comes,
 which hangs the supervisor), a device (``/dev/zero`` never ends), a socket or
 a directory, or a file far larger than anything it should be. Invariant: every
 file of that kind (profiles, plugin manifests, memory indexes, scenario and
-workflow files) is opened here, without blocking, and read only when it is a
-regular file; what is wrong is an ``OSError`` whose ``strerror`` says it in
-words, so the callers' existing ``except OSError`` handling reports it.
+workflow files) is opened here, and opened for reading only once it is known
+to be a regular file where it may be read: first as a path alone
+(``O_PATH``, which opens no device, wakes no FIFO writer and is no open to
+the file's watchers), checked, then reopened through that same descriptor.
+What is wrong is an ``OSError`` whose ``strerror`` says it in words, so the
+callers' existing ``except OSError`` handling reports it.
 """
 
 from __future__ import annotations
@@ -53,13 +56,14 @@ def open_regular_file(
     allows (``OutsideConfinementError`` otherwise). Raises ``OSError``
     (``NotARegularFileError`` for anything but a regular file).
     """
-    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    fd = os.open(path, flags | (0 if follow_symlinks else os.O_NOFOLLOW), dir_fd=dir_fd)
+    flags = os.O_PATH | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    located = os.open(path, flags, dir_fd=dir_fd)
     try:
         if confine is not None:
-            confine.check_fd(fd, path)
-        mode = os.fstat(fd).st_mode
+            confine.check_fd(located, path)
+        mode = os.fstat(located).st_mode
+        if stat.S_ISLNK(mode):  # O_PATH | O_NOFOLLOW names the link itself
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
             raise NotARegularFileError(
@@ -67,6 +71,20 @@ def open_regular_file(
                 f"it is {kind}, not a regular file",
                 str(path),
             )
+        # The file checked, not whatever the path names by now. O_NONBLOCK: a
+        # lease on it refuses at once instead of blocking until it is broken.
+        try:
+            fd = os.open(
+                f"/proc/self/fd/{located}",
+                os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+            )
+        except FileNotFoundError:
+            raise OSError(
+                errno.ENOENT, "it cannot be reopened to be read: /proc must be mounted", str(path)
+            ) from None
+    finally:
+        os.close(located)
+    try:
         return open(fd, "rb", closefd=True)
     except BaseException:
         os.close(fd)

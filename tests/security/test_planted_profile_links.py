@@ -12,6 +12,7 @@ asserted, and a link that stays inside the project still loads (the control).
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -136,3 +137,53 @@ def test_s_sec_1_a_link_into_a_home_inside_the_project_loads_nothing(tmp_path: P
     assert "mine" in catalog.profiles
     assert {"client-deal", "pricing"}.isdisjoint(catalog.profiles)
     assert "hidden from the project" in catalog.ignored[str(agents / "m")]
+
+
+_IN_OPEN = 0x20
+
+
+class _OpenWatch:
+    """inotify's ``IN_OPEN`` on some files: whether anything opened them since."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self._fd >= 0, os.strerror(ctypes.get_errno())
+        for path in paths:
+            assert self._libc.inotify_add_watch(self._fd, str(path).encode(), _IN_OPEN) >= 0
+
+    def opened(self) -> bool:
+        try:
+            return bool(os.read(self._fd, 4096))
+        except BlockingIOError:
+            return False
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def test_s_sec_3_a_profile_link_out_of_the_project_is_never_opened(tmp_path: Path) -> None:
+    """S-SEC-3, S-PROF-8: project profile links to a file and to a FIFO outside the project
+    are refused without opening either: no open reaches their watchers (before, each was
+    opened, non-blocking, then refused: a FIFO's waiting writer was let through)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.md"
+    secret.write_text(f"---\nname: secret\ndescription: {MARKER}\n---\n{MARKER}\n")
+    fifo = outside / "fifo.md"
+    os.mkfifo(fifo)
+    project = tmp_path / "project"
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "s.md").symlink_to(secret)
+    (agents / "f.md").symlink_to(fifo)
+    (agents / "mine.md").write_text("---\nname: mine\ndescription: ours\n---\nOurs.\n")
+    watch = _OpenWatch([secret, fifo])
+    try:
+        catalog = ProfileCatalog.discover(project, home=tmp_path / "home", user_dirs=[])
+        assert not watch.opened()
+    finally:
+        watch.close()
+    assert "mine" in catalog.profiles and "secret" not in catalog.profiles
+    for name in ("s.md", "f.md"):
+        assert "outside the project" in catalog.ignored[str(agents / name)], catalog.ignored
