@@ -23,7 +23,9 @@ class ProviderConfig(BaseModel):
     API's public endpoint. ``read_timeout_s`` bounds the wait for each piece
     of the answer; ``call_timeout_s`` the whole answer, from the request on
     (a provider that trickles bytes holds a model slot no longer), and a
-    call past it is not retried.
+    call past it is not retried. ``max_concurrency`` bounds this provider's
+    calls in flight, within the gateway's own bound (a local server that
+    serves two at a time, a key's rate limit); ``None``: only the gateway's.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -37,6 +39,7 @@ class ProviderConfig(BaseModel):
     read_timeout_s: float = Field(default=300.0, gt=0)
     call_timeout_s: float = Field(default=1800.0, gt=0)
     max_tokens_param: MaxTokensParam | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
 
     def key_variable(self, name: str) -> str:
         """The environment variable the key of provider ``name`` is read from."""

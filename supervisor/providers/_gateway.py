@@ -46,8 +46,9 @@ class ModelGateway:
     ``read_rounds_s`` is ``GatewayTransport``'s.
 
     ``config.max_concurrency`` bounds the calls in flight across the HTTP
-    providers (a slot is free while a call waits to retry); a caller can
-    learn that its call waits for a slot (``on_wait``). Once
+    providers (a slot is free while a call waits to retry), and a provider's
+    own ``max_concurrency`` its calls; a caller can learn that its call
+    waits for a slot (``on_wait``). Once
     ``config.pool_after`` of them are in flight, their calls go to gateway
     processes (``GatewayPool``), unless ``transport`` was given: a test's
     transport lives in this process. The offline
@@ -78,6 +79,12 @@ class ModelGateway:
             follow_redirects=False,
         )
         self._limiter = trio.CapacityLimiter(self.config.max_concurrency)
+        #: Each capped provider's own slots, taken before one of ``_limiter``'s.
+        self._provider_limiters = {
+            name: trio.CapacityLimiter(provider.max_concurrency)
+            for name, provider in self.config.providers.items()
+            if provider.max_concurrency is not None
+        }
         self._rng = rng or random.Random()
         self._closed = False
         environment = os.environ if env is None else env
@@ -189,10 +196,13 @@ class ModelGateway:
             # The token, not the task, holds the slot: trio may finalize an
             # abandoned generator in another task.
             slot = object()
-            limited = not isinstance(provider, ScriptedProvider)
+            limiters: tuple[trio.CapacityLimiter, ...] = ()
+            if not isinstance(provider, ScriptedProvider):
+                own = self._provider_limiters.get(spec.provider)
+                limiters = (self._limiter,) if own is None else (own, self._limiter)
             try:
-                if limited:
-                    await self._acquire(slot, on_wait)
+                if limiters:
+                    await self._acquire(slot, limiters, on_wait)
                 try:
                     events = provider.stream(request, spec.model, on_text=sink)
                     try:
@@ -211,8 +221,8 @@ class ModelGateway:
                     finally:
                         await _aclose(events)
                 finally:
-                    if limited:
-                        self._limiter.release_on_behalf_of(slot)
+                    for limiter in limiters:
+                        limiter.release_on_behalf_of(slot)
                 if result is None:
                     raise _protocol_error(spec, "ended without a result")
             except ModelProviderError as exc:
@@ -234,18 +244,34 @@ class ModelGateway:
             await trio.sleep(delay)
             attempt += 1
 
-    async def _acquire(self, slot: object, on_wait: Callable[[bool], None] | None) -> None:
-        limiter = self._limiter
-        if self.pool is not None and limiter.borrowed_tokens + 1 >= self.config.pool_after:
+    async def _acquire(
+        self,
+        slot: object,
+        limiters: tuple[trio.CapacityLimiter, ...],
+        on_wait: Callable[[bool], None] | None,
+    ) -> None:
+        """Take a slot of each limiter for ``slot``, in order; all or, if cancelled, none.
+
+        The provider's own slot comes first: a call waiting for it holds no
+        gateway slot, which the other providers' calls may use meanwhile.
+        """
+        if self.pool is not None and self._limiter.borrowed_tokens + 1 >= self.config.pool_after:
             self.pool.start_soon()
-        if on_wait is None or limiter.available_tokens:
-            await limiter.acquire_on_behalf_of(slot)
-            return
-        on_wait(True)
+        waits = on_wait is not None and not all(lim.available_tokens for lim in limiters)
+        if waits and on_wait is not None:
+            on_wait(True)
+        taken: list[trio.CapacityLimiter] = []
         try:
-            await limiter.acquire_on_behalf_of(slot)
+            for limiter in limiters:
+                await limiter.acquire_on_behalf_of(slot)
+                taken.append(limiter)
+        except BaseException:
+            for limiter in taken:
+                limiter.release_on_behalf_of(slot)
+            raise
         finally:
-            on_wait(False)
+            if waits and on_wait is not None:
+                on_wait(False)
 
 
 def _http_provider(

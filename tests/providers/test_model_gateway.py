@@ -247,6 +247,53 @@ async def test_concurrency_limit_bounds_requests_in_flight(
     assert server.max_in_flight > must_exceed
 
 
+def _slow_text(server: ProviderServer, calls: int) -> None:
+    for _ in range(calls):
+        streamed = openai_text("ok")
+        server.enqueue(
+            CannedResponse(headers=streamed.headers, chunks=streamed.chunks, delay_s=0.1)
+        )
+
+
+async def test_a_provider_s_own_limit_bounds_its_calls_alone(server: ProviderServer) -> None:
+    """A provider's ``max_concurrency`` 2: six calls to it reach its server at most two at a
+    time, and those waiting are told so; six calls at once to another provider, beside them,
+    are bound by the gateway's limit only."""
+    with ProviderServer() as other:
+        _slow_text(server, 6)
+        _slow_text(other, 6)
+        config = GatewayConfig.model_validate(
+            {
+                "providers": {
+                    "local": {
+                        "api": "openai",
+                        "base_url": server.base_url + "/v1",
+                        "max_concurrency": 2,
+                    },
+                    "openai": {"base_url": other.base_url + "/v1"},
+                },
+                "max_concurrency": 16,
+            }
+        )
+        waited: list[bool] = []
+        async with ModelGateway(config, env={}, rng=random.Random(7)) as gateway:
+
+            async def one_call(model: str) -> None:
+                request = ModelRequest(model=model, messages=HELLO)
+                result = await gateway.call(request, on_wait=waited.append)
+                assert result.text == "ok"
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(one_call, "local:m")
+                    nursery.start_soon(one_call, "openai:m")
+    assert len(server.requests) == len(other.requests) == 6
+    assert server.max_in_flight == 2
+    assert other.max_in_flight > 2
+    # Four local calls waited for a slot, each told once it waits and once it has one.
+    assert waited.count(True) == waited.count(False) == 4
+
+
 async def test_stream_yields_deltas_then_one_result(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text("agents:\n  root:\n    - text: one two three four\n")
