@@ -28,6 +28,13 @@ this module builds the classic-BPF program by hand and installs it with
   per-uid keyrings (``@u``, ``@us``) are not namespaced, so a worker read and
   overwrote the keys its user keeps there, and planted keys that outlive its
   run, a channel to the next worker of that uid, of any session;
+- refuses a netlink socket of any protocol but ``NETLINK_ROUTE`` and
+  ``NETLINK_SOCK_DIAG`` with ``EACCES`` (S-SEC-1, S-SEC-2): the proc
+  connector needs no capability to listen, and sends every fork, exec, exit
+  (with its status) and ``comm`` change of the machine: a worker watched its
+  siblings, other sessions and their supervisors, and two sessions' workers
+  talked through ``prctl(PR_SET_NAME)``. i386's ``socketcall`` is checked
+  only where a socket rule below applies (see there);
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
   native arch value under other numbers.
 
@@ -61,8 +68,8 @@ tree, which has the same filter.
 
 Under network deny (S-SBX-1) it refuses ``socket`` with ``EACCES`` (what
 Landlock answers a denied TCP connect) for every address family but
-``AF_UNIX`` (decided by the rule above), ``AF_NETLINK``, ``AF_ALG`` and
-``AF_INET``/``AF_INET6``, and
+``AF_UNIX`` (decided by the rule above), ``AF_NETLINK`` (by the netlink
+rule), ``AF_ALG`` and ``AF_INET``/``AF_INET6``, and
 for those two every socket but TCP: type ``SOCK_STREAM`` with protocol 0 or
 ``IPPROTO_TCP``, which Landlock then refuses at connect and bind. Landlock's
 network rules match only TCP: MPTCP (``socket(AF_INET, SOCK_STREAM,
@@ -80,8 +87,11 @@ number, a register, can be read. Wherever either socket rule applies,
 ``socketcall(SYS_SOCKET)`` is refused outright (``EACCES``), which costs a
 32-bit program every new socket (glibc's i386 builds still use it) rather
 than the whole ABI in every mode; its other calls (``SYS_SOCKETPAIR``, and
-those on sockets it has) only act on what it could already make. arm EABI
-has no ``socketcall``.
+those on sockets it has) only act on what it could already make. Where
+neither applies (``full`` with the network and UNIX sockets allowed), a
+32-bit program can still open a proc connector socket through it: the
+netlink rule holds for the ``socket`` call of every ABI. arm EABI has no
+``socketcall``.
 
 It checks the arch value first, since a system call number means something
 else under each ABI: x86_64 (and i386) and aarch64 (and arm) are known; on
@@ -142,8 +152,14 @@ _PRIO_PROCESS = 0
 _IOPRIO_WHO_PROCESS = 1
 _SOCK_TYPE_MASK = 0xF
 _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_ALG = 1, 2, 10, 16, 38
-#: Families a socket may have under network deny; AF_INET/6 are checked further.
-_LOCAL_FAMILIES = (_AF_UNIX, _AF_NETLINK, _AF_ALG)
+#: Families a socket may have under network deny; AF_INET/6 and AF_NETLINK are
+#: checked further.
+_LOCAL_FAMILIES = (_AF_UNIX, _AF_ALG)
+#: The netlink protocols a worker may open, in every mode: ``NETLINK_ROUTE``
+#: (the machine's interfaces and addresses: ``getifaddrs``, ``ip``) and
+#: ``NETLINK_SOCK_DIAG`` (its own sockets: ``ss``). Not the proc connector
+#: (11), which multicasts every fork, exec, exit and ``comm`` of the machine.
+_NETLINK_PROTOCOLS = (0, 4)
 _SOCK_STREAM = 1
 #: ``socketcall``'s call number for ``socket``.
 _SYS_SOCKET = 1
@@ -237,32 +253,42 @@ def _rules(
     if deny_shared_objects:
         asm += [("jeq", nr, "nosys", None) for nr in abi.inotify]
         asm += [("jeq", nr, "lease", None) for nr in abi.fcntl]
-    if deny_network or deny_unix_sockets:
-        asm.append(("jeq", abi.socket, "socket", None))
-        if abi.socketcall is not None:
-            asm.append(("jeq", abi.socketcall, "socketcall", None))
+    asm.append(("jeq", abi.socket, "socket", None))
+    if (deny_network or deny_unix_sockets) and abi.socketcall is not None:
+        asm.append(("jeq", abi.socketcall, "socketcall", None))
     asm.append(("ret", _RET_ALLOW))
     return asm
 
 
 def _socket_checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object, ...]]:
     """The check of ``socket``'s family (and type, protocol) that the dispatch jumps to."""
-    asm: list[tuple[object, ...]] = [("label", "socket"), ("ld", _arg(0))]
+    asm: list[tuple[object, ...]] = [
+        ("label", "socket"),
+        ("ld", _arg(0)),
+        ("jeq", _AF_NETLINK, "netlink", None),
+    ]
     if deny_unix_sockets:
         asm.append(("jeq", _AF_UNIX, "eacces", None))
     if not deny_network:
-        return [*asm, ("ret", _RET_ALLOW)]
+        asm.append(("ret", _RET_ALLOW))
+    else:
+        asm += [
+            *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
+            ("jeq", _AF_INET, "inet", None),
+            ("jeq", _AF_INET6, "inet", "eacces"),
+            ("label", "inet"),  # TCP only: Landlock refuses it at connect and bind
+            ("ld", _arg(1)),
+            ("and", _SOCK_TYPE_MASK),
+            ("jeq", _SOCK_STREAM, None, "eacces"),
+            ("ld", _arg(2)),
+            *(("jeq", protocol, "allow", None) for protocol in _TCP_PROTOCOLS),
+            ("ret", _RET_ERRNO | errno.EACCES),
+        ]
     return [
         *asm,
-        *(("jeq", family, "allow", None) for family in _LOCAL_FAMILIES),
-        ("jeq", _AF_INET, "inet", None),
-        ("jeq", _AF_INET6, "inet", "eacces"),
-        ("label", "inet"),  # TCP only: Landlock refuses it at connect and bind
-        ("ld", _arg(1)),
-        ("and", _SOCK_TYPE_MASK),
-        ("jeq", _SOCK_STREAM, None, "eacces"),
+        ("label", "netlink"),
         ("ld", _arg(2)),
-        *(("jeq", protocol, "allow", None) for protocol in _TCP_PROTOCOLS),
+        *(("jeq", protocol, "allow", None) for protocol in _NETLINK_PROTOCOLS),
         ("ret", _RET_ERRNO | errno.EACCES),
     ]
 

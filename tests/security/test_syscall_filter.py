@@ -268,3 +268,72 @@ async def test_s_sec_2_a_restricted_subagent_takes_no_inotify_instance_and_no_le
     else:
         assert "inotify instances 0 errno 38" in out, out
         assert "lease refused 1" in out, out
+
+
+# Listens on the proc connector (NETLINK_CONNECTOR, CN_IDX_PROC), then names
+# itself READY (what the test waits for) and waits for a comm event carrying
+# SECRET: a process outside its tree naming itself.
+_PROC_CONNECTOR = """
+import ctypes, os, socket, struct, sys, time
+ready, secret = sys.argv[1].encode(), sys.argv[2].encode()
+try:
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 11)
+except OSError as exc:
+    print(f"connector refused errno {exc.errno}")
+    route = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    print("route socket made")
+    sys.exit()
+s.bind((os.getpid(), 1))
+header = struct.pack("=IHHII", 40, 3, 0, 0, os.getpid())
+s.send(header + struct.pack("=IIIIHHI", 1, 1, 0, 0, 4, 0, 1))
+ctypes.CDLL(None).prctl(15, ready, 0, 0, 0)
+s.settimeout(1.0)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    try:
+        data = s.recv(65536)
+    except socket.timeout:
+        continue
+    if secret in data:
+        print("saw another tree's process")
+        break
+else:
+    print("saw nothing")
+"""
+
+
+async def _name_processes_once_ready(ready: str, secret: str) -> None:
+    """Once a process is named ``ready``, keep starting ones that name themselves ``secret``."""
+    while True:
+        if any(_comm(pid) == ready for pid in os.listdir("/proc") if pid.isdigit()):
+            break
+        await trio.sleep(0.05)
+    name = f"import ctypes; ctypes.CDLL(None).prctl(15, {secret.encode()!r}, 0, 0, 0)"
+    while True:
+        await trio.run_process([PY, "-c", name])
+        await trio.sleep(0.1)
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+async def test_s_sec_2_a_subagent_watches_no_process_outside_its_tree(tmp_path: Path) -> None:
+    """S-SEC-1, S-SEC-2: the proc connector multicasts every fork, exec, exit and comm change
+    of the machine to any listener, no capability needed: a read-only subagent saw a process
+    outside its tree (another session's worker, a supervisor) name itself. Now its netlink
+    socket for the connector is refused; a NETLINK_ROUTE one (getifaddrs, ip) is still made."""
+    script = tmp_path / "outside" / "connector.py"
+    script.parent.mkdir()
+    script.write_text(_PROC_CONNECTOR)
+    ready, secret = f"cnready{os.getpid()}"[:15], f"cnsecret{os.getpid()}"[:15]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_name_processes_once_ready, ready, secret)
+        done = await bash_attack(tmp_path, [f"{PY} {script} {ready} {secret}"])
+        nursery.cancel_scope.cancel()
+    out = done.output()
+    assert "saw another tree's process" not in out, out
+    assert "connector refused errno 13" in out and "route socket made" in out, out

@@ -196,3 +196,20 @@ def test_s_sec_1_and_s_sec_2_the_kernel_keyring_is_refused(abi: tuple[int, ...])
         for on in (False, True):
             args = (0, 0, 0, -4 & 0xFFFFFFFF)
             assert _decide(arch, nr, *args, deny=on, unix=on, cap=on) == errno.ENOSYS
+
+
+@pytest.mark.parametrize("abi", ABIS, ids=["x86_64", "i386", "aarch64", "arm"])
+def test_s_sec_2_netlink_sockets_are_route_and_sock_diag_only(abi: tuple[int, ...]) -> None:
+    """S-SEC-1, S-SEC-2: in every mode a netlink socket is made for NETLINK_ROUTE (0) and
+    NETLINK_SOCK_DIAG (4), of any type and flags; the proc connector (11), uevents (15),
+    generic netlink (16) and the rest get EACCES."""
+    arch, socket = abi[0], abi[-1]
+    for deny in (False, True):
+        for unix in (False, True):
+            for kind in (2, 3, 3 | 0x80000):
+                for protocol in (0, 4):
+                    got = _decide(arch, socket, 16, kind, protocol, deny=deny, unix=unix)
+                    assert got == ALLOW, (deny, unix, kind, protocol)
+                for protocol in (11, 15, 16, 9, 1 << 8):
+                    got = _decide(arch, socket, 16, kind, protocol, deny=deny, unix=unix)
+                    assert got == errno.EACCES, (deny, unix, kind, protocol)
