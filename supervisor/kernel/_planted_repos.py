@@ -35,7 +35,9 @@ or symlink that points out of the root is not followed.
 Walks are shared (``RepositorySweeps``): a worker that ends while a walk of
 its root runs waits for the next walk, which starts after its tree is gone
 and covers every worker waiting for it (from the earliest start), so a
-fan-out pays one walk per batch, not one per worker. A walk reads again
+fan-out pays one walk per batch, not one per worker. A walk during which
+another writer of the root was alive covers nothing for good: that writer
+could move a repository out of its way (see ``RepositorySweeps``). A walk reads again
 only the directories whose entries changed since the last one (``_Listing``):
 on this repository's tree (3,500 directories, 33,000 entries) the first
 walk takes about 100 ms of CPU, the next ones about 20.
@@ -580,17 +582,32 @@ def render_config(entries: Iterable[tuple[str, str | None]]) -> str:
 
 @dataclass
 class _Sweep:
-    since: float
     done: trio.Event = field(default_factory=trio.Event)
     findings: list[str] = field(default_factory=list)
 
 
 class RepositorySweeps:
-    """One walk at a time per root, shared by every worker that ended before it began."""
+    """One walk at a time per root, shared by every worker that ended before it began.
+
+    Race: a walk works on paths, so a writer of the root that is still alive
+    can move a planted repository out of the walk's way while it runs (a
+    rename away after the root was listed, and back once it passed) and
+    hide it from that walk. Such a walk covers nothing: each root keeps the
+    earliest start of the ended workers that no *quiet* walk has covered
+    (one during which no writer of the root was alive, none started), and
+    every walk looks for what changed since then. The walk after the last
+    writer of a root ends is quiet unless another one starts meanwhile, and
+    then the walk after that one ends is.
+    """
 
     def __init__(self) -> None:
         self._next: dict[str, _Sweep] = {}
         self._running: set[str] = set()
+        #: Each root's live writers (worker ids), and how many began or ended so far.
+        self._writers: dict[str, set[str]] = {}
+        self._events: dict[str, int] = {}
+        #: Each root's earliest start of an ended worker no quiet walk covered.
+        self._uncovered: dict[str, float] = {}
         #: Each root's directory listings, kept from one walk to the next.
         self._listings: dict[str, dict[_DirKey, _Listing]] = {}
         #: Each root's confined thread, kept for the walks that follow.
@@ -602,19 +619,30 @@ class RepositorySweeps:
             walker.close()
         self._walkers.clear()
 
-    async def after(self, roots: Iterable[str], since: float) -> tuple[str, ...]:
-        """Disarm what a worker that started at ``since`` may have planted in ``roots``.
+    def begin(self, worker: str, roots: Iterable[str]) -> None:
+        """Count ``worker`` as a live writer of ``roots`` (before it runs anything)."""
+        for root in dict.fromkeys(roots):
+            self._writers.setdefault(root, set()).add(worker)
+            self._events[root] = self._events.get(root, 0) + 1
+
+    async def after(self, worker: str, roots: Iterable[str], since: float) -> tuple[str, ...]:
+        """Disarm what ``worker``, started at ``since``, may have planted in ``roots``.
 
         Call once its whole tree has ended. Returns the findings of the walks
         that covered it (they may name what other workers planted too).
         """
         sweeps = []
         for root in dict.fromkeys(roots):
+            writers = self._writers.get(root)
+            if writers is not None:
+                writers.discard(worker)
+                if not writers:
+                    del self._writers[root]
+            self._events[root] = self._events.get(root, 0) + 1
+            self._uncovered[root] = min(self._uncovered.get(root, since), since)
             sweep = self._next.get(root)
             if sweep is None:
-                sweep = self._next[root] = _Sweep(since)
-            else:
-                sweep.since = min(sweep.since, since)
+                sweep = self._next[root] = _Sweep()
             sweeps.append(sweep)
             if root not in self._running:
                 self._running.add(root)
@@ -631,7 +659,10 @@ class RepositorySweeps:
         sweep: _Sweep | None = None
         try:
             while (sweep := self._next.pop(root, None)) is not None:
-                walk = _Walk(sweep.since, [], self._listings.pop(root, {}))
+                since = self._uncovered[root]
+                quiet = root not in self._writers
+                events = self._events.get(root)
+                walk = _Walk(since, [], self._listings.pop(root, {}))
                 try:
                     walker = self._walkers.get(root)
                     if walker is None:
@@ -639,6 +670,10 @@ class RepositorySweeps:
                     await trio.to_thread.run_sync(walker.walk, walk)
                     sweep.findings = walk.findings
                     self._listings[root] = walk.listings
+                    # Nobody could move anything out of its way: every worker
+                    # that ended before it began is covered.
+                    if quiet and self._events.get(root) == events:
+                        del self._uncovered[root]
                 except Exception as exc:
                     sweep.findings = [f"{root}: not checked for planted repositories: {exc}"]
                 for line in sweep.findings:

@@ -357,6 +357,7 @@ class Supervisor:
         ):
             handle.swept_roots = policy.writable_dirs
             self._sweep_since[worker_id] = started
+            self._sweeps.begin(worker_id, policy.writable_dirs)
         self.workers[worker_id] = handle
         # From here on the slot belongs to the worker: released when it ends.
         assert self._nursery is not None
@@ -594,7 +595,7 @@ class Supervisor:
             if since is None:
                 return ()
             # Its tree is gone (its cgroup removed): nothing of it races the walk.
-            return await self._sweeps.after(handle.swept_roots, since)
+            return await self._sweeps.after(handle.worker_id, handle.swept_roots, since)
 
         try:
             await handle.supervise(release)

@@ -242,15 +242,46 @@ async def test_s_sec_3_a_later_walk_finds_what_was_planted_where_an_earlier_one_
     # Listings of directories changed within a clock tick of a walk are not kept.
     await trio.sleep(CTIME_SLACK_S + 0.5)
     sweeps = RepositorySweeps()
-    assert await sweeps.after([str(root)], time.time()) == ()
+    assert await sweeps.after("w_1", [str(root)], time.time()) == ()
     started = time.time() - CTIME_SLACK_S
     _git("init", "-q", str(root / "a" / "b" / "new"), cwd=tmp_path)
     _git("init", "-q", str(root / "c" / "x" / "y" / "deep"), cwd=tmp_path)
     for repo in ("a/b/new", "c/x/y/deep", "old"):
         _git("config", "core.fsmonitor", "true", cwd=root / repo)
-    found = "\n".join(await sweeps.after([str(root)], started))
+    found = "\n".join(await sweeps.after("w_2", [str(root)], started))
     for repo in ("a/b/new", "c/x/y/deep", "old"):
         assert f"{root / repo / '.git' / 'config'}: removed core.fsmonitor" in found, found
+
+
+async def test_s_sec_3_a_repository_hidden_from_a_walk_by_a_live_sibling_is_disarmed_later(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: X plants a repository and ends; while X's walk runs, a sibling Y (still
+    alive, a writer of the same root) holds it out of the walk's way, and puts it back after.
+    Y started after the config was written, so a walk of Y's alone would not count it as
+    changed. The walk after Y ends disarms it all the same, and says so; with no writer left,
+    the next worker's walk starts from its own start again (nothing old is reported twice)."""
+    root, away = tmp_path / "proj", tmp_path / "away"
+    root.mkdir()
+    away.mkdir()
+    sweeps = RepositorySweeps()
+    x_started = time.time() - CTIME_SLACK_S
+    sweeps.begin("x", [str(root)])
+    _git("init", "-q", str(root / "hide"), cwd=tmp_path)
+    _git("config", "core.fsmonitor", "touch pwned", cwd=root / "hide")
+    sweeps.begin("y", [str(root)])
+    await trio.sleep(CTIME_SLACK_S + 0.5)
+    y_started = time.time() - CTIME_SLACK_S
+    (root / "hide").rename(away / "hide")  # Y, while X's walk runs
+    assert await sweeps.after("x", [str(root)], x_started) == ()
+    (away / "hide").rename(root / "hide")  # Y, once it passed
+    found = "\n".join(await sweeps.after("y", [str(root)], y_started))
+    config = root / "hide" / ".git" / "config"
+    assert f"{config}: removed core.fsmonitor" in found, found
+    assert "fsmonitor" not in config.read_text()
+    sweeps.begin("z", [str(root)])
+    assert await sweeps.after("z", [str(root)], time.time()) == ()
+    sweeps.close()
 
 
 def test_s_sec_3_the_walk_runs_the_systems_git_not_one_on_path(
