@@ -106,6 +106,7 @@ __all__ = [
     "missing_vcs_dirs",
     "private_proc",
     "read_only_except",
+    "temp_dir_covers",
     "vcs_dirs",
 ]
 
@@ -339,22 +340,39 @@ def _unshare_mount_namespace() -> str:
     return ""
 
 
+def temp_dir_covers(path: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """What ``isolate_temp_dir`` covers for the temp dir ``path``: (dir, the entry kept), twice.
+
+    ``path`` is ``<shared>/<session>/workers/<worker>``: ``<shared>`` is one
+    dir per uid holding every session's (``supervisor.kernel._temp_dirs``).
+    """
+    parent, name = os.path.split(path.rstrip("/"))
+    shared, session = os.path.split(os.path.dirname(parent))
+    return (shared, session), (parent, name)
+
+
 def isolate_temp_dir(path: str) -> str:
-    """Leave ``path`` the one entry of its parent this process reaches; why not, or ``""``.
+    """Leave ``path`` the one temp dir this process reaches; why not, or ``""``.
 
     Every worker's temp dir sits beside the others, under one parent per
-    supervisor, all of one uid: in the namespace a zygote's workers share, a
-    read-only worker could read what another wrote in its own (S-SEC-2).
-    So each worker takes a mount namespace of its own (it needs
-    ``CAP_SYS_ADMIN`` where it is, as for its IPC namespace) and covers the
-    parent with an empty read-only tmpfs that keeps ``path`` alone, bound back.
+    supervisor, and every supervisor's beside the others of its uid: in the
+    namespace a zygote's workers share, a read-only worker could read what
+    another wrote in its own, of its session or another (S-SEC-2). So each
+    worker takes a mount namespace of its own (it needs ``CAP_SYS_ADMIN``
+    where it is, as for its IPC namespace) and covers the uid's dir of every
+    session's, then its session's dir of every worker's, each with an empty
+    read-only tmpfs that keeps only its own entry, bound back. A tmpfs also
+    hides what is made there later (a session that starts after it).
     """
     error = _unshare_mount_namespace()
     if error:
         return error
-    parent, name = os.path.split(path.rstrip("/"))
     # Its own record: CURRENT describes the namespace shared with the zygote.
-    return "; ".join(MountNamespace(how="mount namespace").hide([parent], keep=[name]))
+    namespace = MountNamespace(how="mount namespace")
+    failed = []
+    for directory, kept in temp_dir_covers(path):
+        failed += namespace.hide([directory], keep=[kept])
+    return "; ".join(failed)
 
 
 PROC = "/proc"

@@ -352,7 +352,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
         if temp_error:
             missing.append(f"other workers' temp dirs are not hidden: {temp_error}")
         else:
-            hidden.append(os.path.dirname(policy.temp_dir.rstrip("/")))
+            hidden += [covered for covered, _ in _mounts.temp_dir_covers(policy.temp_dir)]
     ipc_error = _mounts.enter_ipc_namespace()
     if ipc_error:
         missing.append(f"no IPC namespace of its own: {ipc_error}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -14,14 +16,24 @@ from ._worker_tree import process_exists
 
 __all__ = ["WorkerTempDirs"]
 
+log = logging.getLogger(__name__)
+
 
 class WorkerTempDirs:
     """The private temp dirs of one supervisor's sandboxed workers.
 
-    All live under one dir per supervisor, ``$TMPDIR/subvisor-sandbox-<pid>-*/workers``,
-    removed when the supervisor closes. A supervisor killed by SIGKILL cannot
-    do that, so the first sandboxed spawn of the next one removes the dirs of
-    supervisors whose pid no longer exists.
+    All live under one dir per supervisor, ``<shared>/<pid>-*/workers``,
+    removed when the supervisor closes. ``<shared>`` is one dir per uid,
+    ``$TMPDIR/subvisor-sandboxes-<uid>`` (mode 0700), holding every session's:
+    each worker covers it, and its own session's ``workers``, with an empty
+    tmpfs that keeps only its own dir (``worker._mounts.isolate_temp_dir``),
+    so that no worker reads another session's temp files, nor those of one
+    that starts later (S-SEC-2). Where that name is taken by something not
+    ours (another user made it first in a shared ``/tmp``), a private dir
+    stands in for it, and other sessions' temp dirs are not hidden (logged).
+    A supervisor killed by SIGKILL cannot remove its dir, so the first
+    sandboxed spawn of the next one removes the dirs of supervisors whose pid
+    no longer exists (also those of older versions, directly in ``$TMPDIR``).
 
     A worker that leaves its dir empty (most do) leaves it until close, or
     until ``MAX_KEPT_EMPTY`` pile up: on ext4 without a journal every removal
@@ -31,12 +43,17 @@ class WorkerTempDirs:
     left behind could still write into it.
     """
 
+    #: Where older versions put a supervisor's dir: ``$TMPDIR/<PREFIX><pid>-*``.
     PREFIX = "subvisor-sandbox-"
+    #: This uid's dir of every session's: ``$TMPDIR/<SHARED><uid>``.
+    SHARED = "subvisor-sandboxes-"
     _WORKERS = "workers"
     MAX_KEPT_EMPTY = 1024
 
     def __init__(self) -> None:
         self._root: str | None = None
+        #: A stand-in for the uid's shared dir, removed with ours at close.
+        self._private_shared: str | None = None
         self._dirs: dict[str, str] = {}
         self._kept_empty: list[str] = []
 
@@ -50,8 +67,11 @@ class WorkerTempDirs:
         anything but its own directory.
         """
         if self._root is None:
-            _remove_orphans(Path(tempfile.gettempdir()), self.PREFIX)
-            root = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-")
+            temp = tempfile.gettempdir()
+            shared = self._shared_dir(temp)
+            _remove_orphans(Path(temp), self.PREFIX)
+            _remove_orphans(Path(shared), "")
+            root = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=shared)
             # Marked as a top dir, the root puts its one subdir in a lightly
             # used ext4 block group, and the workers' dirs follow it there:
             # usually cheap to create even when $TMPDIR's group saw many
@@ -66,6 +86,30 @@ class WorkerTempDirs:
             path = os.path.join(parent, f"{worker_id}-{secrets.token_hex(6)}")
         self._dirs[worker_id] = path
         return path
+
+    def _shared_dir(self, temp: str) -> str:
+        """This uid's dir of every session's, made if need be; a private one if it is not ours."""
+        uid = os.getuid()
+        path = os.path.join(temp, f"{self.SHARED}{uid}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        # lstat: a symlink planted under that name is not ours, whatever it leads to.
+        # In a sticky $TMPDIR nobody else can rename or remove our dir afterwards.
+        info = os.lstat(path)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid:
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(path, 0o700)
+            return path
+        self._private_shared = tempfile.mkdtemp(prefix=f"{self.SHARED}{uid}-", dir=temp)
+        log.warning(
+            "%s is not a directory of uid %d, so this session's subagents' temp dirs go in %s and "
+            "those of other sessions are not hidden from them; remove %s",
+            path,
+            uid,
+            self._private_shared,
+            path,
+        )
+        return self._private_shared
 
     def release(self, worker_id: str) -> list[str]:
         """Forget the worker's temp dir; return the dirs to remove now (with ``remove``).
@@ -102,6 +146,9 @@ class WorkerTempDirs:
         root, self._root = self._root, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+        shared, self._private_shared = self._private_shared, None
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
 
 
 def _remove_orphans(parent: Path, prefix: str) -> None:

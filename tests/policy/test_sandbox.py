@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -427,28 +428,36 @@ async def test_every_spawn_path_applies_the_sandbox_before_hello(
 async def test_temp_dirs_are_private_and_a_killed_supervisors_are_swept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each sandboxed worker gets its own temp dir under its supervisor's; all of it goes
-    when the supervisor closes, and the dirs of a supervisor that died (SIGKILL, no
-    cleanup) go at the next one's first sandboxed spawn; a live one's stay."""
+    """Each sandboxed worker gets its own temp dir under its supervisor's, in the uid's dir
+    of every session's (mode 0700); all of the supervisor's goes when it closes, and the
+    dirs of a supervisor that died (SIGKILL, no cleanup) go at the next one's first
+    sandboxed spawn, where this version or an older one (directly in $TMPDIR) left them;
+    a live one's stay."""
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead_pid = _a_dead_pid()
-    orphan = tmp_path / f"subvisor-sandbox-{dead_pid}-abc" / "w_1-x"
-    alive = tmp_path / f"subvisor-sandbox-{os.getpid()}-def" / "w_2-y"
-    for path in (orphan, alive):
+    shared = tmp_path / f"subvisor-sandboxes-{os.getuid()}"
+    old_orphan = tmp_path / f"subvisor-sandbox-{dead_pid}-abc" / "w_1-x"
+    orphan = shared / f"{dead_pid}-ghi" / "workers" / "w_3-z"
+    alive = shared / f"{os.getpid()}-def" / "workers" / "w_2-y"
+    for path in (old_orphan, orphan, alive):
         path.mkdir(parents=True)
         (path / "left.txt").write_text("left behind")
+    shared.chmod(0o755)
     policy = SandboxPolicy(mode="read-only", network="deny")
     async with Supervisor(SupervisorConfig()) as sup:
         first = await sup.spawn(sandbox=policy)
         second = await sup.spawn(sandbox=policy)
         dirs = [h.sandbox.temp_dir for h in (first, second) if h.sandbox is not None]
         assert len(set(dirs)) == 2 and _exist(dirs) == [True, True]
-        assert _exist([orphan.parent, alive]) == [False, True]
+        assert all(Path(d).parents[2] == shared for d in dirs), dirs
+        assert _exist([old_orphan.parent, orphan.parents[1], alive]) == [False, False, True]
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o700
         await first.shutdown()
     assert _exist(dirs) == [False, False]
-    assert _exist([alive]) == [True] and _entries(tmp_path) == [alive.parent.name]
+    assert _exist([alive]) == [True] and _entries(tmp_path) == [shared.name]
+    assert _entries(shared) == [alive.parents[1].name]
 
 
 @needs_landlock
@@ -479,6 +488,49 @@ async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_nev
         later = await sup.spawn(sandbox=policy)
         assert later.sandbox is not None and later.sandbox.temp_dir not in (used_dir, idle_dir)
     assert _exist([idle_dir]) == [False]
+
+
+def _bash_model(command: str) -> Any:
+    """A request handler playing the model: one Bash call of ``command``, then its output."""
+
+    async def handle(_: WorkerHandle, request: WorkerRequest) -> ModelResult:
+        assert isinstance(request, ModelCallRequest), request
+        tools = [m for m in request.params.messages if m.role == "tool"]
+        if not tools:
+            return ModelResult(
+                tool_calls=(ToolCall(id="t1", name="Bash", input={"command": command}),)
+            )
+        return ModelResult(text=tools[0].content)
+
+    return handle
+
+
+@needs_landlock
+async def test_s_sec_2_a_subagent_reads_no_temp_dir_of_another_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-2: session A's read-only worker, already running, searches the whole temp dir
+    for what session B's worker (a session started after it) wrote in its own $TMPDIR, and
+    finds nothing; its own $TMPDIR still works. Before, every session's dir lay beside the
+    others in $TMPDIR, out of each worker's cover, and a read-only worker read them."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    secret = "SECRET" + "-OF-B"
+    search = (
+        f"grep -rs {secret} {tmp_path}; echo searched; "
+        'echo mine > "$TMPDIR/own" && cat "$TMPDIR/own"'
+    )
+    async with Supervisor(SupervisorConfig()) as a:
+        reader = await a.spawn(sandbox=policy, handler=_bash_model(search))
+        async with Supervisor(SupervisorConfig()) as b:
+            write = f'echo {secret} > "$TMPDIR/secret.txt" && echo written'
+            writer = await b.spawn(sandbox=policy, handler=_bash_model(write))
+            assert "written" in await _run_bash_agent(writer, tmp_path)
+            found = await _run_bash_agent(reader, tmp_path)
+    assert "searched" in found and "mine" in found, found
+    assert secret not in found, found
 
 
 def _exist(paths: Any) -> list[bool]:
