@@ -108,6 +108,23 @@ async def test_s_sec_3_a_workspace_write_subagent_changes_no_metadata_outside_it
     assert script.stat().st_mode & 0o111 and script.stat().st_mtime == 946684800
 
 
+def _run_in_own_mounts(script: str, tmp_path: Path, **env: object) -> str:
+    """Run ``script`` (bash, ``env`` and ``$PY`` set) in a private mount namespace made for
+    the test; the answer of the ``subvisor run --json`` it leaves in ``$OUT/run.json``."""
+    full = {**cli_env(tmp_path / "home"), "PY": sys.executable}
+    full.update({name: str(value) for name, value in env.items()})
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    answer: str = json.loads(Path(full["OUT"], "run.json").read_text())["answer"]
+    return answer
+
+
 # A project holding two filesystems of its own: a writable one, and one
 # mounted read-only. The supervisor runs in a private mount namespace made for
 # the test, as ``subvisor run`` would on a machine with such mounts.
@@ -151,22 +168,7 @@ def test_s_sbx_1_mounts_in_the_project_keep_their_writability(tmp_path: Path) ->
             ],
         },
     )
-    env = {
-        **cli_env(tmp_path / "home"),
-        "P": str(project),
-        "OUT": str(out),
-        "MODEL": model,
-        "PY": sys.executable,
-    }
-    done = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "bash", "-c", _MOUNTS_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads((out / "run.json").read_text())["answer"]
+    answer = _run_in_own_mounts(_MOUNTS_SCRIPT, tmp_path, P=project, OUT=out, MODEL=model)
     assert re.findall(r"rc=(\d+)", answer) == ["0", "1", "1"], answer
     assert (out / "modes").read_text().split() == ["600", "700"], answer
 
@@ -218,24 +220,9 @@ def test_s_sbx_1_a_filesystem_mounted_later_is_no_writable_way_out(tmp_path: Pat
             ],
         },
     )
-    env = {
-        **cli_env(tmp_path / "home"),
-        "P": str(project),
-        "B": str(base),
-        "OUT": str(out),
-        "SIG": str(signal),
-        "MARKER": marker,
-        "MODEL": model,
-        "PY": sys.executable,
-    }
-    done = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "bash", "-c", _LATE_MOUNT_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads((out / "run.json").read_text())["answer"]
+    answer = _run_in_own_mounts(
+        _LATE_MOUNT_SCRIPT, tmp_path, P=project, B=base, OUT=out, SIG=signal, MARKER=marker,
+        MODEL=model,
+    )  # fmt: skip
     assert re.findall(r"rc=(\d+)", answer) == ["1"], answer
     assert (out / "modes").read_text().split() == ["600"], answer
