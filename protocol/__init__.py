@@ -185,6 +185,7 @@ from ._node import (
 from ._process_names import SUPERVISOR_PROCESS_NAME, WORKER_PROCESS_NAME, ZYGOTE_PROCESS_NAME
 from ._sandbox import (
     NETWORK_ABI,
+    TEMP_SHARED_PREFIX,
     NetworkMode,
     OnUnsupported,
     SandboxMode,
@@ -248,6 +249,7 @@ __all__ = [
     "SUPERVISOR_METHODS",
     "SUPERVISOR_PROCESS_NAME",
     "SUPERVISOR_REQUEST_METHODS",
+    "TEMP_SHARED_PREFIX",
     "TOOL_FINISHED",
     "TOOL_STARTED",
     "USER_QUESTION",

@@ -54,12 +54,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "NETWORK_ABI",
+    "TEMP_SHARED_PREFIX",
     "NetworkMode",
     "OnUnsupported",
     "SandboxMode",
     "SandboxPolicy",
     "SandboxReport",
 ]
+
+#: The name, before the uid, of the one dir in the system's temp dir that holds
+#: every session's dir of that uid: ``subvisor-sandboxes-<uid>/<pid>-*/workers/
+#: <worker>`` (``supervisor.kernel._temp_dirs``). A worker covers it only where
+#: its temp dir lies in such a dir (``worker._mounts.temp_dir_covers``).
+TEMP_SHARED_PREFIX = "subvisor-sandboxes-"
 
 SandboxMode = Literal["read-only", "workspace-write", "full"]
 NetworkMode = Literal["deny", "allow"]

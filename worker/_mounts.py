@@ -90,6 +90,8 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from protocol import TEMP_SHARED_PREFIX
+
 from ._landlock import open_nofollow
 from ._privileges import status_caps
 
@@ -340,15 +342,21 @@ def _unshare_mount_namespace() -> str:
     return ""
 
 
-def temp_dir_covers(path: str) -> tuple[tuple[str, str], tuple[str, str]]:
-    """What ``isolate_temp_dir`` covers for the temp dir ``path``: (dir, the entry kept), twice.
+def temp_dir_covers(path: str) -> list[tuple[str, str]]:
+    """What ``isolate_temp_dir`` covers for ``path``: (dir, the entry kept), outer first.
 
     ``path`` is ``<shared>/<session>/workers/<worker>``: ``<shared>`` is one
     dir per uid holding every session's (``supervisor.kernel._temp_dirs``).
+    ``<shared>`` is covered only where its name says it is one
+    (``TEMP_SHARED_PREFIX``): a temp dir a caller gave elsewhere (``/tmp/x``)
+    has none above it, and its grandparent may be ``/`` or a home.
     """
     parent, name = os.path.split(path.rstrip("/"))
     shared, session = os.path.split(os.path.dirname(parent))
-    return (shared, session), (parent, name)
+    covers = [(parent, name)]
+    if session and os.path.basename(shared).startswith(TEMP_SHARED_PREFIX):
+        covers.insert(0, (shared, session))
+    return covers
 
 
 def isolate_temp_dir(path: str) -> str:
@@ -362,7 +370,9 @@ def isolate_temp_dir(path: str) -> str:
     where it is, as for its IPC namespace) and covers the uid's dir of every
     session's, then its session's dir of every worker's, each with an empty
     read-only tmpfs that keeps only its own entry, bound back. A tmpfs also
-    hides what is made there later (a session that starts after it).
+    hides what is made there later (a session that starts after it). A temp
+    dir in no such dir of every session's (one a caller gave) gets its
+    parent covered alone (``temp_dir_covers``).
     """
     error = _unshare_mount_namespace()
     if error:

@@ -11,6 +11,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from protocol import TEMP_SHARED_PREFIX
+
 from ..files._ext4_topdir import mark_top_directory
 from ._worker_tree import process_exists
 
@@ -46,7 +48,7 @@ class WorkerTempDirs:
     #: Where older versions put a supervisor's dir: ``$TMPDIR/<PREFIX><pid>-*``.
     PREFIX = "subvisor-sandbox-"
     #: This uid's dir of every session's: ``$TMPDIR/<SHARED><uid>``.
-    SHARED = "subvisor-sandboxes-"
+    SHARED = TEMP_SHARED_PREFIX
     _WORKERS = "workers"
     MAX_KEPT_EMPTY = 1024
 

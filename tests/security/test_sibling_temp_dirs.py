@@ -9,7 +9,9 @@ for the reader, which tries to read it and to list the parent.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,27 @@ async def test_s_sec_2_a_temp_dir_path_planted_as_a_symlink_is_refused(tmp_path:
     assert list(elsewhere.iterdir()) == []
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
     assert fresh.stat().st_uid == os.geteuid()
+
+
+@pytest.mark.machine_may_lack("a mount namespace of a worker's own (CAP_SYS_ADMIN where it is)")
+async def test_s_sec_2_a_temp_dir_given_outside_the_supervisors_layout_covers_its_parent_only(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-2: a temp dir a caller gives directly in the system temp dir (not in the uid's
+    dir of every session's) has its parent covered, its siblings hidden, and nothing
+    above: no cover is tried on ``/``, and the report names no failure."""
+    given = Path(tempfile.mkdtemp(prefix="subvisor-test-given-")) / "tmp"
+    read_only = SandboxPolicy(mode="read-only", on_unsupported="warn")
+    try:
+        async with Supervisor(SupervisorConfig(max_workers=1)) as sup:
+            handle = await sup.spawn(sandbox=read_only.model_copy(update={"temp_dir": str(given)}))
+            report = handle.sandbox
+            await handle.kill("test done")
+    finally:
+        shutil.rmtree(given.parent, ignore_errors=True)
+    assert report is not None
+    if not report.ipc_namespace:  # needs CAP_SYS_ADMIN where the worker is, as the cover does
+        pytest.skip(f"no namespace of its own here: {report.reason}")
+    assert "temp dirs" not in report.reason, report.reason
+    assert str(given.parent) in report.hidden, report
+    assert "/" not in report.hidden and str(given.parent.parent) not in report.hidden, report
