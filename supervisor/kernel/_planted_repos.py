@@ -36,17 +36,20 @@ Walks are shared (``RepositorySweeps``): a worker that ends while a walk of
 its root runs waits for the next walk, which starts after its tree is gone
 and covers every worker waiting for it (from the earliest start), so a
 fan-out pays one walk per batch, not one per worker. A walk during which
-another writer of the root was alive covers nothing for good: that writer
-could move a repository out of its way (see ``RepositorySweeps``). A walk reads again
-only the directories whose entries changed since the last one (``_Listing``):
+another writer of the root (or of a directory inside or around it) was
+alive, or began, covers nothing: that writer could move a repository out of
+its way and back (see ``RepositorySweeps``), so the next walk, at the latest
+the one after the last of them ends, looks as far back again. A walk reads
+again only the directories whose entries changed since the last one (``_Listing``):
 on this repository's tree (3,500 directories, 33,000 entries) the first
 walk takes about 100 ms of CPU, the next ones about 20.
 
 Not covered: the time while the worker still runs (a git command the user
 runs meanwhile in a repository it planted), a directory the walk cannot
 read, and anything past ``WALK_ENTRIES`` (said in the findings). A
-supervisor killed before the walk leaves it to whatever opens its store
-next (``state._recovery``), from the roots recorded with each task.
+supervisor killed before the walk (or after a walk that covered nothing)
+leaves it to whatever opens its store next (``state._recovery``), from the
+roots recorded with each task.
 """
 
 from __future__ import annotations
@@ -591,21 +594,26 @@ class RepositorySweeps:
 
     Race: a walk works on paths, so a writer of the root that is still alive
     can move a planted repository out of the walk's way while it runs (a
-    rename away after the root was listed, and back once it passed) and
-    hide it from that walk. Such a walk covers nothing: each root keeps the
-    earliest start of the ended workers that no *quiet* walk has covered
-    (one during which no writer of the root was alive, none started), and
-    every walk looks for what changed since then. The walk after the last
-    writer of a root ends is quiet unless another one starts meanwhile, and
-    then the walk after that one ends is.
+    rename away after its directory was listed, and back once the walk
+    passed) and hide it from that walk. A writer of a directory inside the
+    root, or around it, can do as much (a project's ``.subvisor/agent-memory``
+    dir is a root of its own for a read-only agent with memory). Such a walk
+    covers nothing: each root keeps the earliest start of the ended workers
+    that no *quiet* walk has covered (one that began with no writer of the
+    root or of a root inside or around it alive, and during which none
+    began), and every walk looks for what changed since then. A writer's end
+    walks its roots and every root around or inside them that some walk
+    left uncovered, so the walk after the last writer ends is quiet unless
+    another one begins meanwhile, and then the walk after that one ends is.
     """
 
     def __init__(self) -> None:
         self._next: dict[str, _Sweep] = {}
         self._running: set[str] = set()
-        #: Each root's live writers (worker ids), and how many began or ended so far.
+        #: Each root's live writers (worker ids).
         self._writers: dict[str, set[str]] = {}
-        self._events: dict[str, int] = {}
+        #: Roots being walked that a writer of theirs began or ended during.
+        self._disturbed: set[str] = set()
         #: Each root's earliest start of an ended worker no quiet walk covered.
         self._uncovered: dict[str, float] = {}
         #: Each root's directory listings, kept from one walk to the next.
@@ -621,25 +629,35 @@ class RepositorySweeps:
 
     def begin(self, worker: str, roots: Iterable[str]) -> None:
         """Count ``worker`` as a live writer of ``roots`` (before it runs anything)."""
-        for root in dict.fromkeys(roots):
+        roots = tuple(dict.fromkeys(roots))
+        for root in roots:
             self._writers.setdefault(root, set()).add(worker)
-            self._events[root] = self._events.get(root, 0) + 1
+        self._disturb(roots)
 
     async def after(self, worker: str, roots: Iterable[str], since: float) -> tuple[str, ...]:
         """Disarm what ``worker``, started at ``since``, may have planted in ``roots``.
 
         Call once its whole tree has ended. Returns the findings of the walks
-        that covered it (they may name what other workers planted too).
+        that covered it (they may name what other workers planted too), and
+        of the walks of roots inside or around them that an earlier walk left
+        uncovered while this worker was alive.
         """
-        sweeps = []
-        for root in dict.fromkeys(roots):
+        roots = tuple(dict.fromkeys(roots))
+        for root in roots:
             writers = self._writers.get(root)
             if writers is not None:
                 writers.discard(worker)
                 if not writers:
                     del self._writers[root]
-            self._events[root] = self._events.get(root, 0) + 1
             self._uncovered[root] = min(self._uncovered.get(root, since), since)
+        self._disturb(roots)
+        # This worker may be what kept the walk of a root around or inside its
+        # own from counting: walk that root again now.
+        walked = dict.fromkeys(
+            (*roots, *(r for r in self._uncovered if any(_overlap(r, own) for own in roots)))
+        )
+        sweeps = []
+        for root in walked:
             sweep = self._next.get(root)
             if sweep is None:
                 sweep = self._next[root] = _Sweep()
@@ -653,15 +671,26 @@ class RepositorySweeps:
             findings.extend(sweep.findings)
         return tuple(dict.fromkeys(findings))
 
+    def _disturb(self, roots: tuple[str, ...]) -> None:
+        """A writer of ``roots`` began or ended: a walk of one of them now covers nothing."""
+        for walked in self._running:
+            if any(_overlap(walked, root) for root in roots):
+                self._disturbed.add(walked)
+
     async def _run(self, root: str) -> None:
         # A system task: it must not raise, and every waiter must be woken,
         # even when the run ends under it.
         sweep: _Sweep | None = None
         try:
             while (sweep := self._next.pop(root, None)) is not None:
-                since = self._uncovered[root]
-                quiet = root not in self._writers
-                events = self._events.get(root)
+                since = self._uncovered.get(root)
+                if since is None:  # a quiet walk covered it since it was asked for
+                    sweep.done.set()
+                    continue
+                # No checkpoint from here to the walk's start: what began or
+                # ended before it is in ``_writers``, what does after in ``_disturbed``.
+                self._disturbed.discard(root)
+                quiet = not any(_overlap(root, other) for other in self._writers)
                 walk = _Walk(since, [], self._listings.pop(root, {}))
                 try:
                     walker = self._walkers.get(root)
@@ -672,7 +701,7 @@ class RepositorySweeps:
                     self._listings[root] = walk.listings
                     # Nobody could move anything out of its way: every worker
                     # that ended before it began is covered.
-                    if quiet and self._events.get(root) == events:
+                    if quiet and root not in self._disturbed:
                         del self._uncovered[root]
                 except Exception as exc:
                     sweep.findings = [f"{root}: not checked for planted repositories: {exc}"]
@@ -681,7 +710,13 @@ class RepositorySweeps:
                 sweep.done.set()
         finally:
             self._running.discard(root)
+            self._disturbed.discard(root)
             for left in (sweep, self._next.pop(root, None)):
                 if left is not None and not left.done.is_set():
                     left.findings = [f"{root}: not checked for planted repositories (shut down)"]
                     left.done.set()
+
+
+def _overlap(a: str, b: str) -> bool:
+    """One of the roots ``a`` and ``b`` lies in the other (or they are one)."""
+    return _within(a, b) or _within(b, a)

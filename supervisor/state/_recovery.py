@@ -14,8 +14,10 @@ shows a dead run as running:
   no longer runs is removed, whatever its suffix (socket, address file);
 - every repository a task's worker planted below the directories it could
   write (``TaskRecord.swept_roots``) is disarmed, as the walk that follows
-  every worker would have done had its supervisor lived (S-SEC-3); the
-  task's error says what was done.
+  every worker would have done had its supervisor lived (S-SEC-3), from
+  the start of the earliest task whose walk a sibling still running at the
+  death could have dodged (``_uncovered_since``); the task's error says
+  what was done.
 
 Invariants:
 
@@ -64,7 +66,10 @@ def recover_dead_runs(store: SessionStore, home: Path) -> list[TaskRecord]:
         reason = _gone_reason(owner)
         if reason is None:
             continue
-        for record in _disarm_planted(store, store.interrupt_owned(owner, reason)):
+        # Read before they are ended: the tasks that ended while it lived.
+        ended_before = store.ended_owned(owner)
+        interrupted = store.interrupt_owned(owner, reason)
+        for record in _disarm_planted(store, interrupted, ended_before):
             _align_output_dir(record)
             ended.append(record)
     remove_stale_run_files(store, home)
@@ -119,23 +124,30 @@ def _gone_reason(owner: str | None) -> str | None:
     return None if why is None else f"supervisor pid {identity.pid} is gone ({why})"
 
 
-def _disarm_planted(store: SessionStore, records: list[TaskRecord]) -> list[TaskRecord]:
+def _disarm_planted(
+    store: SessionStore, records: list[TaskRecord], ended: list[TaskRecord]
+) -> list[TaskRecord]:
     """Walk what the dead run's workers could write, which their supervisor never did.
 
     Its workers died with it (each by its parent-death signal): nothing of
     theirs is left to race the walk but what escaped their tree, as for the
-    walk of a live supervisor. Each root is walked once, from the earliest
-    task on it, and every task on it is told what that walk found (which may
-    be a sibling's doing, as in the live walk).
+    walk of a live supervisor. Each outermost root is walked once
+    (``_uncovered_since``), and every task on it or inside it is told what
+    that walk found (which may be a sibling's doing, as in the live walk).
+    ``ended``: the dead run's tasks that ended before it died.
     """
-    since: dict[str, float] = {}
-    for record in records:
-        for root in record.swept_roots:
-            since[root] = min(since.get(root, record.created_at), record.created_at)
+    since = _uncovered_since(records, ended)
     found = {root: disarm_planted([root], start - CTIME_SLACK_S) for root, start in since.items()}
     told: list[TaskRecord] = []
     for record in records:
-        findings = list(dict.fromkeys(line for root in record.swept_roots for line in found[root]))
+        findings = list(
+            dict.fromkeys(
+                line
+                for walked, lines in found.items()
+                if any(_overlap(walked, root) for root in record.swept_roots)
+                for line in lines
+            )
+        )
         if findings:
             record = record.model_copy(
                 update={
@@ -159,3 +171,49 @@ def _align_output_dir(record: TaskRecord) -> None:
     with contextlib.suppress(OSError):
         write_metadata(record)
         Path(record.output_file).write_text(record.error or "", encoding="utf-8")
+
+
+def _uncovered_since(records: list[TaskRecord], ended: list[TaskRecord]) -> dict[str, float]:
+    """The outermost roots to walk for the tasks ``records`` a dead run left, each from when.
+
+    A walk of the live supervisor's covered nothing while another writer of
+    its root (or of one inside or around it) was alive: that writer could
+    move a planted repository out of its way (``RepositorySweeps``). So an
+    ended task whose life overlapped, through a chain of such writers, one
+    still running at the death may not have been covered: each group of
+    roots inside one another is walked from the earliest start in the chain
+    that reaches the death, not only from the earliest running task's. A
+    task ends after its walk, so its ``created_at``..``ended_at`` holds both.
+    """
+    groups: list[list[str]] = []
+    for root in dict.fromkeys(r for t in (*records, *ended) for r in t.swept_roots):
+        joined = [g for g in groups if any(_overlap(root, other) for other in g)]
+        merged = [root, *(r for g in joined for r in g)]
+        groups = [g for g in groups if g not in joined] + [merged]
+    since: dict[str, float] = {}
+    for group in groups:
+        inside = set(group)
+        running = [t.created_at for t in records if inside.intersection(t.swept_roots)]
+        if not running:
+            continue
+        # The chain's lives make one span that ends at the death: it reaches
+        # back past each ended task that ended within it.
+        frontier = min(running)
+        for task in sorted(ended, key=lambda t: t.created_at, reverse=True):
+            if (
+                task.created_at < frontier
+                and (task.ended_at is None or task.ended_at >= frontier)
+                and inside.intersection(task.swept_roots)
+            ):
+                frontier = task.created_at
+        for root in group:
+            # A root inside another of the group is walked with it.
+            if not any(_overlap(root, other) and len(other) < len(root) for other in group):
+                since[root] = frontier
+    return since
+
+
+def _overlap(a: str, b: str) -> bool:
+    """One of the roots ``a`` and ``b`` (absolute, resolved) lies in the other, or they are one."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)

@@ -667,6 +667,20 @@ class SessionStore:
                 )
         return ended
 
+    def ended_owned(self, owner: str | None) -> list[TaskRecord]:
+        """Every ended task of ``owner`` that a worker ran with roots to sweep.
+
+        For the recovery's walk (S-SEC-3): a walk of its dead supervisor's
+        that a live sibling could dodge did not cover the task. Not indexed:
+        read once, after a supervisor died.
+        """
+        rows = self._db.execute(
+            f"SELECT record FROM tasks WHERE NOT {_UNENDED} AND owner IS ?"
+            " AND json_array_length(record, '$.swept_roots') > 0",
+            (owner,),
+        ).fetchall()
+        return [TaskRecord.model_validate_json(row[0]) for row in rows]
+
     def interrupt_created_sessions(self, reason: str) -> int:
         """End the sessions this store created that still run as ``interrupted``; how many.
 

@@ -22,14 +22,18 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from supervisor import RootSession
 from supervisor.kernel._planted_repos import (
     CTIME_SLACK_S,
     DISARMED_SUFFIX,
     RepositorySweeps,
+    _Listing,
+    _Walk,
     disarm_planted,
     render_config,
 )
-from tests.support.attack import bash_attack
+from tests.support.attack import bash, bash_attack
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.unprivileged import unprivileged
 
 
@@ -282,6 +286,137 @@ async def test_s_sec_3_a_repository_hidden_from_a_walk_by_a_live_sibling_is_disa
     sweeps.begin("z", [str(root)])
     assert await sweeps.after("z", [str(root)], time.time()) == ()
     sweeps.close()
+
+
+async def test_s_sec_3_a_writer_of_a_root_inside_another_hides_nothing_from_its_walk(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3: as above, with Y a writer of a directory inside X's root only (a read-only
+    agent's project memory dir, `.subvisor/agent-memory/NAME`; the end-to-end test below shows
+    how a walk is dodged from inside its root): X's walk, which Y was alive for, covers
+    nothing, and Y's end walks X's root again, which disarms what Y held away."""
+    root = tmp_path / "proj"
+    memory = root / ".subvisor" / "agent-memory" / "m"
+    memory.mkdir(parents=True)
+    sweeps = RepositorySweeps()
+    x_started = time.time() - CTIME_SLACK_S
+    sweeps.begin("x", [str(root)])
+    _git("init", "-q", str(memory / "hide"), cwd=tmp_path)
+    _git("config", "core.fsmonitor", "touch pwned", cwd=memory / "hide")
+    await trio.sleep(CTIME_SLACK_S + 0.5)
+    y_started = time.time() - CTIME_SLACK_S
+    sweeps.begin("y", [str(memory)])
+    (memory / "hide").rename(tmp_path / "away")  # out of the way of X's walk, as Y can
+    assert await sweeps.after("x", [str(root)], x_started) == ()
+    (tmp_path / "away").rename(memory / "hide")  # Y, once it passed
+    found = "\n".join(await sweeps.after("y", [str(memory)], y_started))
+    config = memory / "hide" / ".git" / "config"
+    assert f"{config}: removed core.fsmonitor" in found, found
+    assert "fsmonitor" not in config.read_text()
+    sweeps.close()
+
+
+#: Bounded waits (0.05 s steps) on files another agent, or the walk, makes.
+_WAIT = "for i in $(seq 1200); do [ -e {file} ] && break; sleep 0.05; done"
+
+
+async def test_s_sec_3_a_sibling_that_hides_a_planted_repository_from_a_walk_leaves_it_disarmed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-3, end to end (a red team's attack): X plants `hide/.git` (`core.fsmonitor`,
+    a hook) and ends while Y, a workspace-write sibling started after the plant, is alive.
+    Y renames `hide` away once X's walk has listed the project, and back once that walk is
+    done. After the run the repository is disarmed all the same: the hook set aside, the
+    config rewritten, and `git status` and `git checkout` in it run nothing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "PWNED"
+    hooked: list[_Walk] = []
+    real_read, real_run = _Walk.read, _Walk.run
+
+    # The seam that makes X's walk observable: the first walk of the project that
+    # lists it once Y is ready says so, and goes on only once Y moved `hide` away.
+    def read(self: _Walk, directory: str, info: os.stat_result) -> _Listing | None:
+        listing = real_read(self, directory, info)
+        ours = os.path.realpath(directory) == os.path.realpath(project)
+        if not hooked and ours and (project / "y-ready").exists():
+            hooked.append(self)
+            (project / "walking").touch()
+            for _ in range(1200):
+                if (project / "moved").exists():
+                    break
+                time.sleep(0.05)
+        return listing
+
+    def run(self: _Walk, root: str) -> None:
+        try:
+            real_run(self, root)
+        finally:
+            if self in hooked:
+                (project / "walked").touch()
+
+    monkeypatch.setattr(_Walk, "read", read)
+    monkeypatch.setattr(_Walk, "run", run)
+    plant = (
+        "git init -q hide"
+        f" && git -C hide config core.fsmonitor 'touch {marker}; false'"
+        f" && printf '#!/bin/sh\\ntouch {marker}\\n' > hide/.git/hooks/post-checkout"
+        " && chmod +x hide/.git/hooks/post-checkout && touch planted && echo planted;"
+        f" {_WAIT.format(file='y-ready')}; echo x-ends"
+    )
+    # Y must start after the planted config's ctime, give or take the supervisor's
+    # slack for the kernel's coarse clock: a read-only agent waits that long first.
+    age = f"{_WAIT.format(file='planted')}; sleep {CTIME_SLACK_S + 1}; echo aged"
+    hide = (
+        f"touch y-ready; {_WAIT.format(file='walking')}; mv hide hide2 && touch moved"
+        f" && echo moved; {_WAIT.format(file='walked')}; mv hide2 hide && echo back"
+    )
+    model = write_scenario(
+        tmp_path / "hide.yaml",
+        {
+            "root": [
+                {
+                    "tool_calls": [
+                        agent_call(
+                            "X", "x", subagent_type="general-purpose", run_in_background=True
+                        )
+                    ]
+                },
+                {"tool_calls": [agent_call("W", "w", subagent_type="Explore")]},
+                {"tool_calls": [agent_call("Y", "y", subagent_type="general-purpose")]},
+                {"text": "{{tool_result}}"},
+                {"text": "end"},
+            ],
+            "X": [{"tool_calls": [bash(plant)]}, {"text": "{{tool_result}}"}],
+            "W": [{"tool_calls": [bash(age)]}, {"text": "{{tool_result}}"}],
+            "Y": [{"tool_calls": [bash(hide)]}, {"text": "{{tool_result}}"}],
+        },
+    )
+    async with subvisor(home_for(tmp_path)) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        records = {r.description: r for r in host.registry.list(root.session_id)}
+        await host.registry.wait(records["X"].task_id)
+        said = {
+            name: "".join(
+                m.content for m in host.store.messages(record.child_session_id) if m.role == "tool"
+            )
+            for name, record in records.items()
+        }
+    # Control: the attack ran as the red team's did, and the walk it hid from was X's.
+    assert "planted" in said["X"] and "x-ends" in said["X"], said["X"]
+    assert "aged" in said["W"], said["W"]
+    assert "moved" in said["Y"] and "back" in said["Y"], said["Y"]
+    assert len(hooked) == 1 and (project / "walked").exists()
+
+    git_dir = project / "hide" / ".git"
+    assert (git_dir / "hooks" / f"post-checkout{DISARMED_SUFFIX}").exists()
+    assert not (git_dir / "hooks" / "post-checkout").exists()
+    assert "fsmonitor" in (git_dir / f"config{DISARMED_SUFFIX}").read_text()
+    assert "fsmonitor" not in (git_dir / "config").read_text()
+    _git("status", cwd=project / "hide")
+    _git("checkout", "-q", "-b", "other", cwd=project / "hide")
+    assert not marker.exists()
 
 
 def test_s_sec_3_the_walk_runs_the_systems_git_not_one_on_path(

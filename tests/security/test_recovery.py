@@ -19,11 +19,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.kernel._planted_repos import DISARMED_SUFFIX
+from supervisor.kernel._planted_repos import CTIME_SLACK_S, DISARMED_SUFFIX
 from supervisor.state._paths import database_path, run_dir
 from supervisor.state._process_identity import ProcessIdentity, this_process
 from supervisor.state._recovery import UNRECORDED_OWNER, recover_dead_runs
 from supervisor.state._store import SessionStore
+from supervisor.state._task_record import TaskRecord
 from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
@@ -274,6 +275,7 @@ def test_s_sec_6_control_a_run_left_alone_completes_as_before(
 _WRITE_A_SESSION = """
 import sys
 from supervisor.state._store import SessionStore
+from supervisor.state._task_record import TaskRecord
 with SessionStore(sys.argv[1]) as store:
     store.create_session("sess_other", parent_id=None, task_type="root")
 print("written", flush=True)
@@ -450,3 +452,56 @@ def test_s_sec_6_sigterm_stops_a_workflow_run_like_ctrl_c(tmp_path: Path, projec
     shown = run_cli(home, "workflow", "show", "--json", cwd=project)
     assert shown.returncode == 0, shown.stderr
     assert "running" not in shown.stdout and "interrupted" in shown.stdout
+
+
+def test_s_sec_3_and_6_a_repository_hidden_from_a_walk_is_disarmed_after_a_kill(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-3, S-SEC-6: X planted a repository and ended; its walk, which Y (a writer of a
+    directory inside X's root, still running) could dodge, covered nothing; then the
+    supervisor died. The next recovery walks X's root from X's start, not only Y's (Y started
+    after the plant), and disarms it, saying so in Y's error. A task that ended before the
+    first of them started does not pull the walk further back."""
+    project = tmp_path / "project"
+    memory = project / ".subvisor" / "agent-memory" / "m"
+    memory.mkdir(parents=True)
+    old = TaskRecord(
+        task_id="t_old", kind="local_agent", parent_session_id="s", description="old",
+        status="completed", created_at=1.0, ended_at=2.0, swept_roots=(str(project),),
+        output_dir=str(tmp_path / "out"), output_file=str(tmp_path / "out" / "output.txt"),
+    )  # fmt: skip
+    subprocess.run(["git", "init", "-q", str(project / "mine")], check=True)
+    mine = ["git", "-C", str(project / "mine"), "config", "core.fsmonitor", "x"]
+    subprocess.run(mine, check=True)
+    # The user's own change is older than X's start, give or take the kernel's clock.
+    time.sleep(CTIME_SLACK_S + 0.5)
+    x_start = time.time()
+    subprocess.run(["git", "init", "-q", str(memory / "hide")], check=True)
+    subprocess.run(
+        ["git", "-C", str(memory / "hide"), "config", "core.fsmonitor", "touch pwned"], check=True
+    )
+    changed = (memory / "hide" / ".git" / "config").stat().st_ctime
+    y_start = changed + 3  # past the supervisor's slack for the kernel's clock
+    x = old.model_copy(update={"task_id": "t_x", "created_at": x_start, "ended_at": y_start + 1})
+    y = old.model_copy(
+        update={
+            "task_id": "t_y",
+            "status": "running",
+            "created_at": y_start,
+            "ended_at": None,
+            "swept_roots": (str(memory),),
+        }
+    )
+    me = this_process()
+    ghost = ProcessIdentity(me.pid, me.start_ticks + 1, me.pid_namespace, me.boot_id)
+    with SessionStore(home_for(tmp_path) / "subvisor.db") as store:
+        for record in (old, x, y):
+            store.save_task(record)
+        store._db.execute("UPDATE tasks SET owner = ?", (str(ghost),))
+        [ended] = recover_dead_runs(store, home_for(tmp_path))
+    config = memory / "hide" / ".git" / "config"
+    assert ended.task_id == "t_y" and ended.error is not None
+    assert f"{config}: removed core.fsmonitor" in ended.error, ended.error
+    assert "fsmonitor" not in config.read_text()
+    assert "mine" not in ended.error
+    assert "fsmonitor" in (project / "mine" / ".git" / "config").read_text()
