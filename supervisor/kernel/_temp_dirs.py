@@ -32,7 +32,8 @@ class WorkerTempDirs:
     so that no worker reads another session's temp files, nor those of one
     that starts later (S-SEC-2). Where that name is taken by something not
     ours (another user made it first in a shared ``/tmp``), a private dir
-    stands in for it, and other sessions' temp dirs are not hidden (logged).
+    stands in for it (``<shared>-<pid>-*``), and other sessions' temp dirs
+    are not hidden (logged).
     A supervisor killed by SIGKILL cannot remove its dir, so the first
     sandboxed spawn of the next one removes the dirs of supervisors whose pid
     no longer exists (also those of older versions, directly in ``$TMPDIR``).
@@ -72,6 +73,7 @@ class WorkerTempDirs:
             temp = tempfile.gettempdir()
             shared = self._shared_dir(temp)
             _remove_orphans(Path(temp), self.PREFIX)
+            _remove_orphans(Path(temp), f"{self.SHARED}{os.getuid()}-")  # stand-ins
             _remove_orphans(Path(shared), "")
             root = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=shared)
             # Marked as a top dir, the root puts its one subdir in a lightly
@@ -102,7 +104,9 @@ class WorkerTempDirs:
             if stat.S_IMODE(info.st_mode) & 0o077:
                 os.chmod(path, 0o700)
             return path
-        self._private_shared = tempfile.mkdtemp(prefix=f"{self.SHARED}{uid}-", dir=temp)
+        self._private_shared = tempfile.mkdtemp(
+            prefix=f"{self.SHARED}{uid}-{os.getpid()}-", dir=temp
+        )
         log.warning(
             "%s is not a directory of uid %d, so this session's subagents' temp dirs go in %s and "
             "those of other sessions are not hidden from them; remove %s",

@@ -461,6 +461,35 @@ async def test_temp_dirs_are_private_and_a_killed_supervisors_are_swept(
 
 
 @needs_landlock
+async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S-SEC-2: where the uid's dir of every session's is not ours (a symlink planted in a
+    shared $TMPDIR), nothing goes through it: a private stand-in holds this supervisor's temp
+    dirs, the log says so and what to do, and it goes at close; a stand-in left by a
+    supervisor that died is swept by the next one."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    elsewhere = tmp_path / "planted"
+    elsewhere.mkdir()
+    (tmp_path / f"subvisor-sandboxes-{os.getuid()}").symlink_to(elsewhere)
+    orphan = tmp_path / f"subvisor-sandboxes-{os.getuid()}-{_a_dead_pid()}-abc" / "left"
+    orphan.mkdir(parents=True)
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    with caplog.at_level(logging.WARNING):
+        async with Supervisor(SupervisorConfig()) as sup:
+            worker = await sup.spawn(sandbox=policy)
+            assert worker.sandbox is not None and worker.sandbox.temp_dir is not None
+            stand_in = Path(worker.sandbox.temp_dir).parents[2]
+            assert stand_in.parent == tmp_path and stand_in.is_dir()
+            assert stand_in.name.startswith(f"subvisor-sandboxes-{os.getuid()}-{os.getpid()}-")
+            assert not orphan.parent.exists()
+    assert not stand_in.exists() and list(elsewhere.iterdir()) == []
+    assert "are not hidden from them; remove" in caplog.text
+
+
+@needs_landlock
 async def test_a_used_temp_dir_goes_when_its_worker_ends_and_an_empty_one_is_never_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
