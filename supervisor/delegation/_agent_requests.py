@@ -307,11 +307,7 @@ class AgentRequestServer:
     ) -> PermissionVerdict:
         requester = dataclasses.replace(policy.requester, budget=handle.budget)
         decision = await self._desk.authorize(policy.holder, tool, tool_input, requester)
-        if decision.action != "allow":
-            return PermissionVerdict(allowed=False, reason=decision.reason)
-        # Read after the desk: "allow always" may have grown the policy while it asked.
-        read_rules = policy.holder.policy.search_read_rules(tool)
-        return PermissionVerdict(allowed=True, read_rules=read_rules)
+        return policy.holder.policy.verdict(tool, decision)
 
     async def _call_mcp(
         self, policy: AgentRequestPolicy, handle: WorkerHandle, request: McpToolCallRequest

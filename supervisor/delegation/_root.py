@@ -85,9 +85,7 @@ class PolicyApprovals:
         """The verdict on ``call``; an allowed search carries the read rules it must skip by."""
         root = self._root
         decision = await self._desk.authorize(root, call.name, call.input, root.requester)
-        if decision.action != "allow":
-            return PermissionVerdict(allowed=False, reason=decision.reason)
-        return PermissionVerdict(allowed=True, read_rules=root.policy.search_read_rules(call.name))
+        return root.policy.verdict(call.name, decision)
 
 
 class RootQuestionTool:

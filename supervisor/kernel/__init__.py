@@ -31,7 +31,7 @@ from ._errors import (
 from ._exit import ExitKind, WorkerExit
 from ._handle import RequestHandler, RequestRefusedError, WireTap, WorkerHandle
 from ._helper_cgroup import HelperCgroup
-from ._planted_repos import CTIME_SLACK_S, disarm_planted
+from ._planted_repos import CTIME_SLACK_S, disarm_planted, roots_overlap
 from ._process_groups import descends_from
 from ._sandbox_support import LANDLOCK_ABI_MAX_ENV, landlock_abi_max_from_env, mode_enforcement
 from ._spawner import launch_python, reap_child
@@ -86,6 +86,7 @@ __all__ = [
     "mode_enforcement",
     "reap_child",
     "refuse_inside_worker_tree",
+    "roots_overlap",
     "supervisor_ancestor",
     "supervisor_marked",
     "text_size",

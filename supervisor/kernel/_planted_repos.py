@@ -83,6 +83,7 @@ __all__ = [
     "RepositorySweeps",
     "disarm_planted",
     "render_config",
+    "roots_overlap",
     "trusted_git",
     "walk_confined",
 ]
@@ -654,7 +655,7 @@ class RepositorySweeps:
         # This worker may be what kept the walk of a root around or inside its
         # own from counting: walk that root again now.
         walked = dict.fromkeys(
-            (*roots, *(r for r in self._uncovered if any(_overlap(r, own) for own in roots)))
+            (*roots, *(r for r in self._uncovered if any(roots_overlap(r, own) for own in roots)))
         )
         sweeps = []
         for root in walked:
@@ -674,7 +675,7 @@ class RepositorySweeps:
     def _disturb(self, roots: tuple[str, ...]) -> None:
         """A writer of ``roots`` began or ended: a walk of one of them now covers nothing."""
         for walked in self._running:
-            if any(_overlap(walked, root) for root in roots):
+            if any(roots_overlap(walked, root) for root in roots):
                 self._disturbed.add(walked)
 
     async def _run(self, root: str) -> None:
@@ -690,7 +691,7 @@ class RepositorySweeps:
                 # No checkpoint from here to the walk's start: what began or
                 # ended before it is in ``_writers``, what does after in ``_disturbed``.
                 self._disturbed.discard(root)
-                quiet = not any(_overlap(root, other) for other in self._writers)
+                quiet = not any(roots_overlap(root, other) for other in self._writers)
                 walk = _Walk(since, [], self._listings.pop(root, {}))
                 try:
                     walker = self._walkers.get(root)
@@ -717,6 +718,6 @@ class RepositorySweeps:
                     left.done.set()
 
 
-def _overlap(a: str, b: str) -> bool:
-    """One of the roots ``a`` and ``b`` lies in the other (or they are one)."""
+def roots_overlap(a: str, b: str) -> bool:
+    """One of the roots ``a`` and ``b`` (absolute, resolved) lies in the other, or they are one."""
     return _within(a, b) or _within(b, a)

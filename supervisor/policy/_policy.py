@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
-from protocol import MAX_READ_PATTERN_CHARS, MAX_READ_RULES, ReadRule
+from protocol import MAX_READ_PATTERN_CHARS, MAX_READ_RULES, PermissionVerdict, ReadRule
 
 from ._bash_lexer import CommandTooComplexError
 from ._rules import (
@@ -169,6 +169,17 @@ class ToolPolicy:
             for rules in self._read_rulesets()
             if any(rule.action == "deny" for rule in rules)
         )
+
+    def verdict(self, tool_name: str, decision: PolicyDecision) -> PermissionVerdict:
+        """What a worker is told of ``decision`` on ``tool_name``: an allowed search carries
+        the read rules it must skip files by (:meth:`search_read_rules`).
+
+        Ask it of the policy as it stands after the decision: "allow always" may have
+        grown the rules while the user was asked.
+        """
+        if decision.action != "allow":
+            return PermissionVerdict(allowed=False, reason=decision.reason)
+        return PermissionVerdict(allowed=True, read_rules=self.search_read_rules(tool_name))
 
     def always_allows(self, tool_name: str) -> bool:
         """True when every call of ``tool_name`` is allowed, whatever its input.

@@ -257,9 +257,10 @@ class ModelGateway:
         """
         if self.pool is not None and self._limiter.borrowed_tokens + 1 >= self.config.pool_after:
             self.pool.start_soon()
-        waits = on_wait is not None and not all(lim.available_tokens for lim in limiters)
-        if waits and on_wait is not None:
-            on_wait(True)
+        # Told only when it will wait: most calls find a slot at once.
+        told = on_wait if not all(lim.available_tokens for lim in limiters) else None
+        if told is not None:
+            told(True)
         taken: list[trio.CapacityLimiter] = []
         try:
             for limiter in limiters:
@@ -270,8 +271,8 @@ class ModelGateway:
                 limiter.release_on_behalf_of(slot)
             raise
         finally:
-            if waits and on_wait is not None:
-                on_wait(False)
+            if told is not None:
+                told(False)
 
 
 def _http_provider(

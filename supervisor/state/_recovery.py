@@ -37,7 +37,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from ..kernel import CTIME_SLACK_S, disarm_planted
+from ..kernel import CTIME_SLACK_S, disarm_planted, roots_overlap
 from ._paths import database_path, run_dir
 from ._process_identity import ProcessIdentity
 from ._store import SessionStore
@@ -144,7 +144,7 @@ def _disarm_planted(
             dict.fromkeys(
                 line
                 for walked, lines in found.items()
-                if any(_overlap(walked, root) for root in record.swept_roots)
+                if any(roots_overlap(walked, root) for root in record.swept_roots)
                 for line in lines
             )
         )
@@ -187,7 +187,7 @@ def _uncovered_since(records: list[TaskRecord], ended: list[TaskRecord]) -> dict
     """
     groups: list[list[str]] = []
     for root in dict.fromkeys(r for t in (*records, *ended) for r in t.swept_roots):
-        joined = [g for g in groups if any(_overlap(root, other) for other in g)]
+        joined = [g for g in groups if any(roots_overlap(root, other) for other in g)]
         merged = [root, *(r for g in joined for r in g)]
         groups = [g for g in groups if g not in joined] + [merged]
     since: dict[str, float] = {}
@@ -208,12 +208,6 @@ def _uncovered_since(records: list[TaskRecord], ended: list[TaskRecord]) -> dict
                 frontier = task.created_at
         for root in group:
             # A root inside another of the group is walked with it.
-            if not any(_overlap(root, other) and len(other) < len(root) for other in group):
+            if not any(roots_overlap(root, other) and len(other) < len(root) for other in group):
                 since[root] = frontier
     return since
-
-
-def _overlap(a: str, b: str) -> bool:
-    """One of the roots ``a`` and ``b`` (absolute, resolved) lies in the other, or they are one."""
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
