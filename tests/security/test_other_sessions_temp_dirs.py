@@ -17,7 +17,7 @@ import trio
 
 from supervisor import RootSession
 from supervisor.policy._sandbox import SandboxSettings
-from tests.support.attack import bash, bash_attack
+from tests.support.attack import bash, bash_attack, tool_results
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 MARKER = "other-session-MARKER-b0a7f00d"
@@ -54,9 +54,7 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(tmp_path
             root = RootSession(host, model=model, cwd=b_project)
             await root.run("go")
             [record] = host.registry.list(root.session_id)
-            said_b.extend(
-                m.content for m in host.store.messages(record.child_session_id) if m.role == "tool"
-            )
+            said_b.extend(m.content for m in tool_results(host, record))
 
     a_dir = tmp_path / "a"
     a_dir.mkdir()

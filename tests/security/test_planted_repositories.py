@@ -32,7 +32,7 @@ from supervisor.kernel._planted_repos import (
     disarm_planted,
     render_config,
 )
-from tests.support.attack import bash, bash_attack
+from tests.support.attack import bash, bash_attack, children_said
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 from tests.support.unprivileged import unprivileged
 
@@ -395,14 +395,7 @@ async def test_s_sec_3_a_sibling_that_hides_a_planted_repository_from_a_walk_lea
     async with subvisor(home_for(tmp_path)) as host:
         root = RootSession(host, model=model, cwd=project)
         await root.run("go")
-        records = {r.description: r for r in host.registry.list(root.session_id)}
-        await host.registry.wait(records["X"].task_id)
-        said = {
-            name: "".join(
-                m.content for m in host.store.messages(record.child_session_id) if m.role == "tool"
-            )
-            for name, record in records.items()
-        }
+        said = await children_said(host, root.session_id, ended="X")
     # Control: the attack ran as the red team's did, and the walk it hid from was X's.
     assert "planted" in said["X"] and "x-ends" in said["X"], said["X"]
     assert "aged" in said["W"], said["W"]

@@ -19,7 +19,7 @@ import pytest
 from protocol import SandboxPolicy
 from supervisor import RootSession, SpawnError, Supervisor, SupervisorConfig
 from supervisor.policy._sandbox import SandboxSettings
-from tests.support.attack import bash
+from tests.support.attack import bash, children_said
 from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 MARKER = "sibling-private-MARKER-5ca1ab1e"
@@ -62,14 +62,7 @@ async def test_s_sec_2_a_sibling_cannot_read_another_workers_temp_dir(tmp_path: 
     async with subvisor(home_for(tmp_path), sandbox=settings) as host:
         root = RootSession(host, model=model, cwd=project)
         await root.run("go")
-        records = {r.description: r for r in host.registry.list(root.session_id)}
-        await host.registry.wait(records["writer"].task_id)
-        said = {
-            name: "".join(
-                m.content for m in host.store.messages(record.child_session_id) if m.role == "tool"
-            )
-            for name, record in records.items()
-        }
+        said = await children_said(host, root.session_id, ended="writer")
     assert MARKER in said["writer"], said["writer"]  # control: it was written
     sibling = said["reader"].split("sibling=")[1].split()[0]
     assert sibling.startswith("/"), said["reader"]  # the reader learnt where it is

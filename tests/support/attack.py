@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol import ChatMessage
-from supervisor import RootSession
+from supervisor import RootSession, Subvisor
 from supervisor.policy._sandbox import SandboxSettings
 from supervisor.state._task_record import TaskRecord
 from tests.support.cli import run_cli
@@ -89,9 +89,28 @@ async def bash_attack(
         root = RootSession(host, model=model, cwd=cwd)
         outcome = await root.run("attack")
         [record] = host.registry.list(root.session_id)
-        assert record.child_session_id is not None
-        results = [m for m in host.store.messages(record.child_session_id) if m.role == "tool"]
+        results = tool_results(host, record)
     return Attack(results=results, record=record, answer=outcome.text)
+
+
+def tool_results(host: Subvisor, record: TaskRecord) -> list[ChatMessage]:
+    """The tool results in the session of ``record``'s subagent, in order."""
+    assert record.child_session_id is not None
+    return [m for m in host.store.messages(record.child_session_id) if m.role == "tool"]
+
+
+async def children_said(host: Subvisor, session_id: str, *, ended: str) -> dict[str, str]:
+    """Each subagent of ``session_id``, by description: its tool results' text, joined.
+
+    Read once the subagent described ``ended`` has ended (a background one may outlive
+    the root's turn).
+    """
+    records = {r.description: r for r in host.registry.list(session_id)}
+    await host.registry.wait(records[ended].task_id)
+    return {
+        name: "".join(m.content for m in tool_results(host, record))
+        for name, record in records.items()
+    }
 
 
 def cli_bash_attack(
