@@ -559,6 +559,12 @@ class SubagentRun:
                 # Raised outside the nursery, so callers see it unwrapped.
                 failure = exc
             nursery.cancel_scope.cancel()
+        # The race: the answer can wake this task before the recorder has taken
+        # the events the worker sent ahead of it (its last tool call, say). They
+        # are all queued by now (``WorkerHandle.queued_events``): record them,
+        # so the record's usage and transcript hold every one.
+        while batch := handle.queued_events():
+            await self._record_batch(batch, handle)
         if failure is not None:
             raise failure
         return outcome
@@ -569,6 +575,12 @@ class SubagentRun:
                 batch = await handle.receive_event_batch()
             except WorkerExitedError:
                 return
+            await self._record_batch(batch, handle)
+
+    async def _record_batch(self, batch: list[Event], handle: WorkerHandle) -> None:
+        # Shielded: a batch taken off the queue is recorded whole, even when the
+        # recorder is cancelled between its slices (the run's end cancels it).
+        with trio.CancelScope(shield=True):
             done = 0
             while done < len(batch) and handle.budget.reason is None:
                 if done:

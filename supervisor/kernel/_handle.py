@@ -387,6 +387,16 @@ class WorkerHandle:
         Raises ``WorkerExitedError`` once the worker ended and all were read.
         """
         batch = [await self.receive_event()]
+        batch += self.queued_events(max_events - 1)
+        return batch
+
+    def queued_events(self, max_events: int = 256) -> list[Event]:
+        """The events already read from the worker and not yet taken (at most ``max_events``).
+
+        Every event the worker sent before an answer is queued before that answer
+        wakes its requester, so after a request returns this holds all of them.
+        """
+        batch: list[Event] = []
         while len(batch) < max_events:
             try:
                 batch.append(self._events_out.receive_nowait())

@@ -15,6 +15,7 @@ import trio
 
 from protocol import ToolCall
 from supervisor import RootSession
+from supervisor.delegation import _subagents as subagents
 from tests.support.delegation import (
     READ_README,
     agent_call,
@@ -991,3 +992,37 @@ async def test_launch_order_skips_tickets_given_up_and_passes_once() -> None:
         order.pass_turn(second)  # and is passed again on another path: no effect
     assert entered == [first, third]
     assert order.waiting_behind == 0
+
+
+async def test_s_run_2_every_event_a_child_sent_before_it_answered_is_recorded(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-RUN-2: the child session and the record hold every tool event the worker sent before
+    its answer, though the answer can wake the run before its recorder has taken them all.
+
+    Here the last turn has 1000 tool calls and maxTurns ends the run right after them, and
+    the recorder gives the loop back after every event (its time slice is made 0), so the
+    answer comes while hundreds are still queued."""
+    monkeypatch.setattr(subagents, "_RECORD_SLICE_SECONDS", 0.0)
+    reads = [{"name": "Read", "input": {"file_path": f"module_{i % 8}.py"}} for i in range(1000)]
+    model = write_scenario(
+        tmp_path / "s.yaml",
+        {
+            "root": [
+                {"tool_calls": [agent_call(f"reader {n}", "read all") for n in range(3)]},
+                {"text": "done"},
+            ],
+            **{f"reader {n}": [{"tool_calls": reads}] for n in range(3)},
+        },
+    )
+    async with subvisor(home_for(tmp_path), max_turns=1) as host:
+        root = RootSession(host, model=model, cwd=project)
+        await root.run("go")
+        records = host.registry.list(root.session_id)
+        events = {r.task_id: host.store.events(r.child_session_id or "") for r in records}
+    assert len(records) == 3
+    for record in records:
+        assert record.status == "completed", record.error
+        assert record.usage.tool_calls == 1000
+        names = [e.name for e in events[record.task_id]]
+        assert names.count("tool.started") == names.count("tool.finished") == 1000
