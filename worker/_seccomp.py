@@ -33,8 +33,8 @@ this module builds the classic-BPF program by hand and installs it with
   connector needs no capability to listen, and sends every fork, exec, exit
   (with its status) and ``comm`` change of the machine: a worker watched its
   siblings, other sessions and their supervisors, and two sessions' workers
-  talked through ``prctl(PR_SET_NAME)``. i386's ``socketcall`` is checked
-  only where a socket rule below applies (see there);
+  talked through ``prctl(PR_SET_NAME)``. i386's ``socketcall`` makes no
+  socket at all (see below);
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
   native arch value under other numbers.
 
@@ -83,14 +83,13 @@ kernel's permanent entry comes first); ``SOCK_SEQPACKET`` with 0 is SCTP.
 The compat ABIs (i386 on x86_64, arm on aarch64) get the same rules under
 their own numbers. i386 may also reach sockets through ``socketcall(2)``,
 whose arguments lie behind a pointer the filter cannot read; its call
-number, a register, can be read. Wherever either socket rule applies,
-``socketcall(SYS_SOCKET)`` is refused outright (``EACCES``), which costs a
-32-bit program every new socket (glibc's i386 builds still use it) rather
-than the whole ABI in every mode; its other calls (``SYS_SOCKETPAIR``, and
-those on sockets it has) only act on what it could already make. Where
-neither applies (``full`` with the network and UNIX sockets allowed), a
-32-bit program can still open a proc connector socket through it: the
-netlink rule holds for the ``socket`` call of every ABI. arm EABI has no
+number, a register, can be read. So ``socketcall(SYS_SOCKET)`` is refused
+outright (``EACCES``) in every mode, ``full`` with the network and UNIX
+sockets allowed included (the netlink rule holds in every mode, and the
+family it checks is out of reach there). That costs a 32-bit program every
+new socket (glibc's i386 builds still make them through ``socketcall``)
+rather than the whole ABI; its other calls (``SYS_SOCKETPAIR``, and those on
+sockets it has) only act on what it could already make. arm EABI has no
 ``socketcall``.
 
 It checks the arch value first, since a system call number means something
@@ -254,7 +253,7 @@ def _rules(
         asm += [("jeq", nr, "nosys", None) for nr in abi.inotify]
         asm += [("jeq", nr, "lease", None) for nr in abi.fcntl]
     asm.append(("jeq", abi.socket, "socket", None))
-    if (deny_network or deny_unix_sockets) and abi.socketcall is not None:
+    if abi.socketcall is not None:
         asm.append(("jeq", abi.socketcall, "socketcall", None))
     asm.append(("ret", _RET_ALLOW))
     return asm
