@@ -31,9 +31,10 @@ class WorkerTempDirs:
     tmpfs that keeps only its own dir (``worker._mounts.isolate_temp_dir``),
     so that no worker reads another session's temp files, nor those of one
     that starts later (S-SEC-2). Where that name is taken by something not
-    ours (another user made it first in a shared ``/tmp``), a private dir
-    stands in for it (``<shared>-<pid>-*``), and other sessions' temp dirs
-    are not hidden (logged).
+    ours (another user made it first in a shared ``/tmp``), the same name in
+    ``$XDG_RUNTIME_DIR`` or ``~/.cache`` serves (logged); only where neither
+    can, a private dir stands in for it (``<shared>-<pid>-*``), and other
+    sessions' temp dirs are not hidden (logged).
     A supervisor killed by SIGKILL cannot remove its dir, so the first
     sandboxed spawn of the next one removes the dirs of supervisors whose pid
     no longer exists (also those of older versions, directly in ``$TMPDIR``).
@@ -92,28 +93,38 @@ class WorkerTempDirs:
         return path
 
     def _shared_dir(self, temp: str) -> str:
-        """This uid's dir of every session's, made if need be; a private one if it is not ours."""
+        """This uid's dir of every session's, made if need be.
+
+        Where its name in ``temp`` is not ours, the same name in a dir only
+        this uid can write (``$XDG_RUNTIME_DIR``, ``~/.cache``), which every
+        session of the uid finds alike, so they stay hidden from each other;
+        failing those, a private stand-in of this supervisor's alone.
+        """
         uid = os.getuid()
-        path = os.path.join(temp, f"{self.SHARED}{uid}")
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-        # lstat: a symlink planted under that name is not ours, whatever it leads to.
-        # In a sticky $TMPDIR nobody else can rename or remove our dir afterwards.
-        info = os.lstat(path)
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid:
-            if stat.S_IMODE(info.st_mode) & 0o077:
-                os.chmod(path, 0o700)
+        name = f"{self.SHARED}{uid}"
+        taken = os.path.join(temp, name)
+        path = _own_dir(taken)
+        if path is not None:
             return path
-        self._private_shared = tempfile.mkdtemp(
-            prefix=f"{self.SHARED}{uid}-{os.getpid()}-", dir=temp
-        )
+        for parent in _private_parents():
+            path = _own_dir(os.path.join(parent, name))
+            if path is not None:
+                log.warning(
+                    "%s is not a directory of uid %d, so subagents' temp dirs go in %s; remove %s",
+                    taken,
+                    uid,
+                    path,
+                    taken,
+                )
+                return path
+        self._private_shared = tempfile.mkdtemp(prefix=f"{name}-{os.getpid()}-", dir=temp)
         log.warning(
             "%s is not a directory of uid %d, so this session's subagents' temp dirs go in %s and "
             "those of other sessions are not hidden from them; remove %s",
-            path,
+            taken,
             uid,
             self._private_shared,
-            path,
+            taken,
         )
         return self._private_shared
 
@@ -155,6 +166,41 @@ class WorkerTempDirs:
         shared, self._private_shared = self._private_shared, None
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
+
+
+def _own_dir(path: str) -> str | None:
+    """``path``, made if need be, if it is a directory of this uid (then mode 0700); else None."""
+    uid = os.getuid()
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        # lstat: a symlink planted under that name is not ours, whatever it leads to.
+        # In a sticky $TMPDIR nobody else can rename or remove our dir afterwards.
+        info = os.lstat(path)
+        if not (stat.S_ISDIR(info.st_mode) and info.st_uid == uid):
+            return None
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(path, 0o700)
+    except OSError:
+        return None
+    return path
+
+
+def _private_parents() -> list[str]:
+    """Dirs where no other uid can make or take a name: this uid's, writable by it alone."""
+    found = []
+    for parent in (os.environ.get("XDG_RUNTIME_DIR"), os.path.expanduser("~/.cache")):
+        if not parent or not os.path.isabs(parent):
+            continue
+        with contextlib.suppress(FileExistsError, OSError):
+            os.makedirs(parent, 0o700, exist_ok=True)
+        try:
+            info = os.lstat(parent)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            found.append(parent)
+    return found
 
 
 def _remove_orphans(parent: Path, prefix: str) -> None:

@@ -465,8 +465,9 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """S-SEC-2: where the uid's dir of every session's is not ours (a symlink planted in a
-    shared $TMPDIR), nothing goes through it: a private stand-in holds this supervisor's temp
-    dirs, the log says so and what to do, and it goes at close; a stand-in left by a
+    shared $TMPDIR), and neither $XDG_RUNTIME_DIR nor ~/.cache can hold it (unset; a
+    symlink), nothing goes through any of them: a private stand-in holds this supervisor's
+    temp dirs, the log says so and what to do, and it goes at close; a stand-in left by a
     supervisor that died is swept by the next one."""
     import tempfile
 
@@ -474,6 +475,11 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
     elsewhere = tmp_path / "planted"
     elsewhere.mkdir()
     (tmp_path / f"subvisor-sandboxes-{os.getuid()}").symlink_to(elsewhere)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".cache").symlink_to(elsewhere)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     orphan = tmp_path / f"subvisor-sandboxes-{os.getuid()}-{_a_dead_pid()}-abc" / "left"
     orphan.mkdir(parents=True)
     policy = SandboxPolicy(mode="read-only", network="deny")
@@ -487,6 +493,52 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
             assert not orphan.parent.exists()
     assert not stand_in.exists() and list(elsewhere.iterdir()) == []
     assert "are not hidden from them; remove" in caplog.text
+
+
+@needs_landlock
+@pytest.mark.parametrize("private_parent", ["XDG_RUNTIME_DIR", "~/.cache"])
+async def test_s_sec_2_a_temp_root_name_taken_by_another_uid_moves_where_only_we_write(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    private_parent: str,
+) -> None:
+    """S-SEC-2: where another uid made the uid's dir of every session's first in a shared
+    $TMPDIR, the same name in $XDG_RUNTIME_DIR (else ~/.cache, made 0700) holds every
+    session's temp dirs: two supervisors use that one dir, so their workers cover each other
+    (tests/security/test_other_sessions_temp_dirs.py); a runtime dir another uid could
+    write is passed over, and the log says where they went and what to remove."""
+    import tempfile
+
+    shared_temp = tmp_path / "tmp"
+    shared_temp.mkdir()
+    shared_temp.chmod(0o1777)
+    squatted = shared_temp / f"subvisor-sandboxes-{os.getuid()}"
+    squatted.mkdir()
+    os.chown(squatted, 65534, 65534)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_temp))
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    if private_parent == "XDG_RUNTIME_DIR":
+        runtime.chmod(0o700)
+        expected = runtime / squatted.name
+    else:
+        runtime.chmod(0o777)  # not only ours: passed over
+        expected = home / ".cache" / squatted.name
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    policy = SandboxPolicy(mode="read-only", network="deny")
+    with caplog.at_level(logging.WARNING):
+        async with Supervisor(SupervisorConfig()) as one, Supervisor(SupervisorConfig()) as two:
+            workers = [await sup.spawn(sandbox=policy) for sup in (one, two)]
+            roots = [Path(w.sandbox.temp_dir).parents[2] for w in workers if w.sandbox]
+    assert roots == [expected, expected]
+    assert stat.S_IMODE(expected.stat().st_mode) == 0o700
+    assert stat.S_IMODE(expected.parent.stat().st_mode) & 0o022 == 0
+    assert list(squatted.iterdir()) == [] and _entries(shared_temp) == [squatted.name]
+    assert f"subagents' temp dirs go in {expected}; remove {squatted}" in caplog.text
 
 
 @needs_landlock

@@ -10,9 +10,11 @@ path and glob the system temp dir for it.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
+import pytest
 import trio
 
 from supervisor import RootSession
@@ -26,11 +28,32 @@ SECRET = "secret-b0a7f00d.txt"
 _WAIT = "for i in $(seq 2400); do [ -e {file} ] && break; sleep 0.05; done"
 
 
-async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name_taken", [False, True], ids=["ours", "taken-by-another-uid"])
+async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name_taken: bool
+) -> None:
     """S-SEC-2: session A's read-only subagent neither reads session B's temp file by its
     path nor finds it by a glob over the system temp dir (old and new layouts); B did
     write it (control), and A's own temp dir works. Before, every session's dir lay
-    directly in the system temp dir, beside the others, and A read B's (red team)."""
+    directly in the system temp dir, beside the others, and A read B's (red team).
+
+    The same holds where another uid took the name first in a shared temp dir: both
+    sessions then use it in ``$XDG_RUNTIME_DIR`` (before, each made a stand-in of its own
+    beside the other's in the temp dir, and neither was hidden)."""
+    temp = tempfile.gettempdir()
+    if name_taken:
+        shared_temp = tmp_path / "tmp"
+        shared_temp.mkdir(mode=0o1777)
+        shared_temp.chmod(0o1777)
+        squatted = shared_temp / f"subvisor-sandboxes-{os.getuid()}"
+        squatted.mkdir(mode=0o777)
+        os.chown(squatted, 65534, 65534)
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        monkeypatch.setattr(tempfile, "tempdir", str(shared_temp))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        temp = str(shared_temp)
+    where = str(runtime) if name_taken else temp
     b_dir = tmp_path / "b"
     b_project = b_dir / "project"
     b_project.mkdir(parents=True)
@@ -58,7 +81,6 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(tmp_path
 
     a_dir = tmp_path / "a"
     a_dir.mkdir()
-    temp = tempfile.gettempdir()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(session_b)
         for _ in range(2400):  # B's worker says where its temp dir is
@@ -73,7 +95,8 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(tmp_path
                     f"cat {secret}; echo read=$?",
                     # The old layout (every session's root directly in $TMPDIR) and the new.
                     f"cat {temp}/subvisor-sandbox*/workers/*/{SECRET}"
-                    f" {temp}/subvisor-sandbox*/*/workers/*/{SECRET}; echo globbed=$?",
+                    f" {temp}/subvisor-sandbox*/*/workers/*/{SECRET}"
+                    f" {where}/subvisor-sandbox*/*/workers/*/{SECRET}; echo globbed=$?",
                     "echo mine > $TMPDIR/own.txt && cat $TMPDIR/own.txt",
                 ],
                 subagent_type="Explore",
@@ -81,8 +104,8 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(tmp_path
         finally:
             release.touch()
     assert MARKER in "".join(said_b), said_b  # control: B wrote it, where it said
-    assert secret.startswith(temp), secret
     said_a = "".join(attack.output(i) for i in range(3))
     assert MARKER not in said_a, said_a
     assert "read=0" not in said_a and "globbed=0" not in said_a, said_a
     assert attack.output(2).strip() == "mine", attack.output(2)  # control: A's own temp dir
+    assert secret.startswith(f"{where}/subvisor-sandboxes-{os.getuid()}/"), secret
