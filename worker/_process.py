@@ -85,7 +85,13 @@ def end_tree_with_parent(expected_parent: int) -> None:
     a zygote killed together with its supervisor (``pkill -9 -f subvisor``)
     would leave that tree to init, with nobody left to end it (S-SEC-5).
     A SIGTERM from anywhere else ends the worker the same way.
+
+    Nothing it runs may stop it either, or that SIGTERM would wait: the stop
+    signals it can ignore are ignored (what it runs gets them back at exec,
+    ``worker.tools._process``), and its seccomp filter refuses ``SIGSTOP``.
     """
+    for stop in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(stop, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _end_tree)
     die_with_parent(expected_parent, signal.SIGTERM)
 

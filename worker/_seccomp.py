@@ -35,6 +35,15 @@ this module builds the classic-BPF program by hand and installs it with
   siblings, other sessions and their supervisors, and two sessions' workers
   talked through ``prctl(PR_SET_NAME)``. i386's ``socketcall`` makes no
   socket at all (see below);
+- refuses to send ``SIGSTOP`` (``kill``, ``tkill``, ``tgkill``,
+  ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``, ``pidfd_send_signal``, and
+  ``fcntl(F_SETSIG)`` for a file's owner) with ``EPERM`` (S-SEC-5): a command
+  may signal its own worker (same Landlock domain), and a worker stopped so
+  cannot end its tree when its zygote and supervisor are SIGKILLed
+  together (its parent-death SIGTERM stays pending, then the orphaned
+  group's SIGHUP kills it outright), so the tree outlived them all (red
+  team Q). The worker ignores the other stop signals
+  (``worker._process.end_tree_with_parent``);
 - on x86_64, refuses every x32 system call (``ENOSYS``): they share the
   native arch value under other numbers.
 
@@ -166,8 +175,12 @@ _SYS_SOCKET = 1
 _TCP_PROTOCOLS = (0, 6)
 #: Unified across ABIs since Linux 5.1 (the 4xx block).
 _IO_URING_SETUP = 425
+_PIDFD_SEND_SIGNAL = 424
 _CLONE3 = 435
 _F_SETLEASE = 1024
+_F_SETSIG = 10
+#: The same number on every ABI listed.
+_SIGSTOP = 19
 
 
 class _Abi(NamedTuple):
@@ -191,6 +204,10 @@ class _Abi(NamedTuple):
     inotify: tuple[int, int]
     #: ``fcntl`` (and ``fcntl64`` where there is one).
     fcntl: tuple[int, ...]
+    #: ``kill``, ``tkill``, ``rt_sigqueueinfo`` (the signal is argument 1), then
+    #: ``tgkill``, ``rt_tgsigqueueinfo`` (argument 2).
+    signal_arg1: tuple[int, int, int]
+    signal_arg2: tuple[int, int]
 
 
 #: ``AUDIT_ARCH_*`` of each known ABI, with its numbers.
@@ -198,16 +215,16 @@ class _Abi(NamedTuple):
 _ABIS = {
     # x86_64
     0xC000003E: _Abi(285, 302, 141, 142, 144, 203, 314, 251, 272, 56, 41, None,
-                     (248, 249, 250), (253, 294), (72,)),
+                     (248, 249, 250), (253, 294), (72,), (62, 200, 129), (234, 297)),
     # i386
     0x40000003: _Abi(324, 340, 97, 154, 156, 241, 351, 289, 310, 120, 359, 102,
-                     (286, 287, 288), (291, 332), (55, 221)),
+                     (286, 287, 288), (291, 332), (55, 221), (37, 238, 178), (270, 335)),
     # aarch64
     0xC00000B7: _Abi(47, 261, 140, 118, 119, 122, 274, 30, 97, 220, 198, None,
-                     (217, 218, 219), (26, 26), (25,)),
+                     (217, 218, 219), (26, 26), (25,), (129, 130, 138), (131, 240)),
     # arm EABI
     0x40000028: _Abi(352, 369, 97, 154, 156, 241, 380, 314, 337, 120, 281, None,
-                     (309, 310, 311), (316, 360), (55, 221)),
+                     (309, 310, 311), (316, 360), (55, 221), (37, 238, 178), (268, 363)),
 }
 # fmt: on
 _X86_64 = 0xC000003E
@@ -249,9 +266,11 @@ def _rules(
     ]
     if cap_reserved_space:
         asm.append(("jeq", abi.fallocate, "mode", None))
+    asm += [("jeq", nr, "signal_arg1", None) for nr in (*abi.signal_arg1, _PIDFD_SEND_SIGNAL)]
+    asm += [("jeq", nr, "signal_arg2", None) for nr in abi.signal_arg2]
+    asm += [("jeq", nr, "fcntl", None) for nr in abi.fcntl]
     if deny_shared_objects:
         asm += [("jeq", nr, "nosys", None) for nr in abi.inotify]
-        asm += [("jeq", nr, "lease", None) for nr in abi.fcntl]
     asm.append(("jeq", abi.socket, "socket", None))
     if abi.socketcall is not None:
         asm.append(("jeq", abi.socketcall, "socketcall", None))
@@ -292,9 +311,24 @@ def _socket_checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple
     ]
 
 
-def _checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object, ...]]:
+def _checks(
+    *, deny_network: bool, deny_unix_sockets: bool, deny_shared_objects: bool
+) -> list[tuple[object, ...]]:
     """The argument checks the dispatch jumps to, each ending in a return."""
     return [
+        ("label", "signal_arg1"),  # kill & co.: never SIGSTOP
+        ("ld", _arg(1)),
+        ("jeq", _SIGSTOP, "eperm", "allow"),
+        ("label", "signal_arg2"),
+        ("ld", _arg(2)),
+        ("jeq", _SIGSTOP, "eperm", "allow"),
+        ("label", "fcntl"),  # no F_SETSIG of SIGSTOP; no F_SETLEASE with shared objects
+        ("ld", _arg(1)),
+        ("jeq", _F_SETSIG, "setsig", None),
+        ("jeq", _F_SETLEASE if deny_shared_objects else _F_SETSIG, "eperm", "allow"),
+        ("label", "setsig"),
+        ("ld", _arg(2)),
+        ("jeq", _SIGSTOP, "eperm", "allow"),
         ("label", "arg0_zero"),  # prlimit64 & co.: pid 0 (the caller) only
         ("ld", _arg(0)),
         ("jeq", 0, "allow", "eperm"),
@@ -316,9 +350,6 @@ def _checks(*, deny_network: bool, deny_unix_sockets: bool) -> list[tuple[object
         ("jeq", 0, "allow", None),
         ("jeq", _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, "allow", None),
         ("ret", _RET_ERRNO | errno.EOPNOTSUPP),
-        ("label", "lease"),  # fcntl: every command but F_SETLEASE
-        ("ld", _arg(1)),
-        ("jeq", _F_SETLEASE, "eperm", "allow"),
         *_socket_checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets),
         ("label", "socketcall"),  # i386: socket()'s family lies behind a pointer
         ("ld", _arg(0)),
@@ -365,7 +396,11 @@ def program(
             deny_shared_objects=deny_shared_objects,
             cap_reserved_space=cap_reserved_space,
         )
-    asm += _checks(deny_network=deny_network, deny_unix_sockets=deny_unix_sockets)
+    asm += _checks(
+        deny_network=deny_network,
+        deny_unix_sockets=deny_unix_sockets,
+        deny_shared_objects=deny_shared_objects,
+    )
     where: dict[object, int] = {}
     code: list[tuple[object, ...]] = []
     for op in asm:

@@ -203,7 +203,7 @@ async def _protection_checks(sup: Supervisor, scratch: str) -> list[Check]:
                 full.syscall_filter,
                 "every worker has a seccomp filter: no prlimit or scheduling change on another "
                 "process, no user namespace, no kernel keyring (add_key, request_key, keyctl), "
-                "no netlink socket but route and sock_diag (no proc connector); "
+                "no netlink socket but route and sock_diag (no proc connector), no SIGSTOP; "
                 "under network deny no socket but TCP (which Landlock refuses) and local ones"
                 if full.syscall_filter
                 else f"NOT enforced: no seccomp filter ({full.reason})",

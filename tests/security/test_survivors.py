@@ -53,18 +53,23 @@ def _wait(condition: object, limit_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def _leaver(markers: list[str]) -> str:
+#: What a subagent may try so that its worker cannot end its tree: stop it ($PPID: the
+#: shell's parent is the worker) with every stop signal (red team Q).
+STOP_THE_WORKER = "for s in STOP TSTP TTIN TTOU; do kill -$s $PPID; done; "
+
+
+def _leaver(markers: list[str], first: str = "") -> str:
     """Bash that leaves one sleep of each kind running, then waits in the foreground."""
     bg, detached, double, foreground = markers
     return (
         f"sleep {bg} & "
         f"setsid nohup sleep {detached} > /dev/null 2>&1 & "
         f"( ( sleep {double} & ) & ) ; "
-        f"sleep {foreground}"
+        f"{first}sleep {foreground}"
     )
 
 
-def _start_run(tmp_path: Path, markers: list[str]) -> subprocess.Popen[str]:
+def _start_run(tmp_path: Path, markers: list[str], first: str = "") -> subprocess.Popen[str]:
     project = tmp_path / "project"
     project.mkdir()
     model = write_scenario(
@@ -75,7 +80,7 @@ def _start_run(tmp_path: Path, markers: list[str]) -> subprocess.Popen[str]:
                 {"text": "{{tool_result}}"},
             ],
             "leave": [
-                {"tool_calls": [{"name": "Bash", "input": {"command": _leaver(markers)}}]},
+                {"tool_calls": [{"name": "Bash", "input": {"command": _leaver(markers, first)}}]},
                 {"text": "done"},
             ],
         },
@@ -90,15 +95,27 @@ def _start_run(tmp_path: Path, markers: list[str]) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "SIGINT", "SIGKILL, its zygote too"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "SIGKILL",
+        "SIGTERM",
+        "SIGINT",
+        "SIGKILL, its zygote too",
+        "SIGKILL, its zygote too, once the subagent tried to stop its worker",
+    ],
+)
 def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str) -> None:
     """S-SEC-5: with a subagent's background, detached, double-forked and foreground
     processes all running, the supervisor is killed (SIGKILL), terminated or interrupted:
     every one of them is gone. Also with its zygote SIGKILLed at once (`pkill -9 -f
     subvisor` matches both; an OOM of the machine may take both), when neither is left
-    to end the trees: each worker ends everything below it as it dies with its zygote."""
+    to end the trees: each worker ends everything below it as it dies with its zygote.
+    The subagent cannot stop its worker first (a stopped worker ended nothing, and the
+    tree outlived them all: red team Q)."""
     markers = _markers()
-    run = _start_run(tmp_path, markers)
+    stop = how.endswith("stop its worker")
+    run = _start_run(tmp_path, markers, STOP_THE_WORKER if stop else "")
     try:
         # Bounded (a loaded machine starts it all slowly), never a timing assertion.
         _wait(lambda: _sleeping(markers) == set(markers))
@@ -107,8 +124,10 @@ def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str)
         )
         supervisor = psutil.Process(run.pid)
         zygotes = [p for p in supervisor.children() if p.name() == "subvisor-zygote"]
+        workers = [w for z in zygotes for w in z.children()]
+        assert workers and all(w.status() != psutil.STATUS_STOPPED for w in workers)
         supervisor.send_signal(getattr(signal, how.split(",")[0]))
-        if how.endswith("zygote too"):
+        if "zygote too" in how:
             assert zygotes
             for zygote in zygotes:
                 zygote.kill()

@@ -213,3 +213,38 @@ def test_s_sec_2_netlink_sockets_are_route_and_sock_diag_only(abi: tuple[int, ..
                 for protocol in (11, 15, 16, 9, 1 << 8):
                     got = _decide(arch, socket, 16, kind, protocol, deny=deny, unix=unix)
                     assert got == errno.EACCES, (deny, unix, kind, protocol)
+
+
+# (arch, (kill, tkill, rt_sigqueueinfo), (tgkill, rt_tgsigqueueinfo), fcntl numbers)
+SIGNALS = [
+    (X86_64, (62, 200, 129), (234, 297), (72,)),
+    (I386, (37, 238, 178), (270, 335), (55, 221)),
+    (AARCH64, (129, 130, 138), (131, 240), (25,)),
+    (ARM, (37, 238, 178), (268, 363), (55, 221)),
+]
+SIGSTOP, SIGTSTP, SIGTERM, SIGKILL, SIGCONT, F_SETSIG, F_SETOWN = 19, 20, 15, 9, 18, 10, 8
+PIDFD_SEND_SIGNAL = 424
+
+
+@pytest.mark.parametrize("abi", SIGNALS, ids=["x86_64", "i386", "aarch64", "arm"])
+@pytest.mark.parametrize("mode", ["full", "restricted"])
+def test_s_sec_5_nothing_a_worker_runs_sends_sigstop(abi: tuple[object, ...], mode: str) -> None:
+    """S-SEC-5: in every mode, no call sends SIGSTOP (a stopped worker cannot end its tree
+    when its zygote and supervisor are SIGKILLed together), nor makes it a file owner's
+    signal (F_SETSIG); every other signal, and every other fcntl, passes."""
+    arch, arg1, arg2, fcntls = abi
+    assert isinstance(arch, int) and isinstance(arg1, tuple) and isinstance(arg2, tuple)
+    assert isinstance(fcntls, tuple)
+    flags = {"deny": True, "unix": True, "shared": True} if mode == "restricted" else {}
+    for nr in (*arg1, PIDFD_SEND_SIGNAL):
+        assert _decide(arch, nr, 1234, SIGSTOP, **flags) == errno.EPERM, nr
+        assert _decide(arch, nr, 0xFFFFFFFF, SIGSTOP, **flags) == errno.EPERM, nr
+        for other in (SIGTERM, SIGKILL, SIGCONT, SIGTSTP, 0):
+            assert _decide(arch, nr, 1234, other, **flags) == ALLOW, (nr, other)
+    for nr in arg2:
+        assert _decide(arch, nr, 1234, 1235, SIGSTOP, **flags) == errno.EPERM, nr
+        assert _decide(arch, nr, 1234, SIGSTOP, SIGTERM, **flags) == ALLOW, nr
+    for nr in fcntls:
+        assert _decide(arch, nr, 3, F_SETSIG, SIGSTOP, **flags) == errno.EPERM, nr
+        assert _decide(arch, nr, 3, F_SETSIG, SIGTERM, **flags) == ALLOW, nr
+        assert _decide(arch, nr, 3, F_SETOWN, SIGSTOP, **flags) == ALLOW, nr

@@ -58,13 +58,14 @@ def command_pids() -> frozenset[int]:
     return frozenset(_COMMANDS)
 
 
-# Python ignores SIGPIPE and SIGXFSZ at startup and ignored signals stay
-# ignored across exec, so they are reset here; otherwise `yes | head` would
-# print "Broken pipe" errors instead of ending quietly.
+# Python ignores SIGPIPE and SIGXFSZ at startup, a worker the stop signals
+# (``worker._process.end_tree_with_parent``), and ignored signals stay ignored
+# across exec, so they are reset here; otherwise `yes | head` would print
+# "Broken pipe" errors instead of ending quietly.
 _PDEATHSIG_WRAPPER = """\
 import os, signal, sys
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+for name in ("SIGPIPE", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU"):
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
 if sys.platform.startswith("linux"):
     import ctypes
     ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
