@@ -132,6 +132,63 @@ async def test_s_sec_4_cpu_is_counted_over_the_tree(
         assert len(done.read_text().split()) < 8
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_threads_count_against_the_process_cap(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """S-SEC-4: one process starting 300 threads under a 40-process cap ends the worker with
+    "process cap exceeded" (a cgroup's pids count refuses the 40th; sampling counts them):
+    under sampling, one process of 1000 threads passed a 40-process cap (red team Q)."""
+    marker = _marker()
+    threads = (
+        "import threading, time\n"
+        "try:\n"
+        "    for _ in range(300):\n"
+        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "except RuntimeError: pass  # refused: the cap holds; wait to be ended for it\n"
+        f"time.sleep({marker})"
+    )
+    answer, exit, used, _ = await _broken(
+        tmp_path, mechanism, f"{PY} -c '{threads}'", ResourceLimits(max_processes=40)
+    )
+    assert answer is None
+    assert exit.kind is ExitKind.PROCESS_CAP, exit.reason
+    assert "40 processes" in exit.reason and used in exit.reason
+    assert await _until_gone(marker) == []
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+async def test_s_sec_4_cpu_of_children_the_kernel_reaps_itself_counts(
+    tmp_path: Path, mechanism: str
+) -> None:
+    """S-SEC-4: a process that ignores SIGCHLD (so the kernel reaps its children, and their
+    CPU reaches nobody's count of reaped children) runs busy children of 0.4 s, two at a
+    time, twenty in all: the tree's 2 s CPU cap ends the worker before the twentieth.
+    Under sampling, such children ran 9.8 s under a 2 s cap (red team Q)."""
+    marker, done = _marker(), tmp_path / "done"
+    script = tmp_path / "reaped_by_the_kernel.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "for n in range(10):\n"
+        "    for _ in range(2):\n"
+        "        if os.fork() == 0:\n"
+        "            end = time.process_time() + 0.4\n"
+        "            while time.process_time() < end: pass\n"
+        "            os._exit(0)\n"
+        "    time.sleep(0.45)\n"
+        f"    with open({str(done)!r}, 'a') as f: f.write(f'{{n}}\\n')\n"
+    )
+    answer, exit, used, _ = await _broken(
+        tmp_path, mechanism, f"{PY} {script} {marker}", ResourceLimits(cpu_seconds=2)
+    )
+    assert answer is None
+    assert exit.kind is ExitKind.CPU_CAP, exit.reason
+    assert "whole process tree" in exit.reason and used in exit.reason
+    assert len(done.read_text().split()) < 10
+    assert await _until_gone(marker) == []
+
+
 async def test_s_sec_4_the_file_size_cap_binds_every_descendant(tmp_path: Path) -> None:
     """S-SEC-4: with an 8 MB file size cap, a child writing 20 MB is stopped at 8 MB
     (SIGXFSZ), and it cannot raise its own limit back."""
