@@ -42,9 +42,8 @@ from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework
 from mcp.server.lowlevel import Server
 
-from ..kernel import descends_from, in_worker_tree
+from ..kernel import descends_from, in_worker_tree, socket_holders, tcp_socket
 from ._control_peer import started_by_a_supervisor
-from ._tcp_peer import socket_holders, tcp_socket
 
 __all__ = [
     "BearerTokenGate",

@@ -38,6 +38,7 @@ from ._spawner import launch_python, reap_child
 from ._supervisor import Supervisor, default_request_handler
 from ._supervisor_config import Placement, SpawnMode, SupervisorConfig
 from ._supervisor_mark import mark_supervisor, supervisor_marked, unmark_supervisor
+from ._tcp_peer import LocalServerCheck, socket_holders, tcp_socket
 from ._worker_tree import (
     UNSETTLED,
     in_worker_tree,
@@ -57,6 +58,7 @@ __all__ = [
     "FleetCapacityError",
     "FleetExhaustedError",
     "HelperCgroup",
+    "LocalServerCheck",
     "NestedSupervisorError",
     "Placement",
     "PlacementError",
@@ -87,8 +89,10 @@ __all__ = [
     "reap_child",
     "refuse_inside_worker_tree",
     "roots_overlap",
+    "socket_holders",
     "supervisor_ancestor",
     "supervisor_marked",
+    "tcp_socket",
     "text_size",
     "tune_collector",
     "unmark_supervisor",

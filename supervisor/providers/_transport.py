@@ -54,6 +54,7 @@ import h11
 import httpx
 import trio
 
+from ..kernel import LocalServerCheck
 from ._tls import TlsStream
 
 __all__ = ["BODY_EXTENSION", "BodySink", "FeedableBody", "GatewayTransport"]
@@ -498,6 +499,7 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         self._reading: weakref.WeakSet[_Body] = weakref.WeakSet()
         self._sweeping: object | None = None
         self._reader = _Reader(read_rounds_s)
+        self._servers = LocalServerCheck()
         self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -562,6 +564,20 @@ class GatewayTransport(httpx.AsyncBaseTransport):
         try:
             tcp = await trio.open_tcp_stream(host, port)
             stream = tcp
+            # Before a byte of the request (its key) goes out: a port on this
+            # machine may be held by a subagent while its server is down.
+            refusal = await trio.to_thread.run_sync(
+                self._servers.refusal,
+                _host_port(tcp.socket.getpeername()),
+                _host_port(tcp.socket.getsockname()),
+            )
+            if refusal is not None:
+                await trio.aclose_forcefully(tcp)
+                raise httpx.ConnectError(
+                    f"refused to send a request to {host}:{port}: {refusal}; a subagent may "
+                    "hold the port while its server is down (S-SEC-1)",
+                    request=request,
+                )
             if scheme == "https":
                 context = self._ssl_context or ssl.create_default_context()
                 stream = tls = TlsStream(tcp, context, server_hostname=host)
@@ -723,6 +739,11 @@ def _says_close(headers: list[tuple[bytes, bytes]]) -> bool:
 
 def _timeout(timeout: float | None) -> trio.CancelScope:
     return trio.move_on_after(_seconds(timeout))
+
+
+def _host_port(address: Any) -> tuple[str, int]:
+    """``(host, port)`` of a socket address (IPv6 ones carry flow and scope too)."""
+    return str(address[0]), int(address[1])
 
 
 def _seconds(timeout: float | None) -> float:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from supervisor.cli._tcp_peer import socket_holders, tcp_socket
+from supervisor.kernel import socket_holders, tcp_socket
 
 
 @pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
