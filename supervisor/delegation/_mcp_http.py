@@ -1,22 +1,32 @@
-"""A streamable-HTTP MCP transport whose JSON answers are bounded in size (S-MCP-1).
+"""A streamable-HTTP MCP transport whose JSON answers are bounded in size (S-MCP-1),
+and whose servers on this machine are never a subagent's (S-SEC-1).
 
 The SDK reads a JSON (not SSE) response whole, however large; its SSE events
 are already bounded (``max_sse_event_size``). Here every ``application/json``
 body is counted as it arrives and, past ``MAX_MCP_MESSAGE_BYTES``, the read
 fails: the SDK turns that into an error answer to that one request, and the
 connection stays up.
+
+A server at a local URL (``http://localhost:8931/mcp``) is a port any process
+may take while the server is down: a subagent under network allow that took
+it would get every request (with its headers) and write the tools, and the
+results, every agent borrows. Each new connection is therefore checked
+before its first request (``kernel.LocalServerCheck``), as the model
+gateway's are.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import anyio
+import httpcore2
 import httpx2
 
-from ..kernel import SubvisorError
+from ..kernel import LocalServerCheck, SubvisorError
 from ._mcp_stdio import MAX_MCP_MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -63,6 +73,62 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+class _CheckedBackend(httpcore2.AsyncNetworkBackend):
+    """Connects as ``inner`` does; a connection to a server a subagent holds is closed unused."""
+
+    def __init__(self, inner: httpcore2.AsyncNetworkBackend) -> None:
+        self._inner = inner
+        self._servers = LocalServerCheck()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        sock = stream.get_extra_info("socket")
+        refusal = await anyio.to_thread.run_sync(
+            self._servers.refusal, sock.getpeername()[:2], sock.getsockname()[:2]
+        )
+        if refusal is not None:
+            await stream.aclose()
+            raise httpcore2.ConnectError(
+                f"refused to send a request to the MCP server at {host}:{port}: {refusal}; "
+                "a subagent may hold the port while its server is down (S-SEC-1)"
+            )
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (the backend's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        return await self._inner.connect_unix_socket(path, timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _checked_transport() -> httpx2.AsyncHTTPTransport:
+    """httpx2's transport (its defaults), over a pool that checks each new connection."""
+    transport = httpx2.AsyncHTTPTransport()
+    # httpx2 takes no network backend: its pool is made again with one (public
+    # httpcore2 arguments, httpx2's default limits).
+    limits = httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(),
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_CheckedBackend(httpcore2.AnyIOBackend()),
+    )
+    return transport
+
+
 class _ReportedAsAnError(logging.Filter):
     """Drops the SDK's traceback for an answer over the limit: the caller gets an error."""
 
@@ -86,7 +152,7 @@ async def bounded_http_client(
     logging.getLogger("mcp.client.streamable_http").addFilter(_FILTER)  # idempotent
     client = httpx2.AsyncClient(
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=_CappedTransport(httpx2.AsyncHTTPTransport(), max_message_bytes),
+        transport=_CappedTransport(_checked_transport(), max_message_bytes),
     )
     async with client, streamable_http_client(url, http_client=client) as streams:
         yield streams

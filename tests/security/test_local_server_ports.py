@@ -1,4 +1,4 @@
-"""S-SEC-1: a subagent that takes a local provider's port gets neither its key nor a turn.
+"""S-SEC-1: a subagent that takes a local server's port gets neither a key nor a turn.
 
 A provider on this machine (``http://localhost:11434/v1``, as for ollama) is a
 port any process may take while its server is down or restarting. A subagent
@@ -7,7 +7,8 @@ next model call of any agent on that provider, and took its reply as the
 model's answer, the root's included (red team R). Here a background subagent
 (network allow) listens on the port of the configured provider, whose server
 is down, and logs what reaches it; then a subagent on that provider runs. The
-gateway must send it nothing: the call fails, naming the process.
+gateway must send it nothing: the call fails, naming the process. The same for
+an MCP server at a local URL, which every agent borrows tools from.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ import socket
 import sys
 from pathlib import Path
 
+import trio
+
+from supervisor import RootSession
+from supervisor.delegation._mcp import McpServerConfig
+from supervisor.policy._sandbox import SandboxSettings
 from tests.support.cli import run_cli
-from tests.support.delegation import agent_call, home_for, write_scenario
+from tests.support.delegation import agent_call, home_for, subvisor, write_scenario
 
 KEY = "sk-test-LOCAL-PROVIDER-KEY-5e1f"
 
@@ -130,3 +136,51 @@ def test_s_sec_1_a_subagent_on_a_local_providers_port_gets_no_request(tmp_path: 
     assert victim["status"] == "failed", victim
     assert "runs inside a worker tree" in json.dumps(victim), victim
     assert "FORGED" not in done.stdout
+
+
+async def test_s_sec_1_a_subagent_on_a_local_mcp_servers_port_gets_no_request(
+    tmp_path: Path,
+) -> None:
+    """S-SEC-1: while session A's subagent (network allow) holds the port of the MCP server
+    that session B's config names at a local URL (its server down), B starts: B does not
+    connect, saying who holds the port, and the squatter received no request (control:
+    it listened)."""
+    port = _free_port()
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    project = a_dir / "project"
+    project.mkdir(parents=True)
+    b_dir.mkdir()
+    (project / "squat.py").write_text(SQUATTER)
+    squat = f"{sys.executable} squat.py {port} {project}"
+    model = write_scenario(
+        a_dir / "s.yaml",
+        {
+            "root": [{"tool_calls": [agent_call("squatter", "x")]}, {"text": "{{tool_result}}"}],
+            "squatter": [
+                {"tool_calls": [{"name": "Bash", "input": {"command": squat, "timeout": 150_000}}]},
+                {"text": "squatted"},
+            ],
+        },
+    )
+
+    async def session_a() -> None:
+        settings = SandboxSettings(force_mode="workspace-write", force_network="allow")
+        async with subvisor(home_for(a_dir), sandbox=settings) as host:
+            await RootSession(host, model=model, cwd=project).run("go")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session_a)
+        try:
+            for _ in range(1200):
+                if (project / "listening").exists():
+                    break
+                await trio.sleep(0.05)
+            config = McpServerConfig(url=f"http://127.0.0.1:{port}/mcp")
+            async with subvisor(home_for(b_dir), mcp_servers={"web": config}) as host:
+                connected, failures = host.mcp.connected, host.mcp.failures
+        finally:
+            (project / "stop").touch()
+    assert (project / "listening").exists()  # control: it held the port
+    assert not (project / "leak.jsonl").exists(), (project / "leak.jsonl").read_text()
+    assert connected == ()
+    assert "runs inside a worker tree" in failures["web"], failures
