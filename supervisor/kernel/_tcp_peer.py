@@ -29,7 +29,8 @@ is a port any process may take while its server is down, and a subagent
 under network allow that took it got the provider's key with every request
 and wrote the root agent's turns (red team R). A server is judged by its
 listening sockets, since the one our connection reached may not be accepted
-yet (no inode until ``accept``).
+yet (no inode until ``accept``); the kernel is asked over netlink
+(``_sock_diag``), the tables read only where it cannot be.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+from dataclasses import dataclass
 
+from ._sock_diag import TcpSocket, listening, serving
 from ._worker_tree import in_worker_tree
 
 __all__ = ["LocalServerCheck", "socket_holders", "tcp_socket"]
@@ -109,34 +112,95 @@ def socket_holders(inode: int) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _table_rows() -> list[tuple[int, list[str]]]:
-    """Every row of ``/proc/net/tcp`` and ``tcp6``, as (4 or 6, its fields)."""
-    rows = []
-    for table, version in _TABLES:
+def _table_sockets() -> list[TcpSocket]:
+    """Every socket of ``/proc/net/tcp`` and ``tcp6`` (where ``NETLINK_SOCK_DIAG`` fails),
+    with its remote end as ``(address, port)`` and whether it listens."""
+    found = []
+    for table, _ in _TABLES:
         try:
             with open(table) as f:
                 next(f, None)
-                rows += [(version, line.split()) for line in f]
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 9:
+                        found.append(_table_socket(fields))
         except OSError:
             continue
-    return rows
+    return found
 
 
-def _forms(host: str, version: int) -> set[str]:
-    """How ``host`` appears in a table of IP ``version``, the wildcard address included."""
-    if version == 4:
-        if ipaddress.ip_address(host).version != 4:
-            return set()
-        return {_hex_address(h, 0)[:-5] for h in (host, "0.0.0.0")}
-    return {_hex_address(h, 0)[:-5] for h in (_mapped(host), "::")}
+def _table_socket(fields: list[str]) -> TcpSocket:
+    def address(text: str) -> tuple[str, int]:
+        host, port = text.split(":")
+        raw = b"".join(
+            int(host[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(host), 8)
+        )
+        return str(ipaddress.ip_address(raw)), int(port, 16)
+
+    (local, port), remote = address(fields[1]), address(fields[2])
+    listens = fields[3] == _LISTEN
+    return _TableSocket(local, port, int(fields[7]), int(fields[9]), remote, listens)
+
+
+@dataclass(frozen=True, slots=True)
+class _TableSocket(TcpSocket):
+    remote: tuple[str, int]
+    listens: bool
+
+
+def _same_host(listed: str, host: str) -> bool:
+    """Whether a socket listed at ``listed`` is at ``host`` (an IPv4 address may be listed
+    as IPv6's mapped form)."""
+    one, two = ipaddress.ip_address(listed), ipaddress.ip_address(host)
+    one = one.ipv4_mapped or one if isinstance(one, ipaddress.IPv6Address) else one
+    two = two.ipv4_mapped or two if isinstance(two, ipaddress.IPv6Address) else two
+    return one == two
+
+
+def _serves(listener: TcpSocket, host: str) -> bool:
+    """Whether ``listener`` takes connections to ``host`` (its address, or any)."""
+    return ipaddress.ip_address(listener.address).is_unspecified or _same_host(
+        listener.address, host
+    )
+
+
+def _server_sockets(
+    server: tuple[str, int], ours: tuple[str, int]
+) -> tuple[TcpSocket | None, list[TcpSocket]]:
+    """The socket serving our connection (None: not in this namespace), and the listening
+    sockets on its port that take connections to its address."""
+    try:
+        reached = serving(server, ours)
+        listeners = listening(server[1]) if reached is not None else []
+    except OSError:
+        rows = _table_sockets()
+        reached = next(
+            (
+                row
+                for row in rows
+                if isinstance(row, _TableSocket)
+                and row.port == server[1]
+                and _same_host(row.address, server[0])
+                and row.remote[1] == ours[1]
+                and _same_host(row.remote[0], ours[0])
+            ),
+            None,
+        )
+        listeners = [
+            row
+            for row in rows
+            if isinstance(row, _TableSocket) and row.listens and row.port == server[1]
+        ]
+    return reached, [s for s in listeners if _serves(s, server[0])]
 
 
 class LocalServerCheck:
     """Whether the server of a TCP connection we made is outside every worker tree.
 
-    ``refusal`` reads the socket tables once per new connection (blocking:
-    call it from a thread); the walk of ``/proc`` for the processes that hold
-    the listening sockets is made once per set of them, and its verdict kept.
+    ``refusal`` asks the kernel about two sockets per new connection
+    (``_sock_diag``; blocking: call it from a thread); the walk of ``/proc`` for
+    the processes that hold the listening sockets is made once per set of
+    them, and its verdict kept.
     """
 
     _KEPT = 256
@@ -148,42 +212,22 @@ class LocalServerCheck:
         """Why our connection ``ours`` -> ``server`` must not be used; None if it may.
 
         A server of another uid is not one of our workers (they run as ours);
-        one not in this machine's tables is elsewhere. Fail closed: a server of
-        our uid whose listening sockets, or their holders, cannot be found is
-        refused, as is one any holder of which runs inside a worker tree.
+        one not in this namespace's tables is elsewhere. Fail closed: a server
+        of our uid whose listening sockets, or their holders, cannot be found
+        is refused, as is one any holder of which runs inside a worker tree.
         """
-        rows = _table_rows()
-        port = f"{server[1]:04X}"
-        reached = None
-        for version, fields in rows:
-            try:
-                wanted = _hex_address(_mapped(server[0]) if version == 6 else server[0], server[1])
-                ours_hex = _hex_address(_mapped(ours[0]) if version == 6 else ours[0], ours[1])
-            except ValueError:
-                continue
-            if len(fields) > 9 and fields[1] == wanted and fields[2] == ours_hex:
-                reached = fields
-                break
-        if reached is None:
-            return None  # not served from this machine's network namespace
-        if int(reached[7]) != os.geteuid():
+        reached, listeners = _server_sockets(server, ours)
+        if reached is None or reached.uid != os.geteuid():
             return None
-        listeners = frozenset(
-            int(fields[9])
-            for version, fields in rows
-            if len(fields) > 9
-            and fields[3] == _LISTEN
-            and fields[1].endswith(f":{port}")
-            and fields[1][:-5] in _forms(server[0], version)
-        )
+        inodes = frozenset(s.inode for s in listeners)
         where = f"{server[0]}:{server[1]}"
-        if not listeners or 0 in listeners:
+        if not inodes or 0 in inodes:
             return f"no process can be shown to serve {where}"
-        if listeners not in self._verdicts:
+        if inodes not in self._verdicts:
             if len(self._verdicts) >= self._KEPT:
                 self._verdicts.pop(next(iter(self._verdicts)))
-            self._verdicts[listeners] = self._judge(listeners, where)
-        return self._verdicts[listeners]
+            self._verdicts[inodes] = self._judge(inodes, where)
+        return self._verdicts[inodes]
 
     def _judge(self, listeners: frozenset[int], where: str) -> str | None:
         for inode in listeners:

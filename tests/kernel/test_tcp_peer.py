@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from supervisor.kernel import socket_holders, tcp_socket
+from supervisor.kernel import LocalServerCheck, socket_holders, tcp_socket
+from supervisor.kernel import _tcp_peer as tcp_peer
 
 
 @pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
@@ -68,3 +69,47 @@ async def test_s_sec_2_another_uid_is_refused_before_any_walk_of_proc(
     gate = _mcp_http.LoopbackPeerGate(app)
     why = await gate._refusal(("127.0.0.1", 40000), ("127.0.0.1", 8765))
     assert why == f"uid {os.geteuid() + 1} is not this server's owner (uid {os.geteuid()})"
+
+
+@pytest.mark.parametrize("asked", ["over netlink", "from /proc/net/tcp"])
+@pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+def test_s_sec_1_a_local_server_outside_every_worker_tree_is_used(
+    family: socket.AddressFamily, host: str, asked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S-SEC-1: the server of a connection we made is judged by its listening socket, found
+    over netlink or (where netlink fails) in the socket tables: one this process holds is
+    outside every worker tree, so its connection may be used, before and after ``accept``."""
+    if asked == "from /proc/net/tcp":
+
+        def no_netlink(*args: object) -> None:
+            raise PermissionError("netlink refused")
+
+        monkeypatch.setattr(tcp_peer, "serving", no_netlink)
+    check = LocalServerCheck()
+    with socket.socket(family) as server:
+        server.bind((host, 0))
+        server.listen()
+        with socket.socket(family) as client:
+            client.connect(server.getsockname())
+            ends = client.getpeername()[:2], client.getsockname()[:2]
+            assert check.refusal(*ends) is None  # not accepted yet: no inode of its own
+            accepted, _ = server.accept()
+            with accepted:
+                assert check.refusal(*ends) is None
+    # A listener closed once it accepted (as a squatter could, to hide): its connection is
+    # served by nobody that can be shown.
+    with socket.socket(family) as server, socket.socket(family) as client:
+        server.bind((host, 0))
+        server.listen()
+        client.connect(server.getsockname())
+        ends = client.getpeername()[:2], client.getsockname()[:2]
+        accepted, _ = server.accept()
+        with accepted:
+            server.close()
+            where = f"{ends[0][0]}:{ends[0][1]}"
+            assert LocalServerCheck().refusal(*ends) == f"no process can be shown to serve {where}"
+
+
+def test_s_sec_1_a_server_on_another_host_is_not_judged() -> None:
+    """S-SEC-1: a connection no socket of this namespace serves is to another machine."""
+    assert LocalServerCheck().refusal(("192.0.2.7", 443), ("127.0.0.1", 40000)) is None
