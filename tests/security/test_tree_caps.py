@@ -185,7 +185,7 @@ async def test_s_sec_4_cpu_of_children_the_kernel_reaps_itself_counts(
     assert answer is None
     assert exit.kind is ExitKind.CPU_CAP, exit.reason
     assert "whole process tree" in exit.reason and used in exit.reason
-    assert len(done.read_text().split()) < 10
+    assert len(done.read_text().split() if done.exists() else []) < 10
     assert await _until_gone(marker) == []
 
 
