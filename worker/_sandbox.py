@@ -85,6 +85,7 @@ from protocol import NETWORK_ABI, SandboxPolicy, SandboxReport
 from . import _landlock, _mounts, _seccomp
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
 from ._privileges import drop_privileges
+from ._subtree import scope_signals_to_tree
 
 __all__ = [
     "CGROUP_FS",
@@ -378,6 +379,8 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             missing.append(f"Landlock could not be applied: {exc}")
         else:
             domain = True
+            if ruleset.scoped & Scope.SIGNAL:
+                scope_signals_to_tree()
             if left_out:
                 # Less granted than asked, never more: enforced, and said here.
                 writable = tuple(w for w in writable if w != policy.memory_dir)

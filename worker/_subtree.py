@@ -14,6 +14,14 @@ Races handled here:
   process cap did not stop).
 - We never reap a child we did not adopt (``keep``): its owner waits for it
   by pid, and taking its status away would make that wait fail.
+- A descendant that made itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``,
+  or an exec of a file it may not read) is hidden from a worker's ``/proc``
+  (``hidepid=ptraceable``, no capability), and so is the walk below it: a
+  chain of them cost a round each, and 240 outlived the worker's one-second
+  way out when its zygote and supervisor were SIGKILLed together (red team
+  S). Where the worker's Landlock domain scopes signals (``tree_scoped``),
+  ``kill(-1)`` reaches exactly its own tree, hidden or not, however deep,
+  and is sent first; its own process is never among them.
 """
 
 from __future__ import annotations
@@ -24,7 +32,24 @@ import signal
 import time
 from collections.abc import Collection
 
-__all__ = ["children", "descendants", "kill_descendants", "reap_adopted", "signal_subtrees"]
+__all__ = [
+    "children",
+    "descendants",
+    "kill_descendants",
+    "reap_adopted",
+    "scope_signals_to_tree",
+    "signal_subtrees",
+]
+
+#: Set once this process is in a Landlock domain that scopes signals: then every
+#: process it may signal is in its own tree (see the module docstring).
+_tree_scoped = False
+
+
+def scope_signals_to_tree() -> None:
+    """Say that this process's signals now reach its own tree alone (Landlock's signal scope)."""
+    global _tree_scoped
+    _tree_scoped = True
 
 
 def children(pid: int | None = None) -> list[int]:
@@ -95,6 +120,9 @@ def kill_descendants(
     deadline = time.monotonic() + deadline_s
     signalled = 0
     while any(c not in keep for c in children()):
+        if _tree_scoped and not keep:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
         signalled += signal_subtrees(keep)
         time.sleep(poll_s)
         reap_adopted(keep)

@@ -211,17 +211,25 @@ class LocalServerCheck:
     def refusal(self, server: tuple[str, int], ours: tuple[str, int]) -> str | None:
         """Why our connection ``ours`` -> ``server`` must not be used; None if it may.
 
-        A server of another uid is not one of our workers (they run as ours);
-        one not in this namespace's tables is elsewhere. Fail closed: a server
-        of our uid whose listening sockets, or their holders, cannot be found
-        is refused, as is one any holder of which runs inside a worker tree.
+        A server not in this namespace's tables is elsewhere. One whose every
+        listening socket is another uid's is not one of our workers (they run
+        as ours). The uid of the socket our connection reached is not asked:
+        one not accepted yet (``TCP_DEFER_ACCEPT`` holds it back until data
+        comes) is listed as uid 0, and a squatter passed as "another user's"
+        (red team S). Fail closed: a server whose listening sockets, or the
+        holders of those of our uid, cannot be found is refused, as is one
+        any such holder of which runs inside a worker tree.
         """
         reached, listeners = _server_sockets(server, ours)
-        if reached is None or reached.uid != os.geteuid():
+        if reached is None:
             return None
-        inodes = frozenset(s.inode for s in listeners)
         where = f"{server[0]}:{server[1]}"
-        if not inodes or 0 in inodes:
+        if not listeners:
+            return f"no process can be shown to serve {where}"
+        inodes = frozenset(s.inode for s in listeners if s.uid == os.geteuid())
+        if not inodes:
+            return None
+        if 0 in inodes:
             return f"no process can be shown to serve {where}"
         if inodes not in self._verdicts:
             if len(self._verdicts) >= self._KEPT:

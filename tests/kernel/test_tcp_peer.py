@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,51 @@ def test_s_sec_1_a_local_server_outside_every_worker_tree_is_used(
 def test_s_sec_1_a_server_on_another_host_is_not_judged() -> None:
     """S-SEC-1: a connection no socket of this namespace serves is to another machine."""
     assert LocalServerCheck().refusal(("192.0.2.7", 443), ("127.0.0.1", 40000)) is None
+
+
+_DEFERRED_LISTENER = """
+import ctypes, socket, sys, time
+listener = socket.socket()
+listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
+listener.bind(("127.0.0.1", 0))
+listener.listen()
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: its fds out of others' sight
+print(listener.getsockname()[1], flush=True)
+time.sleep(60)
+"""
+
+_CHECK = """
+import socket, sys
+from supervisor.kernel import LocalServerCheck
+client = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print(LocalServerCheck().refusal(client.getpeername(), client.getsockname()))
+"""
+
+
+@pytest.mark.machine_may_lack("root, to run both ends as another uid", when=os.geteuid() != 0)
+def test_s_sec_1_a_deferred_accept_does_not_pass_a_server_as_another_users() -> None:
+    """S-SEC-1: a server of our uid whose listener holds connections back until data comes
+    (TCP_DEFER_ACCEPT: the reached socket is listed as uid 0) and whose fds we cannot see is
+    refused, as uid 65534 as well as root; it passed as another user's server (red team S)."""
+
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    repo = Path(__file__).resolve().parents[2]
+    listener = subprocess.Popen(
+        [*as_nobody, sys.executable, "-c", _DEFERRED_LISTENER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert listener.stdout is not None
+        port = listener.stdout.readline().strip()
+        check = subprocess.run(
+            [*as_nobody, sys.executable, "-c", _CHECK, port],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            env={**os.environ, "PYTHONPATH": str(repo)},
+            check=False,
+        )
+    finally:
+        listener.kill()
+        listener.wait()
+    assert check.returncode == 0, check.stderr
+    assert "cannot be checked" in check.stdout, check.stdout

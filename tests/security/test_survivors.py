@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,6 +57,16 @@ def _wait(condition: object, limit_s: float = 120.0) -> None:
 #: What a subagent may try so that its worker cannot end its tree: stop it ($PPID: the
 #: shell's parent is the worker) with every stop signal (red team Q).
 STOP_THE_WORKER = "for s in STOP TSTP TTIN TTOU; do kill -$s $PPID; done; "
+#: Or hide from it: a chain of processes, each the parent of the next, that made themselves
+#: non-dumpable, so the worker's /proc shows none of them (red team S).
+HIDDEN_CHAIN_DEPTH = 500
+HIDDEN_CHAIN = (
+    "import ctypes, os, sys, time\n"
+    "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+    f"for _ in range({HIDDEN_CHAIN_DEPTH}):\n"
+    "    if os.fork(): break\n"
+    "time.sleep(600)\n"
+)
 
 
 def _leaver(markers: list[str], first: str = "") -> str:
@@ -69,9 +80,14 @@ def _leaver(markers: list[str], first: str = "") -> str:
     )
 
 
-def _start_run(tmp_path: Path, markers: list[str], first: str = "") -> subprocess.Popen[str]:
+def _start_run(
+    tmp_path: Path, markers: list[str], first: str = "", config: str = ""
+) -> subprocess.Popen[str]:
     project = tmp_path / "project"
     project.mkdir()
+    if config:
+        home_for(tmp_path).mkdir(exist_ok=True)
+        (home_for(tmp_path) / "config.toml").write_text(config)
     model = write_scenario(
         tmp_path / "s.yaml",
         {
@@ -103,6 +119,7 @@ def _start_run(tmp_path: Path, markers: list[str], first: str = "") -> subproces
         "SIGINT",
         "SIGKILL, its zygote too",
         "SIGKILL, its zygote too, once the subagent tried to stop its worker",
+        "SIGKILL, its zygote too, with a chain of processes hidden from the worker",
     ],
 )
 def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str) -> None:
@@ -114,14 +131,23 @@ def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str)
     The subagent cannot stop its worker first (a stopped worker ended nothing, and the
     tree outlived them all: red team Q)."""
     markers = _markers()
-    stop = how.endswith("stop its worker")
-    run = _start_run(tmp_path, markers, STOP_THE_WORKER if stop else "")
+    first = config = ""
+    if how.endswith("stop its worker"):
+        first = STOP_THE_WORKER
+    elif how.endswith("hidden from the worker"):
+        first = f"{sys.executable} -c '{HIDDEN_CHAIN}' {markers[0]} & "
+        config = f"[subagent_limits]\nmax_processes = {HIDDEN_CHAIN_DEPTH + 200}\n"
+    run = _start_run(tmp_path, markers, first, config)
     try:
         # Bounded (a loaded machine starts it all slowly), never a timing assertion.
         _wait(lambda: _sleeping(markers) == set(markers))
         assert _sleeping(markers) == set(markers), (
             run.stderr.read() if run.poll() is not None else ""
         )
+        if how.endswith("hidden from the worker"):
+            whole = HIDDEN_CHAIN_DEPTH + 2  # and the background sleep
+            _wait(lambda: len(_alive_with(markers[:1])) >= whole)
+            assert len(_alive_with(markers[:1])) >= whole
         supervisor = psutil.Process(run.pid)
         zygotes = [p for p in supervisor.children() if p.name() == "subvisor-zygote"]
         workers = [w for z in zygotes for w in z.children()]
