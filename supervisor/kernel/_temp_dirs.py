@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pwd
 import secrets
 import shutil
 import stat
@@ -32,9 +33,9 @@ class WorkerTempDirs:
     so that no worker reads another session's temp files, nor those of one
     that starts later (S-SEC-2). Where that name is taken by something not
     ours (another user made it first in a shared ``/tmp``), the same name in
-    ``$XDG_RUNTIME_DIR`` or ``~/.cache`` serves (logged); only where neither
-    can, a private dir stands in for it (``<shared>-<pid>-*``), and other
-    sessions' temp dirs are not hidden (logged).
+    ``.cache`` in the uid's home serves (logged); only where it cannot, a
+    private dir stands in for it (``<shared>-<pid>-*``), and other sessions'
+    temp dirs are not hidden (logged).
     A supervisor killed by SIGKILL cannot remove its dir, so the first
     sandboxed spawn of the next one removes the dirs of supervisors whose pid
     no longer exists (also those of older versions, directly in ``$TMPDIR``).
@@ -96,9 +97,9 @@ class WorkerTempDirs:
         """This uid's dir of every session's, made if need be.
 
         Where its name in ``temp`` is not ours, the same name in a dir only
-        this uid can write (``$XDG_RUNTIME_DIR``, ``~/.cache``), which every
-        session of the uid finds alike, so they stay hidden from each other;
-        failing those, a private stand-in of this supervisor's alone.
+        this uid can write (``.cache`` in its home), which every session of
+        the uid finds alike, so they stay hidden from each other; failing
+        that, a private stand-in of this supervisor's alone.
         """
         uid = os.getuid()
         name = f"{self.SHARED}{uid}"
@@ -106,7 +107,8 @@ class WorkerTempDirs:
         path = _own_dir(taken)
         if path is not None:
             return path
-        for parent in _private_parents():
+        parent = _private_parent()
+        if parent is not None:
             path = _own_dir(os.path.join(parent, name))
             if path is not None:
                 log.warning(
@@ -186,21 +188,26 @@ def _own_dir(path: str) -> str | None:
     return path
 
 
-def _private_parents() -> list[str]:
-    """Dirs where no other uid can make or take a name: this uid's, writable by it alone."""
-    found = []
-    for parent in (os.environ.get("XDG_RUNTIME_DIR"), os.path.expanduser("~/.cache")):
-        if not parent or not os.path.isabs(parent):
-            continue
-        with contextlib.suppress(FileExistsError, OSError):
-            os.makedirs(parent, 0o700, exist_ok=True)
-        try:
-            info = os.lstat(parent)
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
-            found.append(parent)
-    return found
+def _private_parent() -> str | None:
+    """``.cache`` in the uid's home as the password database names it (not ``$HOME``, nor
+    ``$XDG_RUNTIME_DIR``: every session of the uid must find the same one, whatever its
+    environment), if it is a dir of the uid that no other uid can write; else None."""
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return None
+    parent = os.path.join(home, ".cache")
+    if not os.path.isabs(parent):
+        return None
+    with contextlib.suppress(OSError):
+        os.makedirs(parent, 0o700, exist_ok=True)
+    try:
+        info = os.lstat(parent)
+    except OSError:
+        return None
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+        return parent
+    return None
 
 
 def _remove_orphans(parent: Path, prefix: str) -> None:

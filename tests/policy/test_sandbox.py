@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ from protocol import (
 from supervisor import RootSession, Subvisor, Supervisor, SupervisorConfig, WorkerHandle
 from supervisor.delegation._mcp import McpServerConfig
 from supervisor.kernel import SubvisorError
+from supervisor.kernel import _temp_dirs as temp_dirs
 from supervisor.kernel._sandbox_support import LANDLOCK_ABI_MAX_ENV
 from supervisor.policy._sandbox import SandboxSettings, choose_sandbox
 from supervisor.profiles._builtin_profiles import EXPLORE, GENERAL_PURPOSE
@@ -465,8 +467,8 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """S-SEC-2: where the uid's dir of every session's is not ours (a symlink planted in a
-    shared $TMPDIR), and neither $XDG_RUNTIME_DIR nor ~/.cache can hold it (unset; a
-    symlink), nothing goes through any of them: a private stand-in holds this supervisor's
+    shared $TMPDIR), and .cache in the uid's home cannot hold it (a symlink), nothing goes
+    through either: a private stand-in holds this supervisor's
     temp dirs, the log says so and what to do, and it goes at close; a stand-in left by a
     supervisor that died is swept by the next one."""
     import tempfile
@@ -478,8 +480,7 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
     home = tmp_path / "home"
     home.mkdir()
     (home / ".cache").symlink_to(elsewhere)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(temp_dirs.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_dir=str(home)))
     orphan = tmp_path / f"subvisor-sandboxes-{os.getuid()}-{_a_dead_pid()}-abc" / "left"
     orphan.mkdir(parents=True)
     policy = SandboxPolicy(mode="read-only", network="deny")
@@ -496,18 +497,17 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_gets_a_private_stand_in
 
 
 @needs_landlock
-@pytest.mark.parametrize("private_parent", ["XDG_RUNTIME_DIR", "~/.cache"])
 async def test_s_sec_2_a_temp_root_name_taken_by_another_uid_moves_where_only_we_write(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    private_parent: str,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """S-SEC-2: where another uid made the uid's dir of every session's first in a shared
-    $TMPDIR, the same name in $XDG_RUNTIME_DIR (else ~/.cache, made 0700) holds every
-    session's temp dirs: two supervisors use that one dir, so their workers cover each other
-    (tests/security/test_other_sessions_temp_dirs.py); a runtime dir another uid could
-    write is passed over, and the log says where they went and what to remove."""
+    $TMPDIR, the same name in .cache of the uid's home (as the password database names it,
+    whatever $HOME or $XDG_RUNTIME_DIR say) holds every session's temp dirs: two supervisors
+    use that one dir, so their workers cover each other
+    (tests/security/test_other_sessions_temp_dirs.py); the log says where they went and what
+    to remove. (Before, a session that saw $XDG_RUNTIME_DIR and one that did not chose two
+    dirs, red team S.)"""
+    import pwd
     import tempfile
 
     shared_temp = tmp_path / "tmp"
@@ -516,24 +516,19 @@ async def test_s_sec_2_a_temp_root_name_taken_by_another_uid_moves_where_only_we
     squatted = shared_temp / f"subvisor-sandboxes-{os.getuid()}"
     squatted.mkdir()
     os.chown(squatted, 65534, 65534)
-    monkeypatch.setattr(tempfile, "tempdir", str(shared_temp))
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    runtime = tmp_path / "run"
-    runtime.mkdir()
-    if private_parent == "XDG_RUNTIME_DIR":
-        runtime.chmod(0o700)
-        expected = runtime / squatted.name
-    else:
-        runtime.chmod(0o777)  # not only ours: passed over
-        expected = home / ".cache" / squatted.name
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    expected = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / squatted.name
     policy = SandboxPolicy(mode="read-only", network="deny")
+    roots = []
     with caplog.at_level(logging.WARNING):
-        async with Supervisor(SupervisorConfig()) as one, Supervisor(SupervisorConfig()) as two:
-            workers = [await sup.spawn(sandbox=policy) for sup in (one, two)]
-            roots = [Path(w.sandbox.temp_dir).parents[2] for w in workers if w.sandbox]
+        for environment in ({}, {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path)}):
+            with monkeypatch.context() as env:
+                for name, value in environment.items():
+                    env.setenv(name, value)
+                async with Supervisor(SupervisorConfig()) as sup:
+                    worker = await sup.spawn(sandbox=policy)
+                    assert worker.sandbox is not None and worker.sandbox.temp_dir is not None
+                    roots.append(Path(worker.sandbox.temp_dir).parents[2])
     assert roots == [expected, expected]
     assert stat.S_IMODE(expected.stat().st_mode) == 0o700
     assert stat.S_IMODE(expected.parent.stat().st_mode) & 0o022 == 0

@@ -11,6 +11,7 @@ path and glob the system temp dir for it.
 from __future__ import annotations
 
 import os
+import pwd
 import tempfile
 from pathlib import Path
 
@@ -38,8 +39,8 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(
     directly in the system temp dir, beside the others, and A read B's (red team).
 
     The same holds where another uid took the name first in a shared temp dir: both
-    sessions then use it in ``$XDG_RUNTIME_DIR`` (before, each made a stand-in of its own
-    beside the other's in the temp dir, and neither was hidden)."""
+    sessions then use it in ``.cache`` of the uid's home (before, each made a stand-in of its
+    own beside the other's in the temp dir, and neither was hidden)."""
     temp = tempfile.gettempdir()
     if name_taken:
         shared_temp = tmp_path / "tmp"
@@ -48,12 +49,9 @@ async def test_s_sec_2_a_subagent_cannot_read_another_sessions_temp_dir(
         squatted = shared_temp / f"subvisor-sandboxes-{os.getuid()}"
         squatted.mkdir(mode=0o777)
         os.chown(squatted, 65534, 65534)
-        runtime = tmp_path / "run"
-        runtime.mkdir(mode=0o700)
         monkeypatch.setattr(tempfile, "tempdir", str(shared_temp))
-        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
         temp = str(shared_temp)
-    where = str(runtime) if name_taken else temp
+    where = f"{pwd.getpwuid(os.getuid()).pw_dir}/.cache" if name_taken else temp
     b_dir = tmp_path / "b"
     b_project = b_dir / "project"
     b_project.mkdir(parents=True)
