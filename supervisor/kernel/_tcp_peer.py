@@ -197,16 +197,23 @@ def _server_sockets(
 class LocalServerCheck:
     """Whether the server of a TCP connection we made is outside every worker tree.
 
-    ``refusal`` asks the kernel about two sockets per new connection
-    (``_sock_diag``; blocking: call it from a thread); the walk of ``/proc`` for
-    the processes that hold the listening sockets is made once per set of
-    them, and its verdict kept.
+    Each new connection costs two or three questions to the kernel
+    (``_sock_diag``, tens of microseconds: ``settled``); the walk of ``/proc``
+    for the processes that hold the listening sockets (milliseconds beside a
+    large fleet: ``refusal``, from a thread) is made once per set of them,
+    and its verdict kept.
     """
 
     _KEPT = 256
 
     def __init__(self) -> None:
         self._verdicts: dict[frozenset[int], str | None] = {}
+
+    def settled(self, server: tuple[str, int], ours: tuple[str, int]) -> tuple[bool, str | None]:
+        """``(True, refusal)`` where no walk of ``/proc`` is needed; ``(False, None)`` where
+        ``refusal`` must walk it (see there for the rules)."""
+        walk, verdict = self._settle(server, ours)
+        return walk is None, verdict
 
     def refusal(self, server: tuple[str, int], ours: tuple[str, int]) -> str | None:
         """Why our connection ``ours`` -> ``server`` must not be used; None if it may.
@@ -220,22 +227,33 @@ class LocalServerCheck:
         holders of those of our uid, cannot be found is refused, as is one
         any such holder of which runs inside a worker tree.
         """
+        walk, verdict = self._settle(server, ours)
+        if walk is None:
+            return verdict
+        where = f"{server[0]}:{server[1]}"
+        if len(self._verdicts) >= self._KEPT:
+            self._verdicts.pop(next(iter(self._verdicts)))
+        verdict = self._verdicts[walk] = self._judge(walk, where)
+        return verdict
+
+    def _settle(
+        self, server: tuple[str, int], ours: tuple[str, int]
+    ) -> tuple[frozenset[int] | None, str | None]:
+        """The listeners to walk, or None and the verdict without a walk."""
         reached, listeners = _server_sockets(server, ours)
         if reached is None:
-            return None
+            return None, None
         where = f"{server[0]}:{server[1]}"
         if not listeners:
-            return f"no process can be shown to serve {where}"
+            return None, f"no process can be shown to serve {where}"
         inodes = frozenset(s.inode for s in listeners if s.uid == os.geteuid())
         if not inodes:
-            return None
+            return None, None
         if 0 in inodes:
-            return f"no process can be shown to serve {where}"
-        if inodes not in self._verdicts:
-            if len(self._verdicts) >= self._KEPT:
-                self._verdicts.pop(next(iter(self._verdicts)))
-            self._verdicts[inodes] = self._judge(inodes, where)
-        return self._verdicts[inodes]
+            return None, f"no process can be shown to serve {where}"
+        if inodes in self._verdicts:
+            return None, self._verdicts[inodes]
+        return inodes, None
 
     def _judge(self, listeners: frozenset[int], where: str) -> str | None:
         for inode in listeners:
