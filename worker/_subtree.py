@@ -39,6 +39,7 @@ __all__ = [
     "reap_adopted",
     "scope_signals_to_tree",
     "signal_subtrees",
+    "tree_scoped",
 ]
 
 #: Set once this process is in a Landlock domain that scopes signals: then every
@@ -50,6 +51,11 @@ def scope_signals_to_tree() -> None:
     """Say that this process's signals now reach its own tree alone (Landlock's signal scope)."""
     global _tree_scoped
     _tree_scoped = True
+
+
+def tree_scoped() -> bool:
+    """Whether this process's signals reach its own tree alone (``scope_signals_to_tree``)."""
+    return _tree_scoped
 
 
 def children(pid: int | None = None) -> list[int]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.attack import bash_attack
 from tests.support.cli import run_cli, start_cli
 from tests.support.delegation import agent_call, home_for, write_scenario
 
@@ -57,6 +58,17 @@ def _wait(condition: object, limit_s: float = 120.0) -> None:
 #: What a subagent may try so that its worker cannot end its tree: stop it ($PPID: the
 #: shell's parent is the worker) with every stop signal (red team Q).
 STOP_THE_WORKER = "for s in STOP TSTP TTIN TTOU; do kill -$s $PPID; done; "
+#: Or kill it the moment its zygote dies, before it can end its tree (red team T): its zygote
+#: is its session's leader, and a pidfd says when that ends.
+KILL_THE_WORKER_WITH_ITS_ZYGOTE = (
+    "import os, select, signal, sys\n"
+    "worker = int(sys.argv[1])\n"
+    "zygote = os.pidfd_open(os.getsid(worker))\n"
+    "select.select([zygote], [], [])\n"
+    "try: os.kill(worker, signal.SIGKILL)\n"
+    "except OSError: pass\n"
+    "signal.pause()\n"
+)
 #: Or hide from it: a chain of processes, each the parent of the next, that made themselves
 #: non-dumpable, so the worker's /proc shows none of them (red team S).
 HIDDEN_CHAIN_DEPTH = 500
@@ -120,6 +132,7 @@ def _start_run(
         "SIGKILL, its zygote too",
         "SIGKILL, its zygote too, once the subagent tried to stop its worker",
         "SIGKILL, its zygote too, with a chain of processes hidden from the worker",
+        "SIGKILL, its zygote too, with watchers that kill the worker as the zygote dies",
     ],
 )
 def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str) -> None:
@@ -134,6 +147,9 @@ def test_s_sec_5_no_descendant_survives_its_supervisor(tmp_path: Path, how: str)
     first = config = ""
     if how.endswith("stop its worker"):
         first = STOP_THE_WORKER
+    elif how.endswith("as the zygote dies"):
+        watcher = f"{sys.executable} -c '{KILL_THE_WORKER_WITH_ITS_ZYGOTE}' $PPID {markers[0]} & "
+        first = watcher * 4
     elif how.endswith("hidden from the worker"):
         first = f"{sys.executable} -c '{HIDDEN_CHAIN}' {markers[0]} & "
         config = f"[subagent_limits]\nmax_processes = {HIDDEN_CHAIN_DEPTH + 200}\n"
@@ -196,3 +212,24 @@ def test_s_sec_5_what_a_worker_left_running_ends_with_it(tmp_path: Path) -> None
     assert json.loads(done.stdout)["tasks"][0]["status"] == "completed"
     _wait(lambda: not _alive_with(markers))
     assert _alive_with(markers) == []
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write", "full"])
+async def test_s_sec_5_what_a_subagent_runs_cannot_signal_its_worker(
+    tmp_path: Path, mode: str
+) -> None:
+    """S-SEC-5: in every mode, nothing a subagent runs can signal its worker (which ends the
+    tree, and must not be ended first: red team T), while it can still signal what it
+    started itself; the run completes."""
+    attack = await bash_attack(
+        tmp_path,
+        [
+            "kill -TERM $PPID; echo term=$?",
+            "kill -KILL $PPID; echo kill=$?",
+            "sleep 30 & kill $!; echo own=$?",
+        ],
+        mode=mode,
+    )
+    assert attack.record.status == "completed", attack.record.error
+    said = [attack.output(i) for i in range(3)]
+    assert "term=1" in said[0] and "kill=1" in said[1] and "own=0" in said[2], said

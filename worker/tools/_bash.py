@@ -8,6 +8,7 @@ import signal
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
+from .._subtree import tree_scoped
 from ._base import LocalTool, ToolContext, ToolInput, ToolOutput
 from ._process import run_in_process_group, with_parent_death_signal
 from ._truncate import HeadTailBuffer
@@ -72,7 +73,8 @@ async def _bash(params: BashInput, ctx: ToolContext) -> ToolOutput:
     keep = max(0, ctx.max_output_bytes - _STATUS_RESERVE_BYTES) // 2
     output = HeadTailBuffer(head_limit=keep, tail_limit=keep)
     result = await run_in_process_group(
-        with_parent_death_signal(shell_argv(params.command)),
+        # Its own signal scope where the worker's is one: it cannot end the worker early.
+        with_parent_death_signal(shell_argv(params.command), own_signal_scope=tree_scoped()),
         cwd=ctx.cwd,
         timeout_s=params.timeout / 1000,
         output=output,

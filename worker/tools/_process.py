@@ -62,28 +62,48 @@ def command_pids() -> frozenset[int]:
 # (``worker._process.end_tree_with_parent``), and ignored signals stay ignored
 # across exec, so they are reset here; otherwise `yes | head` would print
 # "Broken pipe" errors instead of ending quietly.
+#
+# With "scoped", the command also gets a Landlock domain of its own that scopes
+# its signals (landlock_create_ruleset, 444, with only LANDLOCK_SCOPE_SIGNAL;
+# landlock_restrict_self, 446: the same numbers on every architecture): nothing
+# it starts can signal its worker, which it shares a domain with otherwise. A
+# tree that SIGKILLed its worker the moment the zygote died (watching it through
+# a pidfd) left the worker no time to end that tree, which outlived them all
+# (red team T). It can still signal what it started itself.
 _PDEATHSIG_WRAPPER = """\
 import os, signal, sys
 for name in ("SIGPIPE", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU"):
     signal.signal(getattr(signal, name), signal.SIG_DFL)
 if sys.platform.startswith("linux"):
     import ctypes
-    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if sys.argv[2] == "scoped":
+        attr = (ctypes.c_uint64 * 3)(0, 0, 2)  # fs, net, scoped: LANDLOCK_SCOPE_SIGNAL
+        domain = libc.syscall(444, attr, ctypes.c_size_t(24), 0)
+        if domain < 0 or libc.syscall(446, domain, 0) != 0:
+            why = os.strerror(ctypes.get_errno())
+            os.write(2, f"subvisor: cannot scope this command's signals: {why}\\n".encode())
+            os._exit(126)
+        os.close(domain)
 if os.getppid() != int(sys.argv[1]):
     os._exit(137)  # the worker died before prctl took effect
-os.execv(sys.argv[2], sys.argv[2:])
+os.execv(sys.argv[3], sys.argv[3:])
 """
 
 
-def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+def with_parent_death_signal(argv: Sequence[str], *, own_signal_scope: bool = False) -> list[str]:
     """``argv`` wrapped so that its process is SIGKILLed when this process dies.
 
+    ``own_signal_scope``: it and all it starts may signal only each other (a
+    Landlock domain of its own; the kernel must know signal scopes, ABI 6).
     Must be spawned from the thread that runs the event loop (see module doc).
     Without a Python executable to run the wrapper, ``argv`` is returned as is.
     """
     if not sys.executable:
         return list(argv)
-    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_WRAPPER, str(os.getpid()), *argv]
+    scope = "scoped" if own_signal_scope else "-"
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_WRAPPER, str(os.getpid()), scope, *argv]
 
 
 @dataclass(frozen=True, slots=True)
