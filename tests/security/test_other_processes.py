@@ -22,9 +22,14 @@ PY = sys.executable
 TOKEN = "ghp_" + "S3CRETMARKER" + "0123456789"
 #: Every process's command line the worker's /proc lists, NULs as spaces.
 _EVERY_CMDLINE = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+#: A child's own: its arguments show once its exec has set them up (Popen can return
+#: before: with vfork the parent resumes when the new image's memory is in place, its
+#: arguments not yet), so it reads until they do, a bounded while.
 _OWN_CHILD = (
-    f"{PY} -c \"import subprocess; p = subprocess.Popen(['sleep', '31']); "
-    "print('own child:', open(f'/proc/{p.pid}/cmdline').read().split(chr(0))); p.kill()\""
+    f"{PY} -c \"import subprocess, time; p = subprocess.Popen(['sleep', '31']); "
+    "args = lambda: open(f'/proc/{p.pid}/cmdline').read().split(chr(0)); "
+    "[time.sleep(0.01) for _ in range(500) if args() == ['']]; "
+    "print('own child:', args()); p.kill()\""
 )
 
 
