@@ -86,6 +86,7 @@ from . import _landlock, _mounts, _seccomp
 from ._landlock import FsAccess, LandlockError, NetAccess, PathRule, Ruleset, Scope
 from ._privileges import drop_privileges
 from ._subtree import scope_signals_to_tree
+from .tools._process import scope_command_signals
 
 __all__ = [
     "CGROUP_FS",
@@ -381,6 +382,7 @@ def apply_sandbox(policy: SandboxPolicy | None, *, file_size_cap: bool = False) 
             domain = True
             if ruleset.scoped & Scope.SIGNAL:
                 scope_signals_to_tree()
+                scope_command_signals()
             if left_out:
                 # Less granted than asked, never more: enforced, and said here.
                 writable = tuple(w for w in writable if w != policy.memory_dir)

@@ -19,7 +19,7 @@ Races handled here:
   (``hidepid=ptraceable``, no capability), and so is the walk below it: a
   chain of them cost a round each, and 240 outlived the worker's one-second
   way out when its zygote and supervisor were SIGKILLed together (red team
-  S). Where the worker's Landlock domain scopes signals (``tree_scoped``),
+  S). Where the worker's Landlock domain scopes signals (``scope_signals_to_tree``),
   ``kill(-1)`` reaches exactly its own tree, hidden or not, however deep,
   and is sent first; its own process is never among them.
 """
@@ -39,7 +39,6 @@ __all__ = [
     "reap_adopted",
     "scope_signals_to_tree",
     "signal_subtrees",
-    "tree_scoped",
 ]
 
 #: Set once this process is in a Landlock domain that scopes signals: then every
@@ -51,11 +50,6 @@ def scope_signals_to_tree() -> None:
     """Say that this process's signals now reach its own tree alone (Landlock's signal scope)."""
     global _tree_scoped
     _tree_scoped = True
-
-
-def tree_scoped() -> bool:
-    """Whether this process's signals reach its own tree alone (``scope_signals_to_tree``)."""
-    return _tree_scoped
 
 
 def children(pid: int | None = None) -> list[int]:

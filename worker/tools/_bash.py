@@ -8,9 +8,8 @@ import signal
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from .._subtree import tree_scoped
 from ._base import LocalTool, ToolContext, ToolInput, ToolOutput
-from ._process import run_in_process_group, with_parent_death_signal
+from ._process import command_signals_scoped, run_in_process_group, with_parent_death_signal
 from ._truncate import HeadTailBuffer
 
 __all__ = [
@@ -74,7 +73,9 @@ async def _bash(params: BashInput, ctx: ToolContext) -> ToolOutput:
     output = HeadTailBuffer(head_limit=keep, tail_limit=keep)
     result = await run_in_process_group(
         # Its own signal scope where the worker's is one: it cannot end the worker early.
-        with_parent_death_signal(shell_argv(params.command), own_signal_scope=tree_scoped()),
+        with_parent_death_signal(
+            shell_argv(params.command), own_signal_scope=command_signals_scoped()
+        ),
         cwd=ctx.cwd,
         timeout_s=params.timeout / 1000,
         output=output,

@@ -38,8 +38,10 @@ __all__ = [
     "TERM_GRACE_S",
     "CommandResult",
     "command_pids",
+    "command_signals_scoped",
     "kill_process_group",
     "run_in_process_group",
+    "scope_command_signals",
     "with_parent_death_signal",
 ]
 
@@ -90,6 +92,22 @@ if os.getppid() != int(sys.argv[1]):
     os._exit(137)  # the worker died before prctl took effect
 os.execv(sys.argv[3], sys.argv[3:])
 """
+
+
+#: Set by the worker's sandbox once its Landlock domain scopes signals: from then
+#: on the kernel knows signal scopes, and Bash gives each command one of its own.
+_command_signals_scoped = False
+
+
+def scope_command_signals() -> None:
+    """Give every command Bash starts from now on a signal scope of its own (see above)."""
+    global _command_signals_scoped
+    _command_signals_scoped = True
+
+
+def command_signals_scoped() -> bool:
+    """Whether Bash gives each command a signal scope of its own (``scope_command_signals``)."""
+    return _command_signals_scoped
 
 
 def with_parent_death_signal(argv: Sequence[str], *, own_signal_scope: bool = False) -> list[str]:
