@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpcore2
 import httpx2
 
@@ -90,10 +89,7 @@ class _CheckedBackend(httpcore2.AsyncNetworkBackend):
     ) -> httpcore2.AsyncNetworkStream:
         stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
         sock = stream.get_extra_info("socket")
-        ends = sock.getpeername()[:2], sock.getsockname()[:2]
-        settled, refusal = self._servers.settled(*ends)
-        if not settled:  # a walk of /proc, once per listener: off the loop
-            refusal = await anyio.to_thread.run_sync(self._servers.refusal, *ends)
+        refusal = await self._servers.verdict(sock.getpeername()[:2], sock.getsockname()[:2])
         if refusal is not None:
             await stream.aclose()
             raise httpcore2.ConnectError(

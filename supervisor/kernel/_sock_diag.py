@@ -20,7 +20,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-__all__ = ["TcpSocket", "listening", "serving"]
+__all__ = ["TcpSocket", "listening", "serving", "unmapped"]
 
 _NETLINK_SOCK_DIAG = 4
 _SOCK_DIAG_BY_FAMILY = 20
@@ -104,11 +104,20 @@ def _socket(data: bytes, at: int) -> TcpSocket:
     return TcpSocket(address, struct.unpack(">H", sport)[0], uid, inode)
 
 
-def serving(server: tuple[str, int], ours: tuple[str, int]) -> TcpSocket | None:
-    """The socket at ``server`` connected to ``ours`` in this namespace; None where there is
-    none (the server is elsewhere). Raises ``OSError`` where the kernel cannot be asked."""
-    family = socket.AF_INET6 if ":" in server[0] else socket.AF_INET
-    sockid = (server[1], ours[1], _packed(server[0], family), _packed(ours[0], family))
+def unmapped(host: str) -> str:
+    """An IPv4 address written in IPv6's mapped form (``::ffff:a.b.c.d``) as IPv4."""
+    address = ipaddress.ip_address(host)
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return str(mapped or address)
+
+
+def serving(at: tuple[str, int], to: tuple[str, int]) -> TcpSocket | None:
+    """The socket at ``at`` connected to ``to`` in this namespace (either end may say an IPv4
+    address in IPv6's mapped form); None where there is none (that end is elsewhere).
+    Raises ``OSError`` where the kernel cannot be asked."""
+    here, there = unmapped(at[0]), unmapped(to[0])
+    family = socket.AF_INET6 if ":" in here or ":" in there else socket.AF_INET
+    sockid = (at[1], to[1], _packed(here, family), _packed(there, family))
     answer = _ask(_request(family, _ALL_STATES, _NLM_F_REQUEST, sockid), dump=False)
     return answer[0] if answer else None
 

@@ -6,7 +6,8 @@ could call the Agent tool and launch a subagent wider than its own
 (workspace-write from read-only, a second level of delegation, the user's
 keys). A loopback peer is on this machine and in this network namespace, so
 the kernel can say who it is: ``/proc/net/tcp{,6}`` names the socket at the
-peer's address and port (with its owner's uid and its inode), and the
+peer's address and port (with its owner's uid and its inode; asked over
+netlink, ``_sock_diag``, the tables read only where it cannot be), and the
 processes holding that inode are found through ``/proc/PID/fd``.
 
 Invariants:
@@ -40,54 +41,26 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ._sock_diag import TcpSocket, listening, serving
+import trio
+
+from ._sock_diag import TcpSocket, listening, serving, unmapped
 from ._worker_tree import in_worker_tree
 
 __all__ = ["LocalServerCheck", "socket_holders", "tcp_socket"]
 
-_TABLES = (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6))
+_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 #: ``st`` of a listening socket in ``/proc/net/tcp{,6}``.
 _LISTEN = "0A"
 
 
-def _hex_address(host: str, port: int) -> str:
-    """``host:port`` as ``/proc/net/tcp{,6}`` writes it (each 32-bit word in host order)."""
-    packed = ipaddress.ip_address(host).packed
-    words = [packed[i : i + 4] for i in range(0, len(packed), 4)]
-    # The kernel prints each word of the address as a native-endian integer.
-    text = "".join(f"{int.from_bytes(word, sys.byteorder):08X}" for word in words)
-    return f"{text}:{port:04X}"
-
-
-def _mapped(host: str) -> str:
-    """An IPv4 host as IPv6 lists it when the socket is a dual-stack one (``::ffff:a.b.c.d``)."""
-    return f"::ffff:{host}" if ipaddress.ip_address(host).version == 4 else host
-
-
 def tcp_socket(peer: tuple[str, int], local: tuple[str, int]) -> tuple[int, int] | None:
-    """``(uid, inode)`` of the socket at ``peer`` connected to our ``local``; None if none."""
-    candidates = []
-    for table, convert in (("/proc/net/tcp", str), ("/proc/net/tcp6", _mapped)):
-        try:
-            wanted = (
-                _hex_address(convert(peer[0]), peer[1]),
-                _hex_address(convert(local[0]), local[1]),
-            )
-        except ValueError:
-            continue  # an IPv6 address has no IPv4 form
-        candidates.append((table, wanted))
-    for table, (peer_hex, local_hex) in candidates:
-        try:
-            with open(table) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 9 and fields[1] == peer_hex and fields[2] == local_hex:
-                        inode = int(fields[9])
-                        return (int(fields[7]), inode) if inode else None
-        except OSError:
-            continue
-    return None
+    """``(uid, inode)`` of the socket at ``peer`` connected to our ``local``; None if none
+    (or if no file holds it yet)."""
+    try:
+        found: TcpSocket | None = serving(peer, local)
+    except OSError:
+        found = _table_row(_table_sockets(), peer, local)
+    return (found.uid, found.inode) if found is not None and found.inode else None
 
 
 def socket_holders(inode: int) -> tuple[int, ...]:
@@ -112,11 +85,11 @@ def socket_holders(inode: int) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _table_sockets() -> list[TcpSocket]:
+def _table_sockets() -> list[_TableSocket]:
     """Every socket of ``/proc/net/tcp`` and ``tcp6`` (where ``NETLINK_SOCK_DIAG`` fails),
     with its remote end as ``(address, port)`` and whether it listens."""
     found = []
-    for table, _ in _TABLES:
+    for table in _TABLES:
         try:
             with open(table) as f:
                 next(f, None)
@@ -129,7 +102,13 @@ def _table_sockets() -> list[TcpSocket]:
     return found
 
 
-def _table_socket(fields: list[str]) -> TcpSocket:
+@dataclass(frozen=True, slots=True)
+class _TableSocket(TcpSocket):
+    remote: tuple[str, int]
+    listens: bool
+
+
+def _table_socket(fields: list[str]) -> _TableSocket:
     def address(text: str) -> tuple[str, int]:
         host, port = text.split(":")
         raw = b"".join(
@@ -142,19 +121,27 @@ def _table_socket(fields: list[str]) -> TcpSocket:
     return _TableSocket(local, port, int(fields[7]), int(fields[9]), remote, listens)
 
 
-@dataclass(frozen=True, slots=True)
-class _TableSocket(TcpSocket):
-    remote: tuple[str, int]
-    listens: bool
+def _table_row(
+    rows: list[_TableSocket], at: tuple[str, int], to: tuple[str, int]
+) -> _TableSocket | None:
+    """The row of the socket at ``at`` connected to ``to`` (``serving`` from the tables)."""
+    return next(
+        (
+            row
+            for row in rows
+            if row.port == at[1]
+            and _same_host(row.address, at[0])
+            and row.remote[1] == to[1]
+            and _same_host(row.remote[0], to[0])
+        ),
+        None,
+    )
 
 
 def _same_host(listed: str, host: str) -> bool:
     """Whether a socket listed at ``listed`` is at ``host`` (an IPv4 address may be listed
     as IPv6's mapped form)."""
-    one, two = ipaddress.ip_address(listed), ipaddress.ip_address(host)
-    one = one.ipv4_mapped or one if isinstance(one, ipaddress.IPv6Address) else one
-    two = two.ipv4_mapped or two if isinstance(two, ipaddress.IPv6Address) else two
-    return one == two
+    return unmapped(listed) == unmapped(host)
 
 
 def _serves(listener: TcpSocket, host: str) -> bool:
@@ -174,23 +161,8 @@ def _server_sockets(
         listeners = listening(server[1]) if reached is not None else []
     except OSError:
         rows = _table_sockets()
-        reached = next(
-            (
-                row
-                for row in rows
-                if isinstance(row, _TableSocket)
-                and row.port == server[1]
-                and _same_host(row.address, server[0])
-                and row.remote[1] == ours[1]
-                and _same_host(row.remote[0], ours[0])
-            ),
-            None,
-        )
-        listeners = [
-            row
-            for row in rows
-            if isinstance(row, _TableSocket) and row.listens and row.port == server[1]
-        ]
+        reached = _table_row(rows, server, ours)
+        listeners = [row for row in rows if row.listens and row.port == server[1]]
     return reached, [s for s in listeners if _serves(s, server[0])]
 
 
@@ -198,9 +170,9 @@ class LocalServerCheck:
     """Whether the server of a TCP connection we made is outside every worker tree.
 
     Each new connection costs two or three questions to the kernel
-    (``_sock_diag``, tens of microseconds: ``settled``); the walk of ``/proc``
-    for the processes that hold the listening sockets (milliseconds beside a
-    large fleet: ``refusal``, from a thread) is made once per set of them,
+    (``_sock_diag``, tens of microseconds); the walk of ``/proc`` for the
+    processes that hold the listening sockets (milliseconds beside a large
+    fleet: ``verdict`` makes it in a thread) is made once per set of them,
     and its verdict kept.
     """
 
@@ -209,11 +181,13 @@ class LocalServerCheck:
     def __init__(self) -> None:
         self._verdicts: dict[frozenset[int], str | None] = {}
 
-    def settled(self, server: tuple[str, int], ours: tuple[str, int]) -> tuple[bool, str | None]:
-        """``(True, refusal)`` where no walk of ``/proc`` is needed; ``(False, None)`` where
-        ``refusal`` must walk it (see there for the rules)."""
+    async def verdict(self, server: tuple[str, int], ours: tuple[str, int]) -> str | None:
+        """``refusal``, from the event loop: settled there where no walk of ``/proc`` is
+        needed (a few netlink questions), else in a thread."""
         walk, verdict = self._settle(server, ours)
-        return walk is None, verdict
+        if walk is None:
+            return verdict
+        return await trio.to_thread.run_sync(self._walk, walk, server)
 
     def refusal(self, server: tuple[str, int], ours: tuple[str, int]) -> str | None:
         """Why our connection ``ours`` -> ``server`` must not be used; None if it may.
@@ -228,13 +202,7 @@ class LocalServerCheck:
         any such holder of which runs inside a worker tree.
         """
         walk, verdict = self._settle(server, ours)
-        if walk is None:
-            return verdict
-        where = f"{server[0]}:{server[1]}"
-        if len(self._verdicts) >= self._KEPT:
-            self._verdicts.pop(next(iter(self._verdicts)))
-        verdict = self._verdicts[walk] = self._judge(walk, where)
-        return verdict
+        return verdict if walk is None else self._walk(walk, server)
 
     def _settle(
         self, server: tuple[str, int], ours: tuple[str, int]
@@ -254,6 +222,13 @@ class LocalServerCheck:
         if inodes in self._verdicts:
             return None, self._verdicts[inodes]
         return inodes, None
+
+    def _walk(self, listeners: frozenset[int], server: tuple[str, int]) -> str | None:
+        """Judge ``listeners`` by a walk of ``/proc``, and keep the verdict."""
+        if len(self._verdicts) >= self._KEPT:
+            self._verdicts.pop(next(iter(self._verdicts)))
+        verdict = self._verdicts[listeners] = self._judge(listeners, f"{server[0]}:{server[1]}")
+        return verdict
 
     def _judge(self, listeners: frozenset[int], where: str) -> str | None:
         for inode in listeners:

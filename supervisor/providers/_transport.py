@@ -566,10 +566,9 @@ class GatewayTransport(httpx.AsyncBaseTransport):
             stream = tcp
             # Before a byte of the request (its key) goes out: a port on this
             # machine may be held by a subagent while its server is down.
-            ends = _host_port(tcp.socket.getpeername()), _host_port(tcp.socket.getsockname())
-            settled, refusal = self._servers.settled(*ends)
-            if not settled:  # a walk of /proc, once per listener: off the loop
-                refusal = await trio.to_thread.run_sync(self._servers.refusal, *ends)
+            refusal = await self._servers.verdict(
+                _host_port(tcp.socket.getpeername()), _host_port(tcp.socket.getsockname())
+            )
             if refusal is not None:
                 await trio.aclose_forcefully(tcp)
                 raise httpx.ConnectError(

@@ -14,10 +14,20 @@ from supervisor.kernel import LocalServerCheck, socket_holders, tcp_socket
 from supervisor.kernel import _tcp_peer as tcp_peer
 
 
+def _without_netlink(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_netlink(*args: object) -> None:
+        raise PermissionError("netlink refused")
+
+    monkeypatch.setattr(tcp_peer, "serving", no_netlink)
+
+
+@pytest.mark.parametrize("asked", ["over netlink", "from /proc/net/tcp"])
 @pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
 def test_the_peer_socket_is_found_with_its_uid_and_every_process_holding_it(
-    family: socket.AddressFamily, host: str
+    family: socket.AddressFamily, host: str, asked: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if asked == "from /proc/net/tcp":
+        _without_netlink(monkeypatch)
     with socket.socket(family) as server:
         server.bind((host, 0))
         server.listen()
@@ -81,11 +91,7 @@ def test_s_sec_1_a_local_server_outside_every_worker_tree_is_used(
     over netlink or (where netlink fails) in the socket tables: one this process holds is
     outside every worker tree, so its connection may be used, before and after ``accept``."""
     if asked == "from /proc/net/tcp":
-
-        def no_netlink(*args: object) -> None:
-            raise PermissionError("netlink refused")
-
-        monkeypatch.setattr(tcp_peer, "serving", no_netlink)
+        _without_netlink(monkeypatch)
     check = LocalServerCheck()
     with socket.socket(family) as server:
         server.bind((host, 0))
@@ -162,3 +168,28 @@ def test_s_sec_1_a_deferred_accept_does_not_pass_a_server_as_another_users() -> 
         listener.wait()
     assert check.returncode == 0, check.stderr
     assert "cannot be checked" in check.stdout, check.stdout
+
+
+@pytest.mark.parametrize("asked", ["over netlink", "from /proc/net/tcp"])
+def test_an_ipv4_peer_of_a_dual_stack_server_is_found_however_its_address_is_written(
+    asked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dual-stack server sees an IPv4 client as ``::ffff:127.0.0.1``: its socket is found
+    with the address in either form, on either end."""
+    if asked == "from /proc/net/tcp":
+        _without_netlink(monkeypatch)
+    with socket.socket(socket.AF_INET6) as server:
+        server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        server.bind(("::", 0))
+        server.listen()
+        with socket.socket(socket.AF_INET) as client:
+            client.connect(("127.0.0.1", server.getsockname()[1]))
+            accepted, peer = server.accept()
+            with accepted:
+                local = accepted.getsockname()
+                assert peer[0] == local[0] == "::ffff:127.0.0.1"
+                inode = os.fstat(client.fileno()).st_ino
+                for peer_host in (peer[0], "127.0.0.1"):
+                    for local_host in (local[0], "127.0.0.1"):
+                        found = tcp_socket((peer_host, peer[1]), (local_host, local[1]))
+                        assert found == (os.geteuid(), inode), (peer_host, local_host)
