@@ -37,9 +37,10 @@ this module builds the classic-BPF program by hand and installs it with
   socket at all (see below);
 - refuses to send ``SIGSTOP`` (``kill``, ``tkill``, ``tgkill``,
   ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``, ``pidfd_send_signal``, and
-  ``fcntl(F_SETSIG)`` for a file's owner) with ``EPERM`` (S-SEC-5): a command
-  may signal its own worker (same Landlock domain), and a worker stopped so
-  cannot end its tree when its zygote and supervisor are SIGKILLed
+  ``fcntl(F_SETSIG)`` for a file's owner) with ``EPERM`` (S-SEC-5): where the
+  kernel has no Landlock signal scopes (for each command's own domain,
+  ``worker.tools._process``) a command may signal its worker, and a worker
+  stopped so cannot end its tree when its zygote and supervisor are SIGKILLed
   together (its parent-death SIGTERM stays pending, then the orphaned
   group's SIGHUP kills it outright), so the tree outlived them all (red
   team Q). The worker ignores the other stop signals
@@ -325,7 +326,8 @@ def _checks(
         ("label", "fcntl"),  # no F_SETSIG of SIGSTOP; no F_SETLEASE with shared objects
         ("ld", _arg(1)),
         ("jeq", _F_SETSIG, "setsig", None),
-        ("jeq", _F_SETLEASE if deny_shared_objects else _F_SETSIG, "eperm", "allow"),
+        *([("jeq", _F_SETLEASE, "eperm", None)] if deny_shared_objects else []),
+        ("ret", _RET_ALLOW),
         ("label", "setsig"),
         ("ld", _arg(2)),
         ("jeq", _SIGSTOP, "eperm", "allow"),
